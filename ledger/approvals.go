@@ -1,0 +1,109 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ListApprovals returns approvals in a state (pending, approved, rejected,
+// expired; empty for all), oldest request first. An empty namespace lists
+// every namespace.
+func (e *Engine) ListApprovals(ctx context.Context, namespace, state string) ([]Approval, error) {
+	switch state {
+	case "", ApprovalPending, ApprovalApproved, ApprovalRejected, ApprovalExpired:
+	default:
+		return nil, invalidArg("state", "%q must be pending, approved, rejected or expired", truncate(state, 32))
+	}
+	now := e.clock.Now()
+	out := []Approval{}
+	err := e.view(func(r Reader) error {
+		return r.Scan(prefix("a"), nil, func(_, val []byte) (bool, error) {
+			rec, err := e.effectByID(r, namespace, string(val))
+			if errors.Is(err, ErrNotFound) {
+				return true, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			a := rec.view(now).Approval
+			if a != nil && (state == "" || a.State == state) {
+				out = append(out, *a)
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// Approve grants a pending approval; the agent's next begin with the same key
+// gets execute (ceilings are still checked then). decidedBy is the admin's
+// name.
+func (e *Engine) Approve(ctx context.Context, approvalID, decidedBy, note string) (*Approval, error) {
+	return e.decide(ctx, approvalID, decidedBy, note, ApprovalApproved)
+}
+
+// Reject refuses a pending approval; every later begin with the key is
+// denied with approval_rejected.
+func (e *Engine) Reject(ctx context.Context, approvalID, decidedBy, note string) (*Approval, error) {
+	return e.decide(ctx, approvalID, decidedBy, note, ApprovalRejected)
+}
+
+func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to string) (*Approval, error) {
+	if err := checkText("approval_id", approvalID, MaxIDLen, true); err != nil {
+		return nil, err
+	}
+	if err := checkNote("note", note); err != nil {
+		return nil, err
+	}
+	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		id, err := t.Get(key("a", approvalID))
+		if err != nil {
+			return nil, approvalNotFound(err, approvalID)
+		}
+		rec, err := e.effectByID(t, "", string(id))
+		if err != nil {
+			return nil, approvalNotFound(err, approvalID)
+		}
+		a := rec.Approval
+		if a == nil || a.ApprovalID != approvalID {
+			// The effect moved on to a newer approval request.
+			return nil, newErr(CodeInvalidStateTransition, "approval %s was superseded by a newer request for effect %s", approvalID, rec.EffectID)
+		}
+		switch {
+		case a.State == to:
+			v := *rec.view(now).Approval
+			return &v, nil
+		case a.State != ApprovalPending:
+			return nil, newErr(CodeInvalidStateTransition, "approval %s is already %s", approvalID, a.State)
+		case !now.Before(a.ExpiresAt):
+			return nil, newErr(CodeInvalidStateTransition, "approval %s expired at %s; the agent's next begin will ask again", approvalID, a.ExpiresAt.Format(time.RFC3339))
+		}
+		a.State, a.DecidedBy, a.DecidedAt, a.Note = to, decidedBy, &now, note
+		if to == ApprovalApproved {
+			a.ExpiresAt = now.Add(e.defaults.ApprovalTTL)
+			rec.State = StateApproved
+		} else {
+			rec.State = StateRejected
+		}
+		if err := e.putEffect(t, rec, now); err != nil {
+			return nil, err
+		}
+		v := *rec.view(now).Approval
+		return &v, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := v.(*Approval)
+	e.log.Info("approval decided", "approval_id", a.ApprovalID, "effect_id", a.EffectID, "state", a.State, "by", a.DecidedBy)
+	return a, nil
+}
+
+func approvalNotFound(err error, id string) error {
+	if errors.Is(err, ErrNotFound) {
+		return &Error{Code: CodeApprovalNotFound, Field: "approval_id", Message: fmt.Sprintf("no approval %q", truncate(id, 64))}
+	}
+	return err
+}

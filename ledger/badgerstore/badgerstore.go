@@ -1,0 +1,156 @@
+// Package badgerstore is Ratchet's embedded ledger storage: a ledger.Store on
+// Badger v4 in a local directory.
+//
+// Durability: SyncWrites is always on, so Update returns only after Badger has
+// fsynced its value log; the engine answers a decision only after that.
+// Badger's own conflict detection is turned off because the engine already
+// serialises every write through a single writer goroutine (group commit):
+// one Badger transaction carries a whole batch of decisions and one fsync.
+//
+// Badger allows one process per directory. A second Open of a directory in
+// use fails at once with ErrLocked rather than waiting.
+package badgerstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// ErrLocked means another process has the data directory open.
+var ErrLocked = errors.New("data directory is locked by another process")
+
+// Options tunes Open. The zero value is valid.
+type Options struct {
+	// EncryptionKey, when set (16, 24 or 32 bytes), turns on Badger's
+	// encryption at rest (AES). A directory written with a key can only be
+	// opened with the same key.
+	EncryptionKey []byte
+	// Logger receives Badger's own warnings and errors; nil discards them.
+	Logger *slog.Logger
+	// InMemory keeps everything in memory (benchmarks of the engine alone);
+	// nothing is durable.
+	InMemory bool
+}
+
+// Store is a ledger.Store on Badger.
+type Store struct {
+	db *badger.DB
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// Open opens or creates the ledger in dir.
+func Open(dir string, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	bo := badger.DefaultOptions(dir).
+		WithSyncWrites(true).
+		WithDetectConflicts(false).
+		WithLogger(badgerLogger{opts.Logger}).
+		WithNumVersionsToKeep(1).
+		WithInMemory(opts.InMemory)
+	if opts.InMemory {
+		bo.Dir, bo.ValueDir = "", ""
+	}
+	if len(opts.EncryptionKey) > 0 {
+		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+			return nil, fmt.Errorf("opening ledger in %s: %w", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("opening ledger in %s: %w", dir, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Update implements ledger.Store.
+func (s *Store) Update(fn func(ledger.Txn) error) error {
+	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+}
+
+// View implements ledger.Store.
+func (s *Store) View(fn func(ledger.Reader) error) error {
+	return s.db.View(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+}
+
+// Close implements ledger.Store.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Backup writes a full backup stream (Badger's own format) to w.
+func (s *Store) Backup(w io.Writer) error {
+	_, err := s.db.Backup(w, 0)
+	return err
+}
+
+// Restore loads a backup stream into the store, which should be empty.
+func (s *Store) Restore(r io.Reader) error {
+	return s.db.Load(r, 256)
+}
+
+type txnAdapter struct{ txn *badger.Txn }
+
+func (t txnAdapter) Get(key []byte) ([]byte, error) {
+	item, err := t.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ledger.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, error)) error {
+	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	defer it.Close()
+	seek := prefix
+	if start != nil && bytes.Compare(start, prefix) > 0 {
+		seek = start
+	}
+	for it.Seek(seek); it.ValidForPrefix(prefix); it.Next() {
+		item := it.Item()
+		val, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		more, err := fn(item.KeyCopy(nil), val)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t txnAdapter) Set(key, val []byte) error { return t.txn.Set(key, val) }
+
+func (t txnAdapter) Delete(key []byte) error { return t.txn.Delete(key) }
+
+// badgerLogger forwards Badger's log lines to slog, dropping its chatty
+// informational lines.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	if b.l != nil {
+		b.l.Error("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+	}
+}
+
+func (b badgerLogger) Warningf(f string, a ...any) {
+	if b.l != nil {
+		b.l.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+	}
+}
+
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}

@@ -1,0 +1,410 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// Begin asks for a decision immediately before a side effect. It returns a
+// decision (never an error) for everything the agent must obey, and an
+// *Error for input the agent must fix: invalid_argument,
+// idempotency_key_conflict, dimension_required, cost_required.
+//
+// The order of evaluation is SPEC section 4's: validate, the key's existing
+// state, the group, deny, required dimensions, cost required, ceilings,
+// approval threshold, execute. A begin that is denied for a key never seen
+// before records nothing (there is nothing to remember: a later begin is
+// evaluated afresh) and carries no effect_id.
+func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, error) {
+	in, err := e.validateBegin(req)
+	if err != nil {
+		return nil, err
+	}
+	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		return e.begin(t, in, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := v.(*BeginResult)
+	e.log.Info("begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
+		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
+	return res, nil
+}
+
+func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, error) {
+	req := &in.req
+	rec, err := e.effectByKey(t, req.Namespace, req.IdempotencyKey)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	res, err := e.beginDecide(t, in, rec, now)
+	if err != nil || res == nil {
+		return res, err
+	}
+	if res.IntegrationWarning, err = e.integrationWarning(t, req.Namespace, req.AgentID); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (e *Engine) beginDecide(t *opTxn, in *beginInput, rec *effectRec, now time.Time) (*BeginResult, error) {
+	req := &in.req
+	if rec != nil {
+		if rec.Fingerprint != in.fingerprint {
+			return nil, &Error{Code: CodeIdempotencyKeyConflict, Field: "idempotency_key", Message: fmt.Sprintf(
+				"idempotency_key %q was first used with a different effect_type, vendor or payload (effect %s); "+
+					"a retry must send exactly the same action, and a different action needs its own key", truncate(req.IdempotencyKey, 64), rec.EffectID)}
+		}
+		if res, err := e.existing(t, rec, now); res != nil || err != nil {
+			return res, err
+		}
+		// failed, approved, or an expired approval request: evaluate anew.
+	}
+	return e.evaluate(t, in, rec, now)
+}
+
+// existing answers a begin from the key's current state, or returns nil when
+// the begin must be evaluated as a new attempt.
+func (e *Engine) existing(t *opTxn, rec *effectRec, now time.Time) (*BeginResult, error) {
+	res := &BeginResult{EffectID: rec.EffectID, Attempt: rec.Attempt, State: rec.State}
+	switch rec.State {
+	case StatePending:
+		if !now.Before(*rec.LeaseExpiresAt) {
+			if err := e.expireLease(t, rec); err != nil {
+				return nil, err
+			}
+			return blocked(rec), nil
+		}
+		left := rec.LeaseExpiresAt.Sub(now)
+		res.Decision = DecisionInFlight
+		res.RetryAfterSeconds = max(1, int(left/time.Second))
+		res.LeaseExpiresAt = rec.LeaseExpiresAt
+		res.Message = fmt.Sprintf("Another caller holds the lease for this action. Do not perform it; wait %d seconds and begin again with the same key.", res.RetryAfterSeconds)
+		return res, nil
+	case StateSucceeded, StateCompensated:
+		res.Decision = DecisionDuplicate
+		res.Result, res.VendorReference, res.CompletedAt = rec.Result, rec.VendorReference, rec.CompletedAt
+		res.Message = "This action already happened. Do not perform it again; use the returned result as if you had just done it."
+		if rec.State == StateCompensated {
+			res.Message = "This action already happened and was later undone by a compensation. Do not perform it again."
+		}
+		return res, nil
+	case StateIndeterminate:
+		return blocked(rec), nil
+	case StateRejected:
+		res.Decision, res.Reason = DecisionDenied, ReasonApprovalRejected
+		res.ApprovalID = rec.Approval.ApprovalID
+		res.Message = "An operator rejected this action. Do not perform it; tell the user it was refused."
+		return res, nil
+	case StateAwaitingApproval:
+		if now.Before(rec.Approval.ExpiresAt) {
+			return approvalRequired(rec), nil
+		}
+	}
+	return nil, nil
+}
+
+func blocked(rec *effectRec) *BeginResult {
+	res := &BeginResult{Decision: DecisionBlocked, EffectID: rec.EffectID, Attempt: rec.Attempt,
+		State: StateIndeterminate, Reason: rec.Reason, Since: rec.Since}
+	if rec.Reason == ReasonLeaseExpired {
+		res.Message = "An earlier attempt's lease ran out without a report, so it may or may not have happened. Do not perform it; check at the vendor and call ratchet_resolve_effect, or tell the user it is unresolved."
+	} else {
+		res.Message = "An earlier attempt was reported with an unknown outcome. Do not perform it; check at the vendor and call ratchet_resolve_effect, or tell the user it is unresolved."
+	}
+	return res
+}
+
+func approvalRequired(rec *effectRec) *BeginResult {
+	a := rec.Approval
+	est, thr := a.EstimatedCostMicros, a.ThresholdMicros
+	return &BeginResult{Decision: DecisionApprovalRequired, EffectID: rec.EffectID, Attempt: rec.Attempt + 1,
+		State: StateAwaitingApproval, ApprovalID: a.ApprovalID, ThresholdMicros: &thr, EstimatedCostMicros: &est,
+		Message: fmt.Sprintf("A human must approve this action (approval %s). Do not perform it now; begin again with the same key after an operator approves.", a.ApprovalID)}
+}
+
+func denied(rec *effectRec, reason, msg string) *BeginResult {
+	res := &BeginResult{Decision: DecisionDenied, Reason: reason, Message: msg}
+	if rec != nil {
+		res.EffectID, res.Attempt, res.State = rec.EffectID, rec.Attempt+1, rec.State
+	}
+	return res
+}
+
+// evaluate runs the policy for a new key or a new attempt of an existing one.
+func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Time) (*BeginResult, error) {
+	req := &in.req
+	pol := &in.pol
+	compensation := req.CompensatesEffectID != ""
+	var target *effectRec
+	if compensation {
+		var err error
+		if target, err = e.compensationTarget(t, in, rec); err != nil {
+			return nil, err
+		}
+	}
+	if req.GroupKey != "" && !compensation {
+		var g groupRec
+		err := getJSON(t, key("g", req.Namespace, req.GroupKey), &g)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		if g.State == GroupUnwinding || g.State == GroupUnwound {
+			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations ratchet_unwind_group returns.", truncate(req.GroupKey, 64))), nil
+		}
+	}
+	if pol.deny {
+		return denied(rec, ReasonPolicyDenied, fmt.Sprintf("Policy forbids %s actions. Do not perform it; tell the user it is not allowed.", req.EffectType)), nil
+	}
+	if pol.maxUnreported > 0 {
+		var a agentRec
+		if err := getJSON(t, key("u", req.Namespace, req.AgentID), &a); err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		if len(a.Unreported) >= pol.maxUnreported {
+			return denied(rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and you must call ratchet_report_effect after every action.", len(a.Unreported), pol.maxUnreported)), nil
+		}
+	}
+	for _, d := range pol.requireDims {
+		if _, ok := in.dims[d]; !ok {
+			return nil, &Error{Code: CodeDimensionRequired, Field: "dimensions." + d, Message: fmt.Sprintf(
+				"policy requires dimension %q for %s; begin again with dimensions {%q: <who or what this action targets>}", d, req.EffectType, d)}
+		}
+	}
+	approved := rec != nil && rec.approvalCovers(req.EstimatedCostMicros, now)
+	if pol.threshold != nil && req.EstimatedCostMicros == nil && !compensation && !approved {
+		return nil, &Error{Code: CodeCostRequired, Field: "estimated_cost_micros", Message: fmt.Sprintf(
+			"an approval threshold applies to %s; begin again with estimated_cost_micros (micro-USD, 1000000 = $1)", req.EffectType)}
+	}
+	uses, err := ceilingsFor(t, in, now)
+	if err != nil {
+		return nil, err
+	}
+	var uncounted []string
+	for _, u := range uses {
+		if u.c.money && req.EstimatedCostMicros == nil {
+			uncounted = append(uncounted, u.c.Name)
+		}
+		if !compensation && satAdd(u.counted, u.amount) > u.c.limit {
+			b := u.budget(now)
+			res := denied(rec, ReasonBudgetExceeded, fmt.Sprintf(
+				"Ceiling %q would be exceeded (%d of %d %s counted, this action adds %d). Do not perform it; tell the user the budget is spent.",
+				u.c.Name, b.Counted, b.Limit, b.Unit, u.amount))
+			res.Ceiling = &b
+			return res, nil
+		}
+	}
+	if pol.threshold != nil && !compensation && !approved && *req.EstimatedCostMicros >= *pol.threshold {
+		return e.requestApproval(t, in, rec, *pol.threshold, now)
+	}
+	res, err := e.execute(t, in, rec, uses, now)
+	if err != nil {
+		return nil, err
+	}
+	if target != nil {
+		res.Message = fmt.Sprintf("Perform this compensation now (it undoes %s), then call ratchet_report_effect.", target.EffectID)
+	}
+	if len(uncounted) > 0 {
+		res.BudgetWarning = &BudgetWarning{Ceilings: uncounted, Message: "A spend ceiling applies to this action but no estimated_cost_micros was sent, so nothing was counted against it. Tell the operator, and send the cost on every begin that spends money."}
+	}
+	return res, nil
+}
+
+// approvalCovers reports whether a granted, unexpired approval covers a
+// begin declaring cost: an approval is for the cost it was asked for, so a
+// larger estimate asks again.
+func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
+	a := r.Approval
+	if a == nil || a.State != ApprovalApproved || !now.Before(a.ExpiresAt) {
+		return false
+	}
+	return cost == nil || *cost <= a.EstimatedCostMicros
+}
+
+func (e *Engine) compensationTarget(t *opTxn, in *beginInput, rec *effectRec) (*effectRec, error) {
+	req := &in.req
+	if rec != nil && rec.EffectID == req.CompensatesEffectID {
+		return nil, invalidArg("compensates_effect_id", "an effect cannot compensate itself")
+	}
+	target, err := e.effectByID(t, req.Namespace, req.CompensatesEffectID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &Error{Code: CodeEffectNotFound, Field: "compensates_effect_id", Message: fmt.Sprintf(
+			"no effect %q in this namespace; use the compensates_effect_id that ratchet_unwind_group returned", truncate(req.CompensatesEffectID, 64))}
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case target.CompensatesEffectID != "":
+		return nil, invalidArg("compensates_effect_id", "effect %s is itself a compensation and cannot be compensated", target.EffectID)
+	case target.State == StateCompensated:
+		return nil, newErr(CodeInvalidStateTransition, "effect %s was already compensated by %s", target.EffectID, target.CompensatedBy)
+	case target.State != StateSucceeded:
+		return nil, newErr(CodeInvalidStateTransition, "effect %s is %s; only succeeded effects can be compensated", target.EffectID, target.State)
+	}
+	return target, nil
+}
+
+func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, now time.Time) (*BeginResult, error) {
+	req := &in.req
+	if rec == nil {
+		rec = e.newEffect(in, now)
+	}
+	rec.State = StateAwaitingApproval
+	rec.Approval = &Approval{
+		ApprovalID: newID("apr_", now), EffectID: rec.EffectID, Namespace: rec.Namespace,
+		EffectType: rec.EffectType, AgentID: req.AgentID, RunID: req.RunID,
+		EstimatedCostMicros: *req.EstimatedCostMicros, ThresholdMicros: threshold,
+		RequestedAt: now, ExpiresAt: now.Add(e.defaults.ApprovalTTL), State: ApprovalPending,
+	}
+	rec.EstimatedCostMicros = req.EstimatedCostMicros
+	if err := t.Set(key("a", rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
+		return nil, err
+	}
+	if err := e.putEffect(t, rec, now); err != nil {
+		return nil, err
+	}
+	return approvalRequired(rec), nil
+}
+
+func (e *Engine) newEffect(in *beginInput, now time.Time) *effectRec {
+	req := &in.req
+	rec := &effectRec{Dimensions: in.dims}
+	rec.Effect = Effect{
+		EffectID: newID("eff_", now), Namespace: req.Namespace, IdempotencyKey: req.IdempotencyKey,
+		EffectType: req.EffectType, Vendor: req.Vendor, RunID: req.RunID, AgentID: req.AgentID,
+		GroupKey: req.GroupKey, Fingerprint: in.fingerprint, Compensation: req.Compensation,
+		CompensatesEffectID: req.CompensatesEffectID, CreatedAt: now,
+	}
+	return rec
+}
+
+func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceilingUse, now time.Time) (*BeginResult, error) {
+	req := &in.req
+	if rec == nil {
+		rec = e.newEffect(in, now)
+	}
+	res, err := reserve(t, uses, now)
+	if err != nil {
+		return nil, err
+	}
+	lease := now.Add(time.Duration(in.lease) * time.Second)
+	rec.State, rec.Attempt, rec.Reservations = StatePending, rec.Attempt+1, res
+	rec.LeaseExpiresAt, rec.GrantedAt = &lease, now
+	rec.EstimatedCostMicros, rec.ActualCostMicros = req.EstimatedCostMicros, nil
+	rec.Reason, rec.Since, rec.Error, rec.CompletedAt = "", nil, "", nil
+	// A new attempt keeps the effect's first run and agent labels (its
+	// listings stay put); its reservations follow this begin's labels.
+	if err := t.Set(timeKey("l", lease, rec.EffectID), nil); err != nil {
+		return nil, err
+	}
+	if err := e.putEffect(t, rec, now); err != nil {
+		return nil, err
+	}
+	out := &BeginResult{Decision: DecisionExecute, EffectID: rec.EffectID, Attempt: rec.Attempt,
+		State: StatePending, LeaseExpiresAt: &lease,
+		Message: fmt.Sprintf("Perform the action now, then call ratchet_report_effect with effect_id %s before the lease ends.", rec.EffectID)}
+	if req.Vendor != "" {
+		k := e.vendorKey(rec)
+		out.VendorIdempotencyKey = &k
+		out.Message += fmt.Sprintf(" Send vendor_idempotency_key.value to %s as its own idempotency key (%s %q).", req.Vendor, k.Location, k.Name)
+	}
+	for _, u := range uses {
+		out.Budgets = append(out.Budgets, u.budget(now))
+	}
+	return out, nil
+}
+
+// vendorKey derives the vendor's idempotency key for the current attempt:
+// deterministic in namespace, key, attempt and vendor, unguessable without
+// the server secret, and new for every attempt.
+func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
+	digest := keyedHash(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
+	return vendors.ShapeKey(rec.Vendor, []byte(digest[:32]))
+}
+
+// integrationWarning reports an agent's unreported lease expiries.
+func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWarning, error) {
+	var a agentRec
+	if err := getJSON(t, key("u", ns, agent), &a); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if len(a.Unreported) == 0 {
+		return nil, nil
+	}
+	id, since := a.oldest()
+	return &IntegrationWarning{UnreportedCount: len(a.Unreported), OldestEffectID: id, OldestSince: since,
+		Message: "You have begun effects whose leases expired without a report. Call ratchet_report_effect after every action, and tell the operator: those effects are blocked until resolved."}, nil
+}
+
+// effectByKey loads the effect of an idempotency key.
+func (e *Engine) effectByKey(r Reader, ns, idemKey string) (*effectRec, error) {
+	id, err := r.Get(key("k", ns, idemKey))
+	if err != nil {
+		return nil, err
+	}
+	return e.effectByID(r, ns, string(id))
+}
+
+// effectByID loads an effect; a namespace other than "" must match, and a
+// mismatch is reported as not found so namespaces cannot probe each other.
+func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
+	var rec effectRec
+	if err := getJSON(r, key("e", id), &rec); err != nil {
+		return nil, err
+	}
+	if ns != "" && rec.Namespace != ns {
+		return nil, ErrNotFound
+	}
+	return &rec, nil
+}
+
+// putEffect writes an effect and, on first write, its indexes.
+func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
+	first := rec.UpdatedAt.IsZero()
+	rec.UpdatedAt = now
+	if first {
+		idx := [][]byte{
+			key("k", rec.Namespace, rec.IdempotencyKey),
+			key("n", rec.Namespace, rec.EffectID),
+		}
+		if rec.RunID != "" {
+			idx = append(idx, key("r", rec.Namespace, rec.RunID, rec.EffectID))
+		}
+		for i, k := range idx {
+			val := []byte(nil)
+			if i == 0 {
+				val = []byte(rec.EffectID)
+			}
+			if err := t.Set(k, val); err != nil {
+				return err
+			}
+		}
+		if rec.GroupKey != "" {
+			if err := e.joinGroup(t, rec); err != nil {
+				return err
+			}
+		}
+	}
+	// Finished effects sit in the retention index under their finish time.
+	if rec.State.terminal() && rec.RetainedAt.IsZero() {
+		rec.RetainedAt = now
+		if err := t.Set(timeKey("t", now, rec.EffectID), nil); err != nil {
+			return err
+		}
+	} else if !rec.State.terminal() && !rec.RetainedAt.IsZero() {
+		if err := t.Delete(timeKey("t", rec.RetainedAt, rec.EffectID)); err != nil {
+			return err
+		}
+		rec.RetainedAt = time.Time{}
+	}
+	return setJSON(t, key("e", rec.EffectID), rec)
+}

@@ -1,0 +1,256 @@
+package ledger
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Ceiling counters.
+//
+// A counter is one ceiling in one scope (global, an agent, a run, or one
+// dimension value's keyed hash) in one namespace. It holds the spend and the
+// count granted in time buckets, each 1/60 of the window (at least a second),
+// stamped with the time the attempt was granted. "Counted" is the sum of the
+// buckets that overlap the window ending now. The oldest bucket can be only
+// partly inside the window and is counted whole, so a window slides in steps
+// of 1/60 of its length and Ratchet may refuse slightly early, never late:
+// the true sliding sum is always ≤ counted ≤ limit. A "run" window has one
+// bucket that never expires, per run id.
+//
+// Every check and reservation happens inside the single writer, in the same
+// transaction as the decision, so no two begins can both take the last of a
+// budget.
+
+const bucketsPerWindow = 60
+
+type counterRec struct {
+	Namespace string   `json:"ns"`
+	Ceiling   string   `json:"ceiling"`
+	Per       string   `json:"per"`
+	Scope     string   `json:"scope,omitempty"`
+	RunID     string   `json:"run,omitempty"`
+	Unit      string   `json:"unit"`
+	Limit     int64    `json:"limit"`
+	Window    string   `json:"window"`
+	Buckets   []bucket `json:"buckets"`
+}
+
+type bucket struct {
+	Start  int64 `json:"s"` // unix nanos
+	End    int64 `json:"e"` // unix nanos, exclusive
+	Amount int64 `json:"a"`
+	Count  int64 `json:"c"`
+}
+
+func (c *ceiling) unit() string {
+	if c.money {
+		return "micros"
+	}
+	return "count"
+}
+
+// bucketFor returns the bucket that an attempt granted at now falls in.
+func (c *ceiling) bucketFor(now time.Time) (start, end int64) {
+	if c.window == 0 {
+		return 0, math.MaxInt64
+	}
+	w := max(int64(c.window/bucketsPerWindow), int64(time.Second))
+	start = now.UnixNano() / w * w
+	return start, start + w
+}
+
+// live reports whether b still overlaps a window of length window ending at
+// now; run windows (zero) never expire.
+func live(b bucket, window time.Duration, now time.Time) bool {
+	return window == 0 || b.End > now.Add(-window).UnixNano()
+}
+
+// counted sums the live buckets.
+func (r *counterRec) counted(c *ceiling, now time.Time) int64 {
+	var sum int64
+	for _, b := range r.Buckets {
+		if live(b, c.window, now) {
+			if c.money {
+				sum = satAdd(sum, b.Amount)
+			} else {
+				sum = satAdd(sum, b.Count)
+			}
+		}
+	}
+	return sum
+}
+
+// add puts amount and count into the bucket starting at start (creating it)
+// and drops buckets that have left the window.
+func (r *counterRec) add(c *ceiling, now time.Time, start, end, amount, count int64) {
+	kept := r.Buckets[:0]
+	found := false
+	for _, b := range r.Buckets {
+		if b.Start == start {
+			b.Amount, b.Count, found = satAdd(b.Amount, amount), b.Count+count, true
+		}
+		if live(b, c.window, now) || b.Start == start {
+			kept = append(kept, b)
+		}
+	}
+	if !found {
+		kept = append(kept, bucket{Start: start, End: end, Amount: amount, Count: count})
+	}
+	r.Buckets = kept
+}
+
+// adjust changes the bucket starting at start, if it is still kept. Amounts
+// never go below zero.
+func (r *counterRec) adjust(start, amount, count int64) {
+	for i := range r.Buckets {
+		if r.Buckets[i].Start == start {
+			r.Buckets[i].Amount = max(0, satAdd(r.Buckets[i].Amount, amount))
+			r.Buckets[i].Count = max(0, r.Buckets[i].Count+count)
+		}
+	}
+}
+
+func satAdd(a, b int64) int64 {
+	s := a + b
+	if a > 0 && b > 0 && s < 0 {
+		return math.MaxInt64
+	}
+	if a < 0 && b < 0 && s >= 0 {
+		return math.MinInt64
+	}
+	return s
+}
+
+// ceilingUse is one ceiling as it applies to one begin.
+type ceilingUse struct {
+	c       *ceiling
+	key     []byte
+	rec     *counterRec
+	counted int64
+	amount  int64 // what this begin would add
+}
+
+func (u *ceilingUse) budget(now time.Time) BudgetUse {
+	counted := u.rec.counted(u.c, now)
+	return BudgetUse{
+		Name: u.c.Name, Per: u.c.Per, Unit: u.c.unit(), Limit: u.c.limit,
+		Counted: counted, Remaining: max(0, u.c.limit-counted), Window: u.c.Window,
+	}
+}
+
+// scopeOf returns the scope value of c for a begin, and false when the
+// ceiling does not apply because the begin did not declare its dimension.
+// Declaring can only tighten: a missing dimension removes no other limit,
+// and require_dimensions is how an operator makes one mandatory. A missing
+// agent or run id is the empty scope, shared by every begin that omits it.
+func scopeOf(c *ceiling, in *beginInput) (string, bool) {
+	switch {
+	case c.dim != "":
+		h, ok := in.dims[c.dim]
+		return h, ok
+	case c.Per == "agent":
+		return in.req.AgentID, true
+	case c.Per == "run":
+		return in.req.RunID, true
+	}
+	return "", true
+}
+
+// ceilingsFor loads every counter that applies to a begin.
+func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error) {
+	var uses []*ceilingUse
+	for _, c := range in.pol.ceilings {
+		scope, ok := scopeOf(c, in)
+		if !ok {
+			continue
+		}
+		run := ""
+		if c.window == 0 {
+			run = in.req.RunID
+		}
+		u := &ceilingUse{c: c, key: key("c", in.req.Namespace, c.Name, scope, run)}
+		u.rec = &counterRec{}
+		if err := getJSON(t, u.key, u.rec); err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		u.rec.Namespace, u.rec.Ceiling, u.rec.Per, u.rec.Scope, u.rec.RunID = in.req.Namespace, c.Name, c.Per, scope, run
+		u.rec.Unit, u.rec.Limit, u.rec.Window = c.unit(), c.limit, c.Window
+		u.counted = u.rec.counted(c, now)
+		u.amount = 1
+		if c.money {
+			u.amount = 0
+			if in.req.EstimatedCostMicros != nil {
+				u.amount = *in.req.EstimatedCostMicros
+			}
+		}
+		uses = append(uses, u)
+	}
+	return uses, nil
+}
+
+// reserve counts the begin in every counter and records what it holds.
+func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error) {
+	var res []reservation
+	for _, u := range uses {
+		start, end := u.c.bucketFor(now)
+		r := reservation{Counter: string(u.key), Bucket: start, Count: 1}
+		if u.c.money {
+			r.Amount = u.amount
+		}
+		u.rec.add(u.c, now, start, end, r.Amount, r.Count)
+		if err := setJSON(t, u.key, u.rec); err != nil {
+			return nil, err
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
+// money reports whether the reservation's counter is a money one.
+func (r reservation) money(rec *counterRec) bool { return rec.Unit == "micros" }
+
+// settle replaces what each money reservation holds with actual (report
+// succeeded with actual_cost_micros); count reservations are unchanged.
+func settle(t *opTxn, rec *effectRec, actual int64) error {
+	return adjustReservations(t, rec, func(r *reservation, c *counterRec) (int64, int64) {
+		if !r.money(c) {
+			return 0, 0
+		}
+		d := actual - r.Amount
+		r.Amount = actual
+		return d, 0
+	})
+}
+
+// release gives back everything the effect holds (failed, resolved failed).
+func release(t *opTxn, rec *effectRec) error {
+	err := adjustReservations(t, rec, func(r *reservation, _ *counterRec) (int64, int64) {
+		return -r.Amount, -r.Count
+	})
+	rec.Reservations = nil
+	return err
+}
+
+func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterRec) (int64, int64)) error {
+	for i := range rec.Reservations {
+		r := &rec.Reservations[i]
+		k := []byte(r.Counter)
+		var c counterRec
+		if err := getJSON(t, k, &c); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			return err
+		}
+		da, dc := f(r, &c)
+		if da == 0 && dc == 0 {
+			continue
+		}
+		c.adjust(r.Bucket, da, dc)
+		if err := setJSON(t, k, &c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

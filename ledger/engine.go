@@ -1,0 +1,388 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults are the engine-wide settings of the config file's defaults block.
+type Defaults struct {
+	// LeaseSeconds is the lease when a begin names none (default 60).
+	LeaseSeconds int
+	// MaxLeaseSeconds caps lease_seconds (default 3600).
+	MaxLeaseSeconds int
+	// Retention is how long finished effects are kept (default 720h).
+	Retention time.Duration
+	// ApprovalTTL is how long an approval request, or a granted approval,
+	// stays valid (default 24h).
+	ApprovalTTL time.Duration
+}
+
+func (d Defaults) withZeroesFilled() Defaults {
+	if d.LeaseSeconds == 0 {
+		d.LeaseSeconds = 60
+	}
+	if d.MaxLeaseSeconds == 0 {
+		d.MaxLeaseSeconds = 3600
+	}
+	if d.Retention == 0 {
+		d.Retention = 720 * time.Hour
+	}
+	if d.ApprovalTTL == 0 {
+		d.ApprovalTTL = 24 * time.Hour
+	}
+	return d
+}
+
+// Options configures New. Store and Secret are required.
+type Options struct {
+	// Store is where the ledger lives. The engine owns it and closes it.
+	Store Store
+	// Secret keys every fingerprint, dimension hash and vendor key; at least
+	// 32 bytes (see LoadOrCreateSecret).
+	Secret []byte
+	// Policies are the rules of the config file, validated by New.
+	Policies []Rule
+	// Defaults fill in what a begin or the policy leaves open; zero fields
+	// take the documented defaults.
+	Defaults Defaults
+	// Clock is the time source; nil means the system clock.
+	Clock Clock
+	// Logger gets one line per decision and the background loops' errors;
+	// nil discards. Payloads and dimension values are never logged.
+	Logger *slog.Logger
+	// ReapInterval is how often expired leases are swept; zero means one
+	// second, negative turns the background reaper off (call Reap instead).
+	ReapInterval time.Duration
+	// PurgeInterval is how often finished effects older than the retention
+	// are purged; zero means one hour, negative turns it off (call Purge).
+	PurgeInterval time.Duration
+	// MaxBatch caps how many decisions share one commit; zero means 256.
+	MaxBatch int
+}
+
+// Engine is the Ratchet ledger: every adapter (MCP tools, proxy, admin API)
+// calls its methods, and only it touches storage. All methods are safe for
+// concurrent use.
+type Engine struct {
+	store    Store
+	secret   []byte
+	policy   *policy
+	defaults Defaults
+	clock    Clock
+	log      *slog.Logger
+	maxBatch int
+
+	ops     chan *op
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.RWMutex
+	closed  bool
+}
+
+// op is one mutation queued for the writer.
+type op struct {
+	fn   func(t *opTxn, now time.Time) (any, error)
+	done chan opResult
+}
+
+type opResult struct {
+	val any
+	err error
+}
+
+// New starts an engine on opts.Store.
+func New(opts Options) (*Engine, error) {
+	if opts.Store == nil {
+		return nil, errors.New("ledger: Options.Store is required")
+	}
+	if len(opts.Secret) < 32 {
+		return nil, errors.New("ledger: Options.Secret must be at least 32 bytes")
+	}
+	pol, err := compilePolicy(opts.Policies)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		store:    opts.Store,
+		secret:   opts.Secret,
+		policy:   pol,
+		defaults: opts.Defaults.withZeroesFilled(),
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		maxBatch: opts.MaxBatch,
+		ops:      make(chan *op, 1024),
+		stop:     make(chan struct{}),
+	}
+	if e.clock == nil {
+		e.clock = systemClock{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if e.maxBatch <= 0 {
+		e.maxBatch = 256
+	}
+	e.wg.Add(1)
+	go e.writer()
+	e.every(opts.ReapInterval, time.Second, "reap", e.Reap)
+	e.every(opts.PurgeInterval, time.Hour, "purge", e.Purge)
+	return e, nil
+}
+
+// every runs fn on a ticker until Close; interval < 0 disables it.
+func (e *Engine) every(interval, def time.Duration, name string, fn func(context.Context) (int, error)) {
+	if interval < 0 {
+		return
+	}
+	if interval == 0 {
+		interval = def
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.stop:
+				return
+			case <-t.C:
+				if _, err := fn(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
+					e.log.Error("background "+name+" failed", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Close stops the background loops, lets queued decisions finish, and closes
+// the store. Calls after Close return ErrClosed.
+func (e *Engine) Close(ctx context.Context) error {
+	e.closeMu.Lock()
+	if e.closed {
+		e.closeMu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.stop)
+	e.closeMu.Unlock()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("closing ledger: %w", ctx.Err())
+	}
+	if err := e.store.Close(); err != nil {
+		return fmt.Errorf("closing ledger store: %w", err)
+	}
+	return nil
+}
+
+// submit queues fn for the writer and waits until its batch is durable.
+func (e *Engine) submit(ctx context.Context, fn func(t *opTxn, now time.Time) (any, error)) (any, error) {
+	o := &op{fn: fn, done: make(chan opResult, 1)}
+	e.closeMu.RLock()
+	if e.closed {
+		e.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
+	select {
+	case e.ops <- o:
+		e.closeMu.RUnlock()
+	case <-ctx.Done():
+		e.closeMu.RUnlock()
+		return nil, ctx.Err()
+	}
+	// Once queued, the op will be decided and committed even if ctx ends:
+	// the answer is waited for so that a caller never abandons a durable
+	// execute it was not told about.
+	r := <-o.done
+	return r.val, r.err
+}
+
+// batchBytes caps what one commit carries, well under Badger's transaction
+// limit; the rest of the batch moves to the next commit.
+const batchBytes = 4 << 20
+
+// writer is the single goroutine that decides and commits. It takes every
+// op queued so far (up to maxBatch), runs them in order against one store
+// transaction, each op seeing the writes of those before it, commits once
+// (one fsync for the whole batch), then answers them all. Ops queued while a
+// commit is in progress form the next batch: this is group commit.
+func (e *Engine) writer() {
+	defer e.wg.Done()
+	var batch []*op
+	for {
+		if len(batch) == 0 {
+			select {
+			case o := <-e.ops:
+				batch = append(batch, o)
+			case <-e.stop:
+				e.drain()
+				return
+			}
+		}
+	fill:
+		for len(batch) < e.maxBatch {
+			select {
+			case o := <-e.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		batch = e.commit(batch)
+	}
+}
+
+// drain decides and commits the ops queued before Close, so no caller that
+// got its op queued waits forever.
+func (e *Engine) drain() {
+	for {
+		var batch []*op
+	fill:
+		for len(batch) < e.maxBatch {
+			select {
+			case o := <-e.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		for len(batch) > 0 {
+			batch = e.commit(batch)
+		}
+	}
+}
+
+// commit runs and commits as much of batch as fits and returns the ops left
+// for the next commit.
+func (e *Engine) commit(batch []*op) []*op {
+	now := e.clock.Now()
+	results := make([]opResult, 0, len(batch))
+	err := e.store.Update(func(tx Txn) error {
+		size := 0
+		for _, o := range batch {
+			if size > batchBytes {
+				break
+			}
+			t := &opTxn{tx: tx}
+			v, err := o.fn(t, now)
+			if err == nil {
+				n, ferr := t.flush()
+				if ferr != nil {
+					return ferr
+				}
+				size += n
+			}
+			results = append(results, opResult{v, err})
+		}
+		return nil
+	})
+	if err != nil {
+		// Nothing of the batch was written: every op in it, including any
+		// not yet run, gets the same error.
+		uerr := &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err}
+		e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
+		for _, o := range batch {
+			o.done <- opResult{nil, uerr}
+		}
+		return nil
+	}
+	for i, r := range results {
+		batch[i].done <- r
+	}
+	return batch[len(results):]
+}
+
+// opTxn buffers one op's writes so that an op that fails leaves nothing
+// behind, and lets the op read its own writes.
+type opTxn struct {
+	tx     Txn
+	writes map[string][]byte // nil value: delete
+	order  []string
+}
+
+func (t *opTxn) Get(k []byte) ([]byte, error) {
+	if v, ok := t.writes[string(k)]; ok {
+		if v == nil {
+			return nil, ErrNotFound
+		}
+		return v, nil
+	}
+	return t.tx.Get(k)
+}
+
+// Scan sees the batch's committed-so-far state but not this op's own
+// buffered writes; ops scan before they write.
+func (t *opTxn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) error {
+	return t.tx.Scan(prefix, start, fn)
+}
+
+func (t *opTxn) Set(k, v []byte) error {
+	if v == nil {
+		v = []byte{} // nil marks a delete
+	}
+	t.put(string(k), v)
+	return nil
+}
+
+func (t *opTxn) Delete(k []byte) error {
+	t.put(string(k), nil)
+	return nil
+}
+
+func (t *opTxn) put(k string, v []byte) {
+	if t.writes == nil {
+		t.writes = map[string][]byte{}
+	}
+	if _, ok := t.writes[k]; !ok {
+		t.order = append(t.order, k)
+	}
+	t.writes[k] = v
+}
+
+func (t *opTxn) flush() (int, error) {
+	n := 0
+	for _, k := range t.order {
+		v := t.writes[k]
+		var err error
+		if v == nil {
+			err = t.tx.Delete([]byte(k))
+		} else {
+			err = t.tx.Set([]byte(k), v)
+		}
+		if err != nil {
+			return n, fmt.Errorf("writing ledger key: %w", err)
+		}
+		n += len(k) + len(v)
+	}
+	return n, nil
+}
+
+// view runs fn against committed data.
+func (e *Engine) view(fn func(r Reader) error) error {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return ErrClosed
+	}
+	if err := e.store.View(fn); err != nil {
+		var le *Error
+		if errors.As(err, &le) {
+			return err
+		}
+		return &Error{Code: CodeUnavailable, Message: "the ledger could not be read; retry later", Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+func email(key, agent string) ledger.BeginRequest {
+	return ledger.BeginRequest{IdempotencyKey: key, EffectType: "email.send", AgentID: agent,
+		Payload: json.RawMessage(`{"to":"u1","template":"welcome"}`)}
+}
+
+func TestExecuteInFlightDuplicate(t *testing.T) {
+	h := newHarness(t, testRules())
+	req := email("welcome:u1", "bot")
+	req.Vendor = "stripe"
+	req.LeaseSeconds = 30
+	first := h.beginWant(req, ledger.DecisionExecute)
+	if first.Attempt != 1 || first.State != ledger.StatePending || first.EffectID == "" || !strings.HasPrefix(first.EffectID, "eff_") || len(first.EffectID) != 30 {
+		t.Fatalf("execute: %+v", first)
+	}
+	if got := first.LeaseExpiresAt.Sub(h.clock.Now()); got != 30*time.Second {
+		t.Fatalf("lease %v, want 30s", got)
+	}
+	vk := first.VendorIdempotencyKey
+	if vk == nil || vk.Name != "Idempotency-Key" || vk.Location != "header" || !vk.Enforced || len(vk.Value) != 36 {
+		t.Fatalf("vendor key: %+v", vk)
+	}
+
+	h.clock.Advance(10 * time.Second)
+	second := h.beginWant(req, ledger.DecisionInFlight)
+	if second.EffectID != first.EffectID || second.RetryAfterSeconds != 20 {
+		t.Fatalf("in_flight: %+v", second)
+	}
+	h.clock.Advance(19*time.Second + 500*time.Millisecond)
+	if r := h.beginWant(req, ledger.DecisionInFlight); r.RetryAfterSeconds != 1 {
+		t.Fatalf("retry_after with 0.5s left = %d, want 1", r.RetryAfterSeconds)
+	}
+
+	eff := h.report(first.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) {
+		r.Result = json.RawMessage(`{"message_id": "m_1"}`)
+		r.VendorReference = "m_1"
+	})
+	if eff.State != ledger.StateSucceeded || eff.CompletedAt == nil {
+		t.Fatalf("after report: %+v", eff)
+	}
+	dup := h.beginWant(req, ledger.DecisionDuplicate)
+	if string(dup.Result) != `{"message_id":"m_1"}` || dup.VendorReference != "m_1" || dup.CompletedAt == nil || dup.EffectID != first.EffectID {
+		t.Fatalf("duplicate: %+v (result %s)", dup, dup.Result)
+	}
+	// Same payload with other key order and whitespace is the same action.
+	req.Payload = json.RawMessage(` { "template" : "welcome", "to":"u1" } `)
+	h.beginWant(req, ledger.DecisionDuplicate)
+}
+
+func TestIdempotencyKeyConflict(t *testing.T) {
+	h := newHarness(t, testRules())
+	req := email("k1", "bot")
+	h.beginWant(req, ledger.DecisionExecute)
+	for name, mod := range map[string]func(*ledger.BeginRequest){
+		"payload":     func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`{"to":"u2","template":"welcome"}`) },
+		"effect_type": func(r *ledger.BeginRequest) { r.EffectType = "email.blast" },
+		"vendor":      func(r *ledger.BeginRequest) { r.Vendor = "sendgrid" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := req
+			mod(&r)
+			_, err := h.eng.Begin(context.Background(), r)
+			wantCode(t, err, ledger.CodeIdempotencyKeyConflict)
+		})
+	}
+}
+
+func TestFailedStartsNextAttemptWithNewVendorKey(t *testing.T) {
+	h := newHarness(t, testRules())
+	req := pay("inv:1", "acct_1", 50_000_000)
+	a1 := h.beginWant(req, ledger.DecisionExecute)
+	h.report(a1.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.Error = "card_declined" })
+	if b := budgetsByName(t, h); b["daily-spend"] != 0 {
+		t.Fatalf("failed attempt still counted: %v", b)
+	}
+	a2 := h.beginWant(req, ledger.DecisionExecute)
+	if a2.EffectID != a1.EffectID || a2.Attempt != 2 {
+		t.Fatalf("attempt 2: %+v", a2)
+	}
+	if a1.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
+		t.Fatal("a new attempt must get a new vendor key")
+	}
+	// The vendor key is a pure function of secret, namespace, key, attempt
+	// and vendor: reopening (same secret) and failing attempt 2 then gives
+	// attempt 3 a key distinct from both.
+	h.reopen()
+	h.report(a2.EffectID, ledger.OutcomeFailed)
+	a3 := h.beginWant(req, ledger.DecisionExecute)
+	if a3.Attempt != 3 || a3.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
+		t.Fatalf("attempt 3: %+v", a3)
+	}
+	// A report naming an older attempt is stale.
+	_, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: a3.EffectID, Outcome: ledger.OutcomeSucceeded, Attempt: 2})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+}
+
+func TestVendorKeyIsDeterministic(t *testing.T) {
+	// Two engines sharing a secret derive the same key for the same
+	// namespace, key and attempt; a different secret derives another.
+	h1 := newHarness(t, nil)
+	h2 := newHarness(t, nil)
+	h2.secret = h1.secret
+	h2.reopen()
+	h3 := newHarness(t, nil)
+	req := ledger.BeginRequest{IdempotencyKey: "sq:1", EffectType: "square.payments.create", Vendor: "square"}
+	k1 := h1.begin(req).VendorIdempotencyKey
+	k2 := h2.begin(req).VendorIdempotencyKey
+	k3 := h3.begin(req).VendorIdempotencyKey
+	if k1.Value != k2.Value || k1.Value == k3.Value {
+		t.Fatalf("keys %s %s %s", k1.Value, k2.Value, k3.Value)
+	}
+	if k1.Location != "body" || k1.Name != "idempotency_key" || len(k1.Value) > 45 {
+		t.Fatalf("square key %+v", k1)
+	}
+	other := req
+	other.Vendor = "acme"
+	if k := h1.begin(ledger.BeginRequest{IdempotencyKey: "x:1", EffectType: "acme.thing.create", Vendor: "acme"}).VendorIdempotencyKey; k.Enforced || k.Location != "header" {
+		t.Fatalf("unknown vendor key %+v", k)
+	}
+}
+
+func TestLeaseExpiryBlocksUntilResolved(t *testing.T) {
+	h := newHarness(t, testRules())
+	req := pay("inv:2", "acct_1", 10_000_000)
+	req.LeaseSeconds = 60
+	a := h.beginWant(req, ledger.DecisionExecute)
+
+	h.clock.Advance(59 * time.Second)
+	h.beginWant(req, ledger.DecisionInFlight) // one tick before expiry
+	h.clock.Advance(time.Second)              // exactly at expiry
+	b := h.beginWant(req, ledger.DecisionBlocked)
+	if b.Reason != ledger.ReasonLeaseExpired || b.Since == nil || !b.Since.Equal(*a.LeaseExpiresAt) || b.State != ledger.StateIndeterminate {
+		t.Fatalf("blocked: %+v", b)
+	}
+	// The agent is now warned on every begin, whatever the key.
+	w := h.beginWant(pay("inv:3", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning
+	if w == nil || w.UnreportedCount != 1 || w.OldestEffectID != a.EffectID {
+		t.Fatalf("integration warning: %+v", w)
+	}
+	// Spend stays reserved while the outcome is unknown.
+	if got := budgetsByName(t, h)["daily-spend"]; got != 10_000_001 {
+		t.Fatalf("daily-spend counted %d, want 10000001", got)
+	}
+	_, err := h.eng.Resolve(context.Background(), ledger.ResolveRequest{Namespace: "default", IdempotencyKey: "inv:2", Resolution: ledger.OutcomeSucceeded, VendorReference: "pi_9", Note: "seen in dashboard", ResolvedBy: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := h.beginWant(req, ledger.DecisionDuplicate)
+	if d.VendorReference != "pi_9" {
+		t.Fatalf("duplicate after resolve: %+v", d)
+	}
+	if w := h.beginWant(pay("inv:4", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning; w != nil {
+		t.Fatalf("warning after resolve: %+v", w)
+	}
+	eff := h.get(a.EffectID)
+	if eff.ResolvedBy != "alice" || eff.ResolutionNote != "seen in dashboard" {
+		t.Fatalf("resolution not recorded: %+v", eff)
+	}
+}
+
+func TestReportedUnknownThenResolvedFailedFreesKeyAndSpend(t *testing.T) {
+	h := newHarness(t, testRules())
+	req := pay("inv:5", "acct_1", 40_000_000)
+	a := h.beginWant(req, ledger.DecisionExecute)
+	eff := h.report(a.EffectID, ledger.OutcomeUnknown, func(r *ledger.ReportRequest) { r.Error = "timeout" })
+	if eff.State != ledger.StateIndeterminate || eff.Reason != ledger.ReasonReportedUnknown {
+		t.Fatalf("after unknown: %+v", eff)
+	}
+	if b := h.beginWant(req, ledger.DecisionBlocked); b.Reason != ledger.ReasonReportedUnknown {
+		t.Fatalf("blocked: %+v", b)
+	}
+	if got := budgetsByName(t, h)["daily-spend"]; got != 40_000_000 {
+		t.Fatalf("indeterminate must keep its reservation; counted %d", got)
+	}
+	if _, err := h.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: a.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := budgetsByName(t, h)["daily-spend"]; got != 0 {
+		t.Fatalf("resolve failed must release; counted %d", got)
+	}
+	if r := h.beginWant(req, ledger.DecisionExecute); r.Attempt != 2 {
+		t.Fatalf("attempt %d, want 2", r.Attempt)
+	}
+	// Resolving an effect that is in flight is refused.
+	_, err := h.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: a.EffectID, Resolution: ledger.OutcomeFailed})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+}
+
+func TestLateReportAfterReaperSettles(t *testing.T) {
+	h := newHarness(t, testRules())
+	a := h.beginWant(email("late", "bot"), ledger.DecisionExecute)
+	h.clock.Advance(61 * time.Second)
+	n, err := h.eng.Reap(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("reap = %d, %v; want 1", n, err)
+	}
+	if eff := h.get(a.EffectID); eff.State != ledger.StateIndeterminate || eff.Reason != ledger.ReasonLeaseExpired {
+		t.Fatalf("after reap: %+v", eff)
+	}
+	if n, _ := h.eng.Reap(context.Background()); n != 0 {
+		t.Fatalf("second reap expired %d", n)
+	}
+	eff := h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Attempt = 1 })
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("late report: %+v", eff)
+	}
+	if r := h.beginWant(email("other", "bot"), ledger.DecisionExecute); r.IntegrationWarning != nil {
+		t.Fatal("a late report must clear the unreported count")
+	}
+}
+
+func TestReportTwice(t *testing.T) {
+	h := newHarness(t, testRules())
+	a := h.beginWant(email("twice", "bot"), ledger.DecisionExecute)
+	first := h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Result = json.RawMessage(`1`) })
+	again := h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Result = json.RawMessage(`2`) })
+	if string(again.Result) != "1" || !again.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("second identical report changed the effect: %+v", again)
+	}
+	for _, o := range []ledger.Outcome{ledger.OutcomeFailed, ledger.OutcomeUnknown} {
+		_, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: a.EffectID, Outcome: o})
+		wantCode(t, err, ledger.CodeInvalidStateTransition)
+	}
+	_, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: "eff_nope", Outcome: ledger.OutcomeFailed})
+	wantCode(t, err, ledger.CodeEffectNotFound)
+}
+
+func TestPolicyDenyAndRequirements(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	r := h.beginWant(ledger.BeginRequest{IdempotencyKey: "drop", EffectType: "db.drop.table"}, ledger.DecisionDenied)
+	if r.Reason != ledger.ReasonPolicyDenied || r.EffectID != "" {
+		t.Fatalf("deny: %+v", r)
+	}
+	if _, err := h.eng.Get(ctx, "default", "", "drop"); err == nil {
+		t.Fatal("a denied new key must record nothing")
+	}
+
+	noDim := pay("p1", "acct_1", 1)
+	noDim.Dimensions = nil
+	_, err := h.eng.Begin(ctx, noDim)
+	wantCode(t, err, ledger.CodeDimensionRequired)
+	if le := err.(*ledger.Error); !strings.Contains(le.Message, "counterparty") {
+		t.Fatalf("message does not name the dimension: %s", le.Message)
+	}
+
+	noCost := pay("p1", "acct_1", 1)
+	noCost.EstimatedCostMicros = nil
+	_, err = h.eng.Begin(ctx, noCost)
+	wantCode(t, err, ledger.CodeCostRequired)
+	page, _ := h.eng.List(ctx, ledger.Filter{Namespace: "default"})
+	if len(page.Effects) != 0 {
+		t.Fatalf("refused begins recorded %d effects", len(page.Effects))
+	}
+}
+
+func TestBudgetWarningWhenNoCostDeclared(t *testing.T) {
+	h := newHarness(t, testRules())
+	r := h.beginWant(ledger.BeginRequest{IdempotencyKey: "vm1", EffectType: "cloud.vm.create"}, ledger.DecisionExecute)
+	if r.BudgetWarning == nil || r.BudgetWarning.Ceilings[0] != "cloud-spend" {
+		t.Fatalf("budget warning: %+v", r.BudgetWarning)
+	}
+	r = h.beginWant(ledger.BeginRequest{IdempotencyKey: "vm2", EffectType: "cloud.vm.create", EstimatedCostMicros: i64(5)}, ledger.DecisionExecute)
+	if r.BudgetWarning != nil || len(r.Budgets) != 1 || r.Budgets[0].Counted != 5 || r.Budgets[0].Remaining != 995 {
+		t.Fatalf("declared: %+v", r)
+	}
+	if r := h.beginWant(email("e", "a"), ledger.DecisionExecute); r.BudgetWarning != nil {
+		t.Fatal("a count ceiling needs no cost")
+	}
+}
+
+func budgetsByName(t testing.TB, h *harness) map[string]int64 {
+	t.Helper()
+	bs, err := h.eng.Budgets(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, b := range bs {
+		out[b.Name] += b.Counted
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Adapters map codes to HTTP
+// statuses and MCP tool errors; the strings are part of Ratchet's interface.
+type Code string
+
+// The error codes the engine returns.
+const (
+	CodeInvalidArgument        Code = "invalid_argument"
+	CodeIdempotencyKeyConflict Code = "idempotency_key_conflict"
+	CodeDimensionRequired      Code = "dimension_required"
+	CodeCostRequired           Code = "cost_required"
+	CodeUnauthorized           Code = "unauthorized"
+	CodeEffectNotFound         Code = "effect_not_found"
+	CodeApprovalNotFound       Code = "approval_not_found"
+	CodeInvalidStateTransition Code = "invalid_state_transition"
+	CodeUnavailable            Code = "unavailable"
+	CodeGroupNotFound          Code = "group_not_found"
+	CodeInternal               Code = "internal"
+)
+
+// Error is an engine error with a stable Code, a message that tells the
+// caller what to do, and, for argument errors, the offending field.
+type Error struct {
+	Code    Code
+	Field   string
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	msg := string(e.Code) + ": " + e.Message
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same Code, so that
+// errors.Is(err, ledger.ErrNotFound) matches any not-found error.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == ""
+}
+
+// Sentinels for errors.Is; they match any *Error with the same code.
+var (
+	ErrInvalidArgument        = &Error{Code: CodeInvalidArgument}
+	ErrIdempotencyKeyConflict = &Error{Code: CodeIdempotencyKeyConflict}
+	ErrDimensionRequired      = &Error{Code: CodeDimensionRequired}
+	ErrCostRequired           = &Error{Code: CodeCostRequired}
+	ErrEffectNotFound         = &Error{Code: CodeEffectNotFound}
+	ErrApprovalNotFound       = &Error{Code: CodeApprovalNotFound}
+	ErrInvalidStateTransition = &Error{Code: CodeInvalidStateTransition}
+	ErrUnavailable            = &Error{Code: CodeUnavailable}
+	ErrClosed                 = errors.New("ledger: engine closed")
+)
+
+// ErrNotFound is returned by a Store for a missing key.
+var ErrNotFound = errors.New("ledger: key not found")
+
+// CodeOf returns the Code of err, or CodeInternal for errors the engine did
+// not classify.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+func invalidArg(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalidArgument, Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+func newErr(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,196 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// joinGroup records a new effect as a step of its group, creating the group.
+func (e *Engine) joinGroup(t *opTxn, rec *effectRec) error {
+	gk := key("g", rec.Namespace, rec.GroupKey)
+	if _, err := t.Get(gk); errors.Is(err, ErrNotFound) {
+		if err := setJSON(t, gk, &groupRec{State: GroupActive}); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	return t.Set(key("m", rec.Namespace, rec.GroupKey, rec.EffectID), nil)
+}
+
+// undoKey is the deterministic idempotency key for undoing an effect:
+// "undo:" + its key, or a hash of it when that would be too long.
+func undoKey(k string) string {
+	u := "undo:" + k
+	if len(u) > MaxKeyLen {
+		sum := sha256.Sum256([]byte(k))
+		u = "undo:sha256:" + hex.EncodeToString(sum[:])
+	}
+	return u
+}
+
+// Unwind marks a group unwinding (new steps in it are denied) and returns
+// what is left to undo, newest completion first: the compensations to
+// perform, the steps that cannot be undone, and the steps whose outcome is
+// not known yet. Calling it again returns what is still left; once every
+// declared compensation has succeeded the group is unwound.
+func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, error) {
+	var err *Error
+	if req.Namespace, err = checkNamespace(req.Namespace); err != nil {
+		return nil, err
+	}
+	if err = checkText("group_key", req.GroupKey, MaxIDLen, true); err != nil {
+		return nil, err
+	}
+	if err = checkNote("reason", req.Reason); err != nil {
+		return nil, err
+	}
+	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		gk := key("g", req.Namespace, req.GroupKey)
+		var g groupRec
+		if err := getJSON(t, gk, &g); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil, &Error{Code: CodeGroupNotFound, Field: "group_key", Message: fmt.Sprintf("no effects were begun with group_key %q in this namespace", truncate(req.GroupKey, 64))}
+			}
+			return nil, err
+		}
+		if g.State == GroupActive {
+			g.State, g.Reason = GroupUnwinding, req.Reason
+			if err := setJSON(t, gk, &g); err != nil {
+				return nil, err
+			}
+		}
+		res, err := e.unwindPlan(t, req.Namespace, req.GroupKey, &g, now)
+		if err != nil {
+			return nil, err
+		}
+		if g.State == GroupUnwinding && len(res.Compensations) == 0 && len(res.Unresolved) == 0 {
+			g.State, g.UnwoundAt = GroupUnwound, now
+			if err := setJSON(t, gk, &g); err != nil {
+				return nil, err
+			}
+		}
+		res.State = g.State
+		res.Message = unwindMessage(res)
+		return res, nil
+	})
+	if serr != nil {
+		return nil, serr
+	}
+	res := v.(*UnwindResult)
+	e.log.Info("unwind", "namespace", req.Namespace, "state", res.State,
+		"compensations", len(res.Compensations), "permanent", len(res.Permanent), "unresolved", len(res.Unresolved))
+	return res, nil
+}
+
+func unwindMessage(r *UnwindResult) string {
+	switch {
+	case len(r.Unresolved) > 0:
+		return "Some steps have no known outcome yet: wait for them or resolve them, perform the listed compensations (begin each with its compensates_effect_id and idempotency_key), and call ratchet_unwind_group again."
+	case len(r.Compensations) > 0:
+		return "Perform each compensation in the order listed: begin it with its compensates_effect_id and idempotency_key, perform it, report it. Then call ratchet_unwind_group again."
+	case len(r.Permanent) > 0:
+		return "Everything that can be undone has been undone. The permanent steps cannot be undone: tell the user about them."
+	}
+	return "The group is fully unwound."
+}
+
+// unwindPlan lists what is left in a group.
+func (e *Engine) unwindPlan(t *opTxn, ns, group string, g *groupRec, now time.Time) (*UnwindResult, error) {
+	res := &UnwindResult{GroupKey: group, Reason: g.Reason, Compensations: []CompensationStep{},
+		Permanent: []UnwindStep{}, Unresolved: []UnwindStep{}}
+	var steps []*effectRec
+	err := t.Scan(prefix("m", ns, group), nil, func(k, _ []byte) (bool, error) {
+		rec, err := e.effectByID(t, ns, lastPart(k))
+		if err != nil {
+			return false, err
+		}
+		steps = append(steps, rec)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return completed(steps[i]).After(completed(steps[j])) })
+	for _, rec := range steps {
+		v := rec.view(now)
+		step := UnwindStep{EffectID: v.EffectID, IdempotencyKey: v.IdempotencyKey, EffectType: v.EffectType, State: v.State, CompletedAt: completed(rec)}
+		switch {
+		case rec.CompensatesEffectID != "":
+			if v.State == StatePending || v.State == StateIndeterminate {
+				res.Unresolved = append(res.Unresolved, step)
+			}
+		case v.State == StateSucceeded && rec.Compensation != nil:
+			c := rec.Compensation
+			res.Compensations = append(res.Compensations, CompensationStep{
+				CompensatesEffectID: rec.EffectID, IdempotencyKey: undoKey(rec.IdempotencyKey),
+				EffectType: c.EffectType, Vendor: c.Vendor, Payload: c.Payload,
+				EstimatedCostMicros: c.EstimatedCostMicros, Description: c.Description,
+			})
+		case v.State == StateSucceeded:
+			res.Permanent = append(res.Permanent, step)
+		case v.State == StatePending || v.State == StateIndeterminate:
+			res.Unresolved = append(res.Unresolved, step)
+		}
+	}
+	return res, nil
+}
+
+func completed(rec *effectRec) time.Time {
+	if rec.CompletedAt != nil {
+		return *rec.CompletedAt
+	}
+	return rec.UpdatedAt
+}
+
+// markCompensated records that a compensation succeeded: the effect it
+// undoes becomes compensated.
+func (e *Engine) markCompensated(t *opTxn, comp *effectRec, now time.Time) error {
+	target, err := e.effectByID(t, comp.Namespace, comp.CompensatesEffectID)
+	if errors.Is(err, ErrNotFound) {
+		return nil // purged by retention meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if target.State != StateSucceeded {
+		return nil
+	}
+	target.State, target.CompensatedBy = StateCompensated, comp.EffectID
+	if err := e.putEffect(t, target, now); err != nil {
+		return err
+	}
+	if target.GroupKey != "" && target.GroupKey != comp.GroupKey {
+		return e.checkUnwound(t, target.Namespace, target.GroupKey, now)
+	}
+	return nil
+}
+
+// checkUnwound marks an unwinding group unwound once nothing is left.
+func (e *Engine) checkUnwound(t *opTxn, ns, group string, now time.Time) error {
+	gk := key("g", ns, group)
+	var g groupRec
+	if err := getJSON(t, gk, &g); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	if g.State != GroupUnwinding {
+		return nil
+	}
+	plan, err := e.unwindPlan(t, ns, group, &g, now)
+	if err != nil {
+		return err
+	}
+	if len(plan.Compensations) > 0 || len(plan.Unresolved) > 0 {
+		return nil
+	}
+	g.State, g.UnwoundAt = GroupUnwound, now
+	return setJSON(t, gk, &g)
+}

@@ -1,0 +1,168 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func i64(v int64) *int64 { return &v }
+
+// testRules is the policy most tests run under.
+func testRules() []ledger.Rule {
+	return []ledger.Rule{
+		{Match: "payment.*", ApprovalThresholdMicros: i64(100_000_000), RequireDimensions: []string{"counterparty"},
+			Ceilings: []ledger.Ceiling{
+				{Name: "daily-spend", LimitMicros: i64(500_000_000), Window: "24h", Per: "global"},
+				{Name: "per-counterparty", LimitMicros: i64(200_000_000), Window: "24h", Per: "dimension:counterparty"},
+			}},
+		{Match: "email.send", Ceilings: []ledger.Ceiling{{Name: "email-rate", LimitCount: i64(3), Window: "1h", Per: "agent"}}},
+		{Match: "db.drop.*", Deny: true},
+		{Match: "sms.*", MaxUnreported: 2, MaxLeaseSeconds: 120},
+		{Match: "cloud.*", Ceilings: []ledger.Ceiling{{Name: "cloud-spend", LimitMicros: i64(1000), Window: "1h", Per: "global"}}},
+		{Match: "llm.*", Ceilings: []ledger.Ceiling{{Name: "run-budget", LimitMicros: i64(100), Window: "run", Per: "run"}}},
+	}
+}
+
+// harness runs an engine on a real Badger directory with a fake clock and
+// can close and reopen it on the same directory.
+type harness struct {
+	t      testing.TB
+	dir    string
+	clock  *fakeClock
+	rules  []ledger.Rule
+	secret []byte
+	eng    *ledger.Engine
+	opts   badgerstore.Options
+	defs   ledger.Defaults
+}
+
+func newHarness(t testing.TB, rules []ledger.Rule) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: t.TempDir(), clock: newClock(), rules: rules}
+	secret, err := ledger.LoadOrCreateSecret(h.dir + "/hmac.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.secret = secret
+	h.open()
+	t.Cleanup(func() {
+		if h.eng != nil {
+			if err := h.eng.Close(context.Background()); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+	})
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	st, err := badgerstore.Open(h.dir+"/ledger", &h.opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
+		Defaults: h.defs, ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) reopen() {
+	h.t.Helper()
+	if err := h.eng.Close(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.open()
+}
+
+func (h *harness) begin(req ledger.BeginRequest) *ledger.BeginResult {
+	h.t.Helper()
+	res, err := h.eng.Begin(context.Background(), req)
+	if err != nil {
+		h.t.Fatalf("begin %q: %v", req.IdempotencyKey, err)
+	}
+	return res
+}
+
+func (h *harness) beginWant(req ledger.BeginRequest, want ledger.Decision) *ledger.BeginResult {
+	h.t.Helper()
+	res := h.begin(req)
+	if res.Decision != want {
+		h.t.Fatalf("begin %q: decision %s (reason %q: %s), want %s", req.IdempotencyKey, res.Decision, res.Reason, res.Message, want)
+	}
+	return res
+}
+
+func (h *harness) report(id string, o ledger.Outcome, mod ...func(*ledger.ReportRequest)) *ledger.Effect {
+	h.t.Helper()
+	req := ledger.ReportRequest{EffectID: id, Outcome: o}
+	for _, m := range mod {
+		m(&req)
+	}
+	eff, err := h.eng.Report(context.Background(), req)
+	if err != nil {
+		h.t.Fatalf("report %s %s: %v", id, o, err)
+	}
+	return eff
+}
+
+func (h *harness) get(id string) *ledger.Effect {
+	h.t.Helper()
+	eff, err := h.eng.Get(context.Background(), "", id, "")
+	if err != nil {
+		h.t.Fatalf("get %s: %v", id, err)
+	}
+	return eff
+}
+
+func wantCode(t testing.TB, err error, code ledger.Code) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %s", code)
+	}
+	var le *ledger.Error
+	if !errors.As(err, &le) || le.Code != code {
+		t.Fatalf("got error %v, want code %s", err, code)
+	}
+	if le.Message == "" {
+		t.Fatalf("error %s has no message", code)
+	}
+}
+
+func pay(key, counterparty string, cost int64) ledger.BeginRequest {
+	return ledger.BeginRequest{IdempotencyKey: key, EffectType: "payment.charge", Vendor: "stripe",
+		AgentID: "bot", Payload: json.RawMessage(`{"amount":` + json.Number(itoa(cost)).String() + `}`),
+		Dimensions: map[string]string{"counterparty": counterparty}, EstimatedCostMicros: i64(cost)}
+}
+
+func itoa(v int64) string { b, _ := json.Marshal(v); return string(b) }

@@ -1,0 +1,122 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// sweepBatch bounds how many effects one reap or purge op touches, so
+// maintenance never holds the writer for long.
+const sweepBatch = 256
+
+// Reap turns every pending effect whose lease has run out into an
+// indeterminate one (and counts it against its agent as unreported), so
+// counts and warnings are right even when nobody retries. Expiry also
+// happens lazily whenever a begin touches such an effect. It returns how
+// many effects it expired. The background reaper calls it every
+// Options.ReapInterval.
+func (e *Engine) Reap(ctx context.Context) (int, error) {
+	return e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) error {
+		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
+			return nil
+		}
+		return e.expireLease(t, rec)
+	})
+}
+
+// Purge deletes finished effects (succeeded, failed, rejected, compensated)
+// whose last change is older than the retention, with their indexes. Pending,
+// indeterminate and awaiting effects are never purged: they need someone's
+// attention. A purged key is forgotten, so a later begin with it is new.
+// It returns how many effects it purged.
+func (e *Engine) Purge(ctx context.Context) (int, error) {
+	return e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
+}
+
+// sweep walks a time index up to cutoff(now) and applies fn to each effect
+// in batches through the writer. fn must itself remove the index entry.
+func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) time.Time,
+	fn func(t *opTxn, rec *effectRec, now time.Time) error) (int, error) {
+	total := 0
+	for {
+		until := timeKey(kind, cutoff(e.clock.Now()), "")
+		var keys [][]byte
+		err := e.view(func(r Reader) error {
+			return r.Scan(prefix(kind), nil, func(k, _ []byte) (bool, error) {
+				if string(k) >= string(until) || len(keys) == sweepBatch {
+					return false, nil
+				}
+				keys = append(keys, k)
+				return true, nil
+			})
+		})
+		if err != nil || len(keys) == 0 {
+			return total, err
+		}
+		v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+			n := 0
+			for _, k := range keys {
+				_, id, ok := timeKeyParts(k)
+				if !ok {
+					continue
+				}
+				rec, err := e.effectByID(t, "", id)
+				if errors.Is(err, ErrNotFound) {
+					if err := t.Delete(k); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				if err := fn(t, rec, now); err != nil {
+					return nil, err
+				}
+				// An entry the effect no longer owns is dropped.
+				if err := t.Delete(k); err != nil {
+					return nil, err
+				}
+				n++
+			}
+			return n, nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += v.(int)
+		if len(keys) < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
+	if !rec.State.terminal() || rec.RetainedAt.After(now.Add(-e.defaults.Retention)) {
+		return nil
+	}
+	del := [][]byte{
+		key("e", rec.EffectID),
+		key("n", rec.Namespace, rec.EffectID),
+		timeKey("t", rec.RetainedAt, rec.EffectID),
+	}
+	if id, err := t.Get(key("k", rec.Namespace, rec.IdempotencyKey)); err == nil && string(id) == rec.EffectID {
+		del = append(del, key("k", rec.Namespace, rec.IdempotencyKey))
+	}
+	if rec.RunID != "" {
+		del = append(del, key("r", rec.Namespace, rec.RunID, rec.EffectID))
+	}
+	if rec.GroupKey != "" {
+		del = append(del, key("m", rec.Namespace, rec.GroupKey, rec.EffectID))
+	}
+	if rec.Approval != nil {
+		del = append(del, key("a", rec.Approval.ApprovalID))
+	}
+	for _, k := range del {
+		if err := t.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Report records the outcome of an executed attempt. Reporting the same
+// outcome twice is a no-op that returns the same effect; a contradicting
+// report is invalid_state_transition, except on an indeterminate effect,
+// where a late report of the same attempt settles it.
+func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error) {
+	var err *Error
+	if req.Namespace, err = checkNamespace(req.Namespace); err != nil {
+		return nil, err
+	}
+	if err = checkText("effect_id", req.EffectID, MaxIDLen, true); err != nil {
+		return nil, err
+	}
+	switch req.Outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeUnknown:
+	default:
+		return nil, invalidArg("outcome", "%q must be succeeded, failed or unknown", truncate(string(req.Outcome), 32))
+	}
+	if req.Attempt < 0 {
+		return nil, invalidArg("attempt", "must be > 0")
+	}
+	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
+		return nil, err
+	}
+	if err = checkCost("actual_cost_micros", req.ActualCostMicros); err != nil {
+		return nil, err
+	}
+	if err = checkText("vendor_reference", req.VendorReference, MaxIDLen, false); err != nil {
+		return nil, err
+	}
+	if err = checkNote("error", req.Error); err != nil {
+		return nil, err
+	}
+	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		rec, err := e.effectByID(t, req.Namespace, req.EffectID)
+		if err != nil {
+			return nil, notFound(err, req.EffectID)
+		}
+		if req.Attempt != 0 && req.Attempt != rec.Attempt {
+			return nil, newErr(CodeInvalidStateTransition, "effect %s is on attempt %d; a report for attempt %d is stale and was not applied", rec.EffectID, rec.Attempt, req.Attempt)
+		}
+		o := outcome{state: outcomeState(req.Outcome), result: req.Result, vendorRef: req.VendorReference,
+			errText: req.Error, actual: req.ActualCostMicros}
+		return e.settleOutcome(t, rec, o, "report", now)
+	})
+	if serr != nil {
+		return nil, serr
+	}
+	eff := v.(*Effect)
+	e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
+	return eff, nil
+}
+
+// Resolve settles an effect whose outcome is unknown (state indeterminate,
+// including a pending effect whose lease has run out) after someone checked
+// at the vendor. failed frees the key for a new attempt and releases the
+// reserved spend; succeeded keeps it.
+func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, error) {
+	var err *Error
+	if req.Namespace != "" {
+		if req.Namespace, err = checkNamespace(req.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	if req.EffectID == "" && req.IdempotencyKey == "" {
+		return nil, invalidArg("effect_id", "effect_id or idempotency_key is required")
+	}
+	if req.EffectID == "" && req.Namespace == "" {
+		return nil, invalidArg("effect_id", "resolving by idempotency_key needs a namespace")
+	}
+	for _, f := range []struct{ name, val string }{
+		{"effect_id", req.EffectID}, {"idempotency_key", req.IdempotencyKey}, {"vendor_reference", req.VendorReference},
+	} {
+		if err = checkText(f.name, f.val, MaxIDLen, false); err != nil {
+			return nil, err
+		}
+	}
+	if req.Resolution != OutcomeSucceeded && req.Resolution != OutcomeFailed {
+		return nil, invalidArg("resolution", "%q must be succeeded or failed", truncate(string(req.Resolution), 32))
+	}
+	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
+		return nil, err
+	}
+	if err = checkNote("note", req.Note); err != nil {
+		return nil, err
+	}
+	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		var rec *effectRec
+		var err error
+		if req.EffectID != "" {
+			rec, err = e.effectByID(t, req.Namespace, req.EffectID)
+		} else {
+			rec, err = e.effectByKey(t, req.Namespace, req.IdempotencyKey)
+		}
+		if err != nil {
+			return nil, notFound(err, req.EffectID+req.IdempotencyKey)
+		}
+		want := outcomeState(req.Resolution)
+		switch {
+		case rec.State == want:
+			v := rec.view(now)
+			return &v, nil // already settled that way: a no-op
+		case rec.State == StatePending && now.Before(*rec.LeaseExpiresAt):
+			return nil, newErr(CodeInvalidStateTransition, "effect %s is in flight until %s; only an effect whose outcome is unknown can be resolved", rec.EffectID, rec.LeaseExpiresAt.Format(time.RFC3339))
+		case rec.State != StatePending && rec.State != StateIndeterminate:
+			return nil, newErr(CodeInvalidStateTransition, "effect %s is %s; only an effect whose outcome is unknown can be resolved", rec.EffectID, rec.State)
+		}
+		rec.ResolvedBy, rec.ResolutionNote = req.ResolvedBy, req.Note
+		if rec.ResolvedBy == "" {
+			rec.ResolvedBy = "unknown"
+		}
+		o := outcome{state: want, result: req.Result, vendorRef: req.VendorReference}
+		return e.settleOutcome(t, rec, o, "resolve", now)
+	})
+	if serr != nil {
+		return nil, serr
+	}
+	eff := v.(*Effect)
+	e.log.Info("resolve", "namespace", eff.Namespace, "effect_id", eff.EffectID, "state", eff.State, "by", eff.ResolvedBy)
+	return eff, nil
+}
+
+func notFound(err error, id string) error {
+	if errors.Is(err, ErrNotFound) {
+		return &Error{Code: CodeEffectNotFound, Field: "effect_id", Message: fmt.Sprintf("no effect %q in this namespace", truncate(id, 64))}
+	}
+	return err
+}
+
+func outcomeState(o Outcome) State {
+	switch o {
+	case OutcomeSucceeded:
+		return StateSucceeded
+	case OutcomeFailed:
+		return StateFailed
+	}
+	return StateIndeterminate
+}
+
+type outcome struct {
+	state     State
+	result    []byte
+	vendorRef string
+	errText   string
+	actual    *int64
+}
+
+// settleOutcome applies a report or resolution to an effect.
+func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string, now time.Time) (*Effect, error) {
+	switch rec.State {
+	case StatePending, StateIndeterminate:
+	case o.state:
+		v := rec.view(now) // the same outcome again: a no-op
+		return &v, nil
+	case StateCompensated:
+		if o.state == StateSucceeded {
+			v := rec.view(now)
+			return &v, nil
+		}
+		fallthrough
+	default:
+		return nil, newErr(CodeInvalidStateTransition, "effect %s is already %s; a %s of %s contradicts it and was not applied", rec.EffectID, rec.State, verb, o.state)
+	}
+	if rec.State == StatePending {
+		if err := t.Delete(timeKey("l", *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.clearUnreported(t, rec); err != nil {
+		return nil, err
+	}
+	if o.actual != nil {
+		if err := settle(t, rec, *o.actual); err != nil {
+			return nil, err
+		}
+		rec.ActualCostMicros = o.actual
+	}
+	rec.State = o.state
+	rec.VendorReference = o.vendorRef
+	switch o.state {
+	case StateSucceeded:
+		rec.Result, rec.CompletedAt, rec.Reason, rec.Since = o.result, &now, "", nil
+	case StateFailed:
+		if err := release(t, rec); err != nil {
+			return nil, err
+		}
+		rec.Error, rec.CompletedAt, rec.Reason, rec.Since = o.errText, &now, "", nil
+	case StateIndeterminate:
+		if rec.Reason != ReasonReportedUnknown {
+			rec.Reason, rec.Since = ReasonReportedUnknown, &now
+		}
+		rec.Error = o.errText
+	}
+	if err := e.putEffect(t, rec, now); err != nil {
+		return nil, err
+	}
+	if rec.State == StateSucceeded && rec.CompensatesEffectID != "" {
+		if err := e.markCompensated(t, rec, now); err != nil {
+			return nil, err
+		}
+	}
+	if rec.GroupKey != "" && rec.State.terminal() {
+		if err := e.checkUnwound(t, rec.Namespace, rec.GroupKey, now); err != nil {
+			return nil, err
+		}
+	}
+	v := rec.view(now)
+	return &v, nil
+}
+
+// expireLease turns a pending effect whose lease ran out into an
+// indeterminate one and counts it against its agent as unreported. Its
+// reservations stay: the action may have happened.
+func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
+	at := *rec.LeaseExpiresAt
+	if err := t.Delete(timeKey("l", at, rec.EffectID)); err != nil {
+		return err
+	}
+	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at
+	rec.UnreportedAt = at
+	var a agentRec
+	ak := key("u", rec.Namespace, rec.AgentID)
+	if err := getJSON(t, ak, &a); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if a.Unreported == nil {
+		a.Unreported = map[string]time.Time{}
+	}
+	a.Unreported[rec.EffectID] = at
+	if err := setJSON(t, ak, &a); err != nil {
+		return err
+	}
+	return e.putEffect(t, rec, at)
+}
+
+// clearUnreported removes an effect from its agent's unreported set.
+func (e *Engine) clearUnreported(t *opTxn, rec *effectRec) error {
+	if rec.UnreportedAt.IsZero() {
+		return nil
+	}
+	rec.UnreportedAt = time.Time{}
+	var a agentRec
+	ak := key("u", rec.Namespace, rec.AgentID)
+	if err := getJSON(t, ak, &a); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	delete(a.Unreported, rec.EffectID)
+	if len(a.Unreported) == 0 {
+		return t.Delete(ak)
+	}
+	return setJSON(t, ak, &a)
+}

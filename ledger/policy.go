@@ -1,0 +1,244 @@
+package ledger
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Rule is one entry of the policies list in the config file. Every rule whose
+// Match glob matches an effect type applies, and the strictest value wins.
+type Rule struct {
+	// Match is a glob over effect types ("payment.*", "*"). "*" crosses dots.
+	Match string `yaml:"match"`
+	// Deny refuses the effect type outright (policy_denied).
+	Deny bool `yaml:"deny,omitempty"`
+	// ApprovalThresholdMicros routes effects whose declared cost reaches it to
+	// a human; nil means no threshold.
+	ApprovalThresholdMicros *int64 `yaml:"approval_threshold_micros,omitempty"`
+	// RequireDimensions names dimensions a begin must declare.
+	RequireDimensions []string `yaml:"require_dimensions,omitempty"`
+	// Ceilings limit money or count over a window per scope.
+	Ceilings []Ceiling `yaml:"ceilings,omitempty"`
+	// MaxLeaseSeconds caps lease_seconds; zero means the default cap.
+	MaxLeaseSeconds int `yaml:"max_lease_seconds,omitempty"`
+	// MaxUnreported denies an agent's begins once it has this many effects
+	// whose leases expired without a report; zero means no limit.
+	MaxUnreported int `yaml:"max_unreported,omitempty"`
+}
+
+// Ceiling is a limit on money (micro-USD) or count over a window per scope.
+// Exactly one of LimitMicros and LimitCount is set.
+type Ceiling struct {
+	Name        string `yaml:"name"`
+	LimitMicros *int64 `yaml:"limit_micros,omitempty"`
+	LimitCount  *int64 `yaml:"limit_count,omitempty"`
+	// Window is a Go duration ("24h", "90m") or "run" for the lifetime of a run.
+	Window string `yaml:"window"`
+	// Per is global, agent, run or dimension:<name>.
+	Per string `yaml:"per"`
+}
+
+// FieldError is a validation problem at a path such as
+// "policies[1].ceilings[0].window". Config loaders turn the path into a line.
+type FieldError struct {
+	Path    string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Message }
+
+var (
+	globRe      = regexp.MustCompile(`^[a-z0-9_.*?\-\[\]^!]+$`)
+	dimNameRe   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	ceilingName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+)
+
+// ValidatePolicies checks rules and returns every problem found, each with the
+// path of the field at fault.
+func ValidatePolicies(rules []Rule) []*FieldError {
+	var errs []*FieldError
+	add := func(p, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: p, Message: fmt.Sprintf(format, args...)})
+	}
+	names := map[string]string{}
+	for i, r := range rules {
+		rp := fmt.Sprintf("policies[%d]", i)
+		if r.Match == "" {
+			add(rp+".match", "is required (a glob over effect types, e.g. \"payment.*\")")
+		} else if _, err := path.Match(r.Match, ""); err != nil || !globRe.MatchString(r.Match) {
+			add(rp+".match", "%q is not a valid glob over lowercase effect types", r.Match)
+		}
+		if t := r.ApprovalThresholdMicros; t != nil && *t < 0 {
+			add(rp+".approval_threshold_micros", "must be >= 0, got %d", *t)
+		}
+		if r.MaxLeaseSeconds < 0 {
+			add(rp+".max_lease_seconds", "must be >= 0, got %d", r.MaxLeaseSeconds)
+		}
+		if r.MaxUnreported < 0 {
+			add(rp+".max_unreported", "must be >= 0, got %d", r.MaxUnreported)
+		}
+		for j, d := range r.RequireDimensions {
+			if !dimNameRe.MatchString(d) {
+				add(fmt.Sprintf("%s.require_dimensions[%d]", rp, j), "%q is not a dimension name (lowercase letters, digits, _)", d)
+			}
+		}
+		for j, c := range r.Ceilings {
+			cp := fmt.Sprintf("%s.ceilings[%d]", rp, j)
+			switch {
+			case c.Name == "":
+				add(cp+".name", "is required")
+			case !ceilingName.MatchString(c.Name):
+				add(cp+".name", "%q must be 1-63 letters, digits, '.', '_' or '-'", c.Name)
+			case names[c.Name] != "":
+				add(cp+".name", "%q is already used by %s; ceiling names must be unique", c.Name, names[c.Name])
+			default:
+				names[c.Name] = cp
+			}
+			switch {
+			case c.LimitMicros == nil && c.LimitCount == nil:
+				add(cp, "needs limit_micros or limit_count")
+			case c.LimitMicros != nil && c.LimitCount != nil:
+				add(cp, "has both limit_micros and limit_count; use one")
+			case c.LimitMicros != nil && *c.LimitMicros < 0:
+				add(cp+".limit_micros", "must be >= 0, got %d", *c.LimitMicros)
+			case c.LimitCount != nil && *c.LimitCount < 0:
+				add(cp+".limit_count", "must be >= 0, got %d", *c.LimitCount)
+			}
+			if _, err := parseWindow(c.Window); err != nil {
+				add(cp+".window", "%v", err)
+			}
+			if err := checkPer(c.Per); err != nil {
+				add(cp+".per", "%v", err)
+			}
+		}
+	}
+	return errs
+}
+
+// parseWindow returns the window length, or zero for "run".
+func parseWindow(w string) (time.Duration, error) {
+	if w == "run" {
+		return 0, nil
+	}
+	if w == "" {
+		return 0, fmt.Errorf("is required (e.g. 24h, 1h or run)")
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 24h, 90m) or \"run\"", w)
+	}
+	if d < time.Second || d > 366*24*time.Hour {
+		return 0, fmt.Errorf("%q must be between 1s and 8784h", w)
+	}
+	return d, nil
+}
+
+func checkPer(p string) error {
+	switch p {
+	case "global", "agent", "run":
+		return nil
+	case "":
+		return fmt.Errorf("is required: global, agent, run or dimension:<name>")
+	}
+	if name, ok := strings.CutPrefix(p, "dimension:"); ok && dimNameRe.MatchString(name) {
+		return nil
+	}
+	return fmt.Errorf("%q must be global, agent, run or dimension:<name>", p)
+}
+
+// ceiling is a validated Ceiling ready for use.
+type ceiling struct {
+	Ceiling
+	window time.Duration // zero for run windows
+	limit  int64
+	money  bool
+	dim    string // dimension name for per dimension:<name>
+}
+
+// effectivePolicy is the strictest combination of every rule matching one
+// effect type.
+type effectivePolicy struct {
+	deny          bool
+	threshold     *int64
+	requireDims   []string
+	ceilings      []*ceiling
+	maxLease      int
+	maxUnreported int
+}
+
+// policy is the compiled policy: rules in file order.
+type policy struct {
+	rules    []Rule
+	ceilings [][]*ceiling
+}
+
+func compilePolicy(rules []Rule) (*policy, error) {
+	if errs := ValidatePolicies(rules); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid policy: %w", errs[0])
+	}
+	p := &policy{rules: rules, ceilings: make([][]*ceiling, len(rules))}
+	for i, r := range rules {
+		for _, c := range r.Ceilings {
+			w, _ := parseWindow(c.Window)
+			cc := &ceiling{Ceiling: c, window: w}
+			if c.LimitMicros != nil {
+				cc.money, cc.limit = true, *c.LimitMicros
+			} else {
+				cc.limit = *c.LimitCount
+			}
+			if name, ok := strings.CutPrefix(c.Per, "dimension:"); ok {
+				cc.dim = name
+			}
+			p.ceilings[i] = append(p.ceilings[i], cc)
+		}
+	}
+	return p, nil
+}
+
+// forType combines every rule that matches effectType; the strictest wins.
+func (p *policy) forType(effectType string) effectivePolicy {
+	var ep effectivePolicy
+	seen := map[string]bool{}
+	for i, r := range p.rules {
+		if ok, _ := path.Match(r.Match, effectType); !ok {
+			continue
+		}
+		ep.deny = ep.deny || r.Deny
+		if t := r.ApprovalThresholdMicros; t != nil && (ep.threshold == nil || *t < *ep.threshold) {
+			ep.threshold = t
+		}
+		for _, d := range r.RequireDimensions {
+			if !seen[d] {
+				seen[d] = true
+				ep.requireDims = append(ep.requireDims, d)
+			}
+		}
+		ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
+		ep.maxLease = minPositive(ep.maxLease, r.MaxLeaseSeconds)
+		ep.maxUnreported = minPositive(ep.maxUnreported, r.MaxUnreported)
+	}
+	return ep
+}
+
+// minPositive returns the smaller of a and b, treating zero as "unset".
+func minPositive(a, b int) int {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// ceiling finds a ceiling by its (unique) name.
+func (p *policy) ceiling(name string) (*ceiling, bool) {
+	for _, cs := range p.ceilings {
+		for _, c := range cs {
+			if c.Name == name {
+				return c, true
+			}
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,37 @@
+package ledger
+
+// Store is the narrow seam between the engine and durable storage: an
+// ordered key-value space with transactions. The engine serialises every
+// mutation through one writer goroutine and hands a Store a whole batch of
+// decisions at once, so a Store needs no conflict detection of its own; it
+// must only make each Update atomic and durable before returning.
+//
+// Keys and values passed to a Store must not be retained by it after the
+// call returns, and slices it hands back belong to the caller.
+type Store interface {
+	// Update runs fn in one read-write transaction and commits it durably
+	// (fsync or equivalent) before returning. If fn returns an error nothing
+	// is written.
+	Update(fn func(Txn) error) error
+	// View runs fn against a consistent snapshot of committed data.
+	View(fn func(Reader) error) error
+	// Close releases the store.
+	Close() error
+}
+
+// Reader reads keys.
+type Reader interface {
+	// Get returns the value of key, or ErrNotFound.
+	Get(key []byte) ([]byte, error)
+	// Scan calls fn for every key with the given prefix in ascending order,
+	// starting at start (inclusive) when start is not nil, until fn returns
+	// false or an error. In a Txn, Scan sees the transaction's own writes.
+	Scan(prefix, start []byte, fn func(key, val []byte) (bool, error)) error
+}
+
+// Txn is a read-write transaction.
+type Txn interface {
+	Reader
+	Set(key, val []byte) error
+	Delete(key []byte) error
+}

@@ -1,0 +1,324 @@
+package ledger
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// State is where an effect is in its life (SPEC section 2).
+type State string
+
+// Effect states.
+const (
+	StatePending          State = "pending"
+	StateSucceeded        State = "succeeded"
+	StateFailed           State = "failed"
+	StateIndeterminate    State = "indeterminate"
+	StateAwaitingApproval State = "awaiting_approval"
+	StateApproved         State = "approved"
+	StateRejected         State = "rejected"
+	StateCompensated      State = "compensated"
+)
+
+// terminal reports whether no further transition is expected without an
+// agent starting a new attempt.
+func (s State) terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateRejected, StateCompensated:
+		return true
+	}
+	return false
+}
+
+// Decision is Ratchet's answer to a begin.
+type Decision string
+
+// Decisions.
+const (
+	DecisionExecute          Decision = "execute"
+	DecisionDuplicate        Decision = "duplicate"
+	DecisionInFlight         Decision = "in_flight"
+	DecisionBlocked          Decision = "blocked"
+	DecisionApprovalRequired Decision = "approval_required"
+	DecisionDenied           Decision = "denied"
+)
+
+// Reasons carried by blocked and denied decisions.
+const (
+	ReasonLeaseExpired     = "lease_expired"
+	ReasonReportedUnknown  = "reported_unknown"
+	ReasonBudgetExceeded   = "budget_exceeded"
+	ReasonPolicyDenied     = "policy_denied"
+	ReasonApprovalRejected = "approval_rejected"
+	ReasonGroupUnwinding   = "group_unwinding"
+	ReasonUnreported       = "unreported_effects"
+)
+
+// Outcome is what an agent reports after acting.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeUnknown   Outcome = "unknown"
+)
+
+// Compensation is how to undo one step, declared at begin and stored as given.
+type Compensation struct {
+	EffectType          string          `json:"effect_type"`
+	Vendor              string          `json:"vendor,omitempty"`
+	Payload             json.RawMessage `json:"payload,omitempty"`
+	EstimatedCostMicros *int64          `json:"estimated_cost_micros,omitempty"`
+	Description         string          `json:"description,omitempty"`
+}
+
+// BeginRequest asks for a decision before a side effect. Namespace comes from
+// the caller's credentials, never from the agent's arguments.
+type BeginRequest struct {
+	Namespace           string            `json:"-"`
+	IdempotencyKey      string            `json:"idempotency_key"`
+	EffectType          string            `json:"effect_type"`
+	RunID               string            `json:"run_id,omitempty"`
+	AgentID             string            `json:"agent_id,omitempty"`
+	Vendor              string            `json:"vendor,omitempty"`
+	Payload             json.RawMessage   `json:"payload,omitempty"`
+	GroupKey            string            `json:"group_key,omitempty"`
+	Dimensions          map[string]string `json:"dimensions,omitempty"`
+	Compensation        *Compensation     `json:"compensation,omitempty"`
+	LeaseSeconds        int               `json:"lease_seconds,omitempty"`
+	CompensatesEffectID string            `json:"compensates_effect_id,omitempty"`
+	EstimatedCostMicros *int64            `json:"estimated_cost_micros,omitempty"`
+}
+
+// BudgetUse is one ceiling as it applies to an effect.
+type BudgetUse struct {
+	Name string `json:"name"`
+	// Per is the ceiling's scope: global, agent, run or dimension:<name>.
+	Per string `json:"per"`
+	// Unit is micros for money ceilings and count for count ceilings.
+	Unit      string `json:"unit"`
+	Limit     int64  `json:"limit"`
+	Counted   int64  `json:"counted"`
+	Remaining int64  `json:"remaining"`
+	Window    string `json:"window"`
+}
+
+// BudgetWarning says a money ceiling applies but no cost was declared, so
+// nothing was counted against it.
+type BudgetWarning struct {
+	Ceilings []string `json:"ceilings"`
+	Message  string   `json:"message"`
+}
+
+// IntegrationWarning says this agent has effects whose leases expired without
+// a report.
+type IntegrationWarning struct {
+	UnreportedCount int       `json:"unreported_count"`
+	OldestEffectID  string    `json:"oldest_effect_id"`
+	OldestSince     time.Time `json:"oldest_since"`
+	Message         string    `json:"message"`
+}
+
+// BeginResult is the decision and what goes with it (SPEC section 3.1).
+type BeginResult struct {
+	Decision Decision `json:"decision"`
+	EffectID string   `json:"effect_id,omitempty"`
+	Attempt  int      `json:"attempt,omitempty"`
+	State    State    `json:"state,omitempty"`
+
+	// execute
+	LeaseExpiresAt       *time.Time   `json:"lease_expires_at,omitempty"`
+	VendorIdempotencyKey *vendors.Key `json:"vendor_idempotency_key,omitempty"`
+	Budgets              []BudgetUse  `json:"budgets,omitempty"`
+
+	// duplicate
+	Result          json.RawMessage `json:"result,omitempty"`
+	VendorReference string          `json:"vendor_reference,omitempty"`
+	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
+
+	// in_flight
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+
+	// blocked and denied
+	Reason string     `json:"reason,omitempty"`
+	Since  *time.Time `json:"since,omitempty"`
+	// Ceiling is the ceiling that refused a budget_exceeded denial.
+	Ceiling *BudgetUse `json:"ceiling,omitempty"`
+
+	// approval_required
+	ApprovalID          string `json:"approval_id,omitempty"`
+	ThresholdMicros     *int64 `json:"threshold_micros,omitempty"`
+	EstimatedCostMicros *int64 `json:"estimated_cost_micros,omitempty"`
+
+	// Message says in one sentence what the agent must do now.
+	Message string `json:"message"`
+
+	BudgetWarning      *BudgetWarning      `json:"budget_warning,omitempty"`
+	IntegrationWarning *IntegrationWarning `json:"integration_warning,omitempty"`
+}
+
+// ReportRequest records what happened after an execute.
+type ReportRequest struct {
+	Namespace string  `json:"-"`
+	EffectID  string  `json:"effect_id"`
+	Outcome   Outcome `json:"outcome"`
+	// Attempt, when set, must be the effect's current attempt; it lets a late
+	// report of an old attempt be refused instead of misapplied.
+	Attempt          int             `json:"attempt,omitempty"`
+	Result           json.RawMessage `json:"result,omitempty"`
+	ActualCostMicros *int64          `json:"actual_cost_micros,omitempty"`
+	VendorReference  string          `json:"vendor_reference,omitempty"`
+	Error            string          `json:"error,omitempty"`
+}
+
+// ResolveRequest settles an indeterminate effect after checking at the vendor.
+// Namespace empty means any namespace (operators only).
+type ResolveRequest struct {
+	Namespace       string          `json:"-"`
+	EffectID        string          `json:"effect_id,omitempty"`
+	IdempotencyKey  string          `json:"idempotency_key,omitempty"`
+	Resolution      Outcome         `json:"resolution"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	VendorReference string          `json:"vendor_reference,omitempty"`
+	Note            string          `json:"note,omitempty"`
+	// ResolvedBy names who resolved: the agent id or the admin's name.
+	ResolvedBy string `json:"-"`
+}
+
+// Approval is an operator's view of an approval request.
+type Approval struct {
+	ApprovalID          string     `json:"approval_id"`
+	EffectID            string     `json:"effect_id"`
+	Namespace           string     `json:"namespace"`
+	EffectType          string     `json:"effect_type"`
+	AgentID             string     `json:"agent_id,omitempty"`
+	RunID               string     `json:"run_id,omitempty"`
+	EstimatedCostMicros int64      `json:"estimated_cost_micros"`
+	ThresholdMicros     int64      `json:"threshold_micros"`
+	RequestedAt         time.Time  `json:"requested_at"`
+	ExpiresAt           time.Time  `json:"expires_at"`
+	State               string     `json:"state"`
+	DecidedBy           string     `json:"decided_by,omitempty"`
+	DecidedAt           *time.Time `json:"decided_at,omitempty"`
+	Note                string     `json:"note,omitempty"`
+}
+
+// Approval states.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalRejected = "rejected"
+	ApprovalExpired  = "expired"
+)
+
+// Effect is the stored view of one effect, as returned by get and list.
+// It never contains the payload or dimension values, which are not stored.
+type Effect struct {
+	EffectID            string          `json:"effect_id"`
+	Namespace           string          `json:"namespace"`
+	IdempotencyKey      string          `json:"idempotency_key"`
+	EffectType          string          `json:"effect_type"`
+	Vendor              string          `json:"vendor,omitempty"`
+	RunID               string          `json:"run_id,omitempty"`
+	AgentID             string          `json:"agent_id,omitempty"`
+	GroupKey            string          `json:"group_key,omitempty"`
+	State               State           `json:"state"`
+	Attempt             int             `json:"attempt"`
+	Fingerprint         string          `json:"fingerprint"`
+	DimensionNames      []string        `json:"dimension_names,omitempty"`
+	EstimatedCostMicros *int64          `json:"estimated_cost_micros,omitempty"`
+	ActualCostMicros    *int64          `json:"actual_cost_micros,omitempty"`
+	LeaseExpiresAt      *time.Time      `json:"lease_expires_at,omitempty"`
+	Result              json.RawMessage `json:"result,omitempty"`
+	VendorReference     string          `json:"vendor_reference,omitempty"`
+	Error               string          `json:"error,omitempty"`
+	Reason              string          `json:"reason,omitempty"`
+	Since               *time.Time      `json:"since,omitempty"`
+	Compensation        *Compensation   `json:"compensation,omitempty"`
+	CompensatesEffectID string          `json:"compensates_effect_id,omitempty"`
+	CompensatedBy       string          `json:"compensated_by,omitempty"`
+	Approval            *Approval       `json:"approval,omitempty"`
+	ResolvedBy          string          `json:"resolved_by,omitempty"`
+	ResolutionNote      string          `json:"resolution_note,omitempty"`
+	CreatedAt           time.Time       `json:"created_at"`
+	UpdatedAt           time.Time       `json:"updated_at"`
+	CompletedAt         *time.Time      `json:"completed_at,omitempty"`
+}
+
+// Filter selects effects for List. Empty fields match everything; an empty
+// Namespace means every namespace (operators only).
+type Filter struct {
+	Namespace string `json:"-"`
+	RunID     string `json:"run_id,omitempty"`
+	GroupKey  string `json:"group_key,omitempty"`
+	State     State  `json:"state,omitempty"`
+	AgentID   string `json:"agent_id,omitempty"`
+	// Limit is the page size: default 50, at most 500.
+	Limit int `json:"limit,omitempty"`
+	// Cursor is the NextCursor of the previous page.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// Page is one page of List.
+type Page struct {
+	Effects    []Effect `json:"effects"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+}
+
+// UnwindStep is one step in an unwind plan.
+type UnwindStep struct {
+	EffectID       string    `json:"effect_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	EffectType     string    `json:"effect_type"`
+	State          State     `json:"state"`
+	CompletedAt    time.Time `json:"completed_at,omitzero"`
+}
+
+// CompensationStep is a compensation the agent should perform, with the key
+// to begin it under.
+type CompensationStep struct {
+	CompensatesEffectID string          `json:"compensates_effect_id"`
+	IdempotencyKey      string          `json:"idempotency_key"`
+	EffectType          string          `json:"effect_type"`
+	Vendor              string          `json:"vendor,omitempty"`
+	Payload             json.RawMessage `json:"payload,omitempty"`
+	EstimatedCostMicros *int64          `json:"estimated_cost_micros,omitempty"`
+	Description         string          `json:"description,omitempty"`
+}
+
+// UnwindResult is what is still left to undo in a group, newest first.
+type UnwindResult struct {
+	GroupKey      string             `json:"group_key"`
+	State         string             `json:"state"`
+	Reason        string             `json:"reason,omitempty"`
+	Compensations []CompensationStep `json:"compensations"`
+	Permanent     []UnwindStep       `json:"permanent"`
+	Unresolved    []UnwindStep       `json:"unresolved"`
+	Message       string             `json:"message"`
+}
+
+// Group states.
+const (
+	GroupActive    = "active"
+	GroupUnwinding = "unwinding"
+	GroupUnwound   = "unwound"
+)
+
+// UnwindRequest starts or continues undoing a group.
+type UnwindRequest struct {
+	Namespace string `json:"-"`
+	GroupKey  string `json:"group_key"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Budget is one live ceiling counter for the operator view.
+type Budget struct {
+	Namespace string `json:"namespace"`
+	BudgetUse
+	// Scope is the scope value: empty for global, the agent or run id, or the
+	// keyed hash of a dimension value (the value itself is never stored).
+	Scope string `json:"scope,omitempty"`
+}

@@ -1,0 +1,223 @@
+package ledger
+
+import (
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Input bounds. Every field an agent or operator sends is bounded so that
+// hostile input costs little and is refused with a clear invalid_argument.
+const (
+	MaxKeyLen        = 255
+	MaxIDLen         = 255 // run_id, agent_id, group_key, vendor_reference
+	MaxPayloadBytes  = 64 << 10
+	MaxResultBytes   = 64 << 10
+	MaxDimensions    = 16
+	MaxDimValueLen   = 256
+	MaxTextLen       = 1024 // error, note, reason, description
+	MaxCostMicros    = int64(1e15)
+	maxEffectTypeLen = 128
+	maxNamespaceLen  = 63
+	maxVendorNameLen = 32
+	DefaultNamespace = "default"
+	maxListPage      = 500
+	defaultListPage  = 50
+)
+
+var (
+	effectTypeRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*){1,5}$`)
+	namespaceRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+	vendorRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+)
+
+// checkText refuses invalid UTF-8, control characters and over-long text.
+func checkText(field, s string, max int, required bool) *Error {
+	if s == "" {
+		if required {
+			return invalidArg(field, "is required")
+		}
+		return nil
+	}
+	if !utf8.ValidString(s) {
+		return invalidArg(field, "must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return invalidArg(field, "is %d characters; the limit is %d", n, max)
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return invalidArg(field, "must not contain control characters")
+	}
+	return nil
+}
+
+// checkNote is checkText for free text, where newlines and tabs are fine.
+func checkNote(field, s string) *Error {
+	if !utf8.ValidString(s) {
+		return invalidArg(field, "must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > MaxTextLen {
+		return invalidArg(field, "is %d characters; the limit is %d", n, MaxTextLen)
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) >= 0 {
+		return invalidArg(field, "must not contain control characters other than newline and tab")
+	}
+	return nil
+}
+
+func checkNamespace(ns string) (string, *Error) {
+	if ns == "" {
+		return DefaultNamespace, nil
+	}
+	if len(ns) > maxNamespaceLen || !namespaceRe.MatchString(ns) {
+		return "", invalidArg("namespace", "%q must be 1-63 lowercase letters, digits, '.', '_' or '-'", ns)
+	}
+	return ns, nil
+}
+
+func checkEffectType(field, t string) *Error {
+	if t == "" {
+		return invalidArg(field, "is required, e.g. \"payment.charge\"")
+	}
+	if len(t) > maxEffectTypeLen || !effectTypeRe.MatchString(t) {
+		return invalidArg(field, "%q must be 2-6 lowercase dot-separated parts, e.g. \"email.send\" or \"github.pr.create\"", truncate(t, 64))
+	}
+	return nil
+}
+
+func checkVendor(field, v string) (string, *Error) {
+	v = strings.ToLower(v)
+	if v == "" {
+		return "", nil
+	}
+	if len(v) > maxVendorNameLen || !vendorRe.MatchString(v) {
+		return "", invalidArg(field, "%q must be a short lowercase vendor name such as \"stripe\"", truncate(v, 40))
+	}
+	return v, nil
+}
+
+func checkCost(field string, c *int64) *Error {
+	if c == nil {
+		return nil
+	}
+	if *c < 0 {
+		return invalidArg(field, "must be >= 0 micro-USD, got %d", *c)
+	}
+	if *c > MaxCostMicros {
+		return invalidArg(field, "%d exceeds the largest accepted cost (%d micro-USD)", *c, MaxCostMicros)
+	}
+	return nil
+}
+
+// checkJSON bounds and canonicalises a JSON document; empty stays empty.
+func checkJSON(field string, raw []byte, max int) ([]byte, *Error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if len(raw) > max {
+		return nil, invalidArg(field, "is %d bytes; the limit is %d", len(raw), max)
+	}
+	c, err := canonicalJSON(raw)
+	if err != nil {
+		return nil, invalidArg(field, "must be one JSON value: %v", err)
+	}
+	return c, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// beginInput is a validated begin with everything derived that does not
+// need the ledger: canonical payload, fingerprint, dimension hashes.
+type beginInput struct {
+	req         BeginRequest
+	fingerprint string
+	dims        map[string]string // name → keyed hash
+	lease       int               // 0: default, capped later by policy
+	pol         effectivePolicy
+}
+
+func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
+	var err *Error
+	if req.Namespace, err = checkNamespace(req.Namespace); err != nil {
+		return nil, err
+	}
+	if err = checkText("idempotency_key", req.IdempotencyKey, MaxKeyLen, true); err != nil {
+		return nil, err
+	}
+	if err = checkEffectType("effect_type", req.EffectType); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ name, val string }{
+		{"run_id", req.RunID}, {"agent_id", req.AgentID}, {"group_key", req.GroupKey},
+		{"compensates_effect_id", req.CompensatesEffectID},
+	} {
+		if err = checkText(f.name, f.val, MaxIDLen, false); err != nil {
+			return nil, err
+		}
+	}
+	if req.Vendor, err = checkVendor("vendor", req.Vendor); err != nil {
+		return nil, err
+	}
+	if err = checkCost("estimated_cost_micros", req.EstimatedCostMicros); err != nil {
+		return nil, err
+	}
+	payload, err := checkJSON("payload", req.Payload, MaxPayloadBytes)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Dimensions) > MaxDimensions {
+		return nil, invalidArg("dimensions", "has %d entries; the limit is %d", len(req.Dimensions), MaxDimensions)
+	}
+	in := &beginInput{dims: make(map[string]string, len(req.Dimensions))}
+	for name, val := range req.Dimensions {
+		if !dimNameRe.MatchString(name) {
+			return nil, invalidArg("dimensions", "name %q must be lowercase letters, digits and _ (at most 63)", truncate(name, 64))
+		}
+		if err = checkText("dimensions."+name, val, MaxDimValueLen, true); err != nil {
+			return nil, err
+		}
+		in.dims[name] = keyedHash(e.secret, "dimension", name, val)
+	}
+	if c := req.Compensation; c != nil {
+		if err = checkEffectType("compensation.effect_type", c.EffectType); err != nil {
+			return nil, err
+		}
+		if c.Vendor, err = checkVendor("compensation.vendor", c.Vendor); err != nil {
+			return nil, err
+		}
+		if err = checkCost("compensation.estimated_cost_micros", c.EstimatedCostMicros); err != nil {
+			return nil, err
+		}
+		if c.Payload, err = checkJSON("compensation.payload", c.Payload, MaxPayloadBytes); err != nil {
+			return nil, err
+		}
+		if err = checkNote("compensation.description", c.Description); err != nil {
+			return nil, err
+		}
+	}
+	if req.LeaseSeconds < 0 {
+		return nil, invalidArg("lease_seconds", "must be > 0, got %d", req.LeaseSeconds)
+	}
+	in.pol = e.policy.forType(req.EffectType)
+	maxLease := minPositive(e.defaults.MaxLeaseSeconds, in.pol.maxLease)
+	in.lease = req.LeaseSeconds
+	if in.lease == 0 {
+		in.lease = min(e.defaults.LeaseSeconds, maxLease)
+	}
+	if in.lease > maxLease {
+		return nil, invalidArg("lease_seconds", "%d exceeds the maximum of %d for %s; ask for a shorter lease and report before it ends", in.lease, maxLease, req.EffectType)
+	}
+	in.fingerprint = fingerprint(e.secret, req.EffectType, req.Vendor, payload)
+	req.Payload = nil // never kept past this point
+	in.req = req
+	return in, nil
+}

@@ -1,0 +1,122 @@
+// Package vendors holds the pure rules Ratchet knows about each payment vendor:
+// where the vendor takes an idempotency key, how long and from which alphabet,
+// whether it enforces it and how long it remembers it.
+//
+// The package does no I/O. The ledger uses it to shape the vendor key it hands
+// out with an execute decision; the proxy uses the same rules to stamp requests.
+// Adding a vendor means adding one file with one value that satisfies Vendor
+// and listing it in registry below.
+//
+// Key shaping. Every vendor key is a 36-character RFC 9562 UUID (version 8,
+// "custom") built from a digest the caller derives from the server secret, the
+// namespace, the idempotency key, the attempt number and the vendor. One format
+// fits every documented limit (Square's 45 characters for payments is the
+// tightest of the three; Razorpay's 36 is the tightest known anywhere), uses
+// only [0-9a-f-], and carries no personal data even when the agent's own key
+// does (Stripe advises against personal identifiers in keys). A new attempt
+// gets a new digest and so a new key, because vendors such as Stripe replay
+// the first response, errors included, for a reused key.
+package vendors
+
+import (
+	"encoding/hex"
+	"strings"
+)
+
+// Location says where a vendor expects its idempotency key.
+type Location string
+
+// Where a key can go.
+const (
+	InHeader Location = "header"
+	InBody   Location = "body"
+)
+
+// KeyRule describes how one vendor takes idempotency keys.
+type KeyRule struct {
+	// Location is header or body.
+	Location Location
+	// Name is the header name or the JSON body field.
+	Name string
+	// MaxLen is the longest key the vendor accepts on any endpoint Ratchet
+	// gates; for vendors whose limit varies by endpoint it is the strictest.
+	MaxLen int
+	// Enforced is true when the vendor itself refuses or replays a request
+	// whose key it has seen.
+	Enforced bool
+	// RetentionHours is how long the vendor documents keeping keys; zero
+	// means the vendor publishes no figure.
+	RetentionHours int
+}
+
+// Vendor is one vendor's rules.
+type Vendor interface {
+	// Name is the lowercase vendor name agents pass as "vendor".
+	Name() string
+	// KeyRule says where the vendor takes its idempotency key.
+	KeyRule() KeyRule
+}
+
+// Key is the vendor idempotency key handed to an agent with an execute
+// decision: the value and where to put it.
+type Key struct {
+	Value          string   `json:"value"`
+	Location       Location `json:"location"`
+	Name           string   `json:"name"`
+	Enforced       bool     `json:"enforced"`
+	RetentionHours int      `json:"retention_hours"`
+}
+
+// registry lists the known vendors. Generic is the fallback and is not listed.
+var registry = map[string]Vendor{}
+
+func register(v Vendor) { registry[v.Name()] = v }
+
+func init() {
+	for _, v := range []Vendor{Stripe{}, Square{}, Adyen{}} {
+		register(v)
+	}
+}
+
+// Lookup returns the rules for a vendor name (case-insensitive) and whether
+// the vendor is known. Unknown vendors get Generic.
+func Lookup(name string) (Vendor, bool) {
+	v, ok := registry[strings.ToLower(name)]
+	if !ok {
+		return Generic{}, false
+	}
+	return v, true
+}
+
+// ShapeKey turns a digest of at least 16 bytes into the key for the named
+// vendor. The same digest always gives the same key.
+func ShapeKey(vendor string, digest []byte) Key {
+	v, _ := Lookup(vendor)
+	r := v.KeyRule()
+	return Key{
+		Value:          uuidV8(digest),
+		Location:       r.Location,
+		Name:           r.Name,
+		Enforced:       r.Enforced,
+		RetentionHours: r.RetentionHours,
+	}
+}
+
+// uuidV8 formats the first 16 bytes of digest as an RFC 9562 version 8 UUID.
+func uuidV8(digest []byte) string {
+	var b [16]byte
+	copy(b[:], digest)
+	b[6] = b[6]&0x0f | 0x80 // version 8
+	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:36], b[10:16])
+	return string(out[:])
+}
