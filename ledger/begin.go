@@ -55,6 +55,9 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 func (e *Engine) beginDecide(t *opTxn, in *beginInput, rec *effectRec, now time.Time) (*BeginResult, error) {
 	req := &in.req
 	if rec != nil {
+		if rec.EffectID == req.CompensatesEffectID {
+			return nil, invalidArg("compensates_effect_id", "an effect cannot compensate itself")
+		}
 		if rec.Fingerprint != in.fingerprint {
 			return nil, &Error{Code: CodeIdempotencyKeyConflict, Field: "idempotency_key", Message: fmt.Sprintf(
 				"idempotency_key %q was first used with a different effect_type, vendor or payload (effect %s); "+
@@ -144,7 +147,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	var target *effectRec
 	if compensation {
 		var err error
-		if target, err = e.compensationTarget(t, in, rec); err != nil {
+		if target, err = e.compensationTarget(t, in); err != nil {
 			return nil, err
 		}
 	}
@@ -226,11 +229,8 @@ func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
 	return cost == nil || *cost <= a.EstimatedCostMicros
 }
 
-func (e *Engine) compensationTarget(t *opTxn, in *beginInput, rec *effectRec) (*effectRec, error) {
+func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error) {
 	req := &in.req
-	if rec != nil && rec.EffectID == req.CompensatesEffectID {
-		return nil, invalidArg("compensates_effect_id", "an effect cannot compensate itself")
-	}
 	target, err := e.effectByID(t, req.Namespace, req.CompensatesEffectID)
 	if errors.Is(err, ErrNotFound) {
 		return nil, &Error{Code: CodeEffectNotFound, Field: "compensates_effect_id", Message: fmt.Sprintf(
@@ -257,7 +257,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	}
 	rec.State = StateAwaitingApproval
 	rec.Approval = &Approval{
-		ApprovalID: newID("apr_", now), EffectID: rec.EffectID, Namespace: rec.Namespace,
+		ApprovalID: e.ids.next("apr_", now), EffectID: rec.EffectID, Namespace: rec.Namespace,
 		EffectType: rec.EffectType, AgentID: req.AgentID, RunID: req.RunID,
 		EstimatedCostMicros: *req.EstimatedCostMicros, ThresholdMicros: threshold,
 		RequestedAt: now, ExpiresAt: now.Add(e.defaults.ApprovalTTL), State: ApprovalPending,
@@ -276,7 +276,7 @@ func (e *Engine) newEffect(in *beginInput, now time.Time) *effectRec {
 	req := &in.req
 	rec := &effectRec{Dimensions: in.dims}
 	rec.Effect = Effect{
-		EffectID: newID("eff_", now), Namespace: req.Namespace, IdempotencyKey: req.IdempotencyKey,
+		EffectID: e.ids.next("eff_", now), Namespace: req.Namespace, IdempotencyKey: req.IdempotencyKey,
 		EffectType: req.EffectType, Vendor: req.Vendor, RunID: req.RunID, AgentID: req.AgentID,
 		GroupKey: req.GroupKey, Fingerprint: in.fingerprint, Compensation: req.Compensation,
 		CompensatesEffectID: req.CompensatesEffectID, CreatedAt: now,

@@ -40,15 +40,15 @@ func canonicalJSON(raw []byte) ([]byte, error) {
 }
 
 func canonValue(dec *json.Decoder, buf *bytes.Buffer, depth int) error {
-	if depth > maxJSONDepth {
-		return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
-	}
 	tok, err := dec.Token()
 	if err != nil {
 		return fmt.Errorf("invalid JSON: %w", err)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth >= maxJSONDepth {
+			return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+		}
 		switch t {
 		case '{':
 			return canonObject(dec, buf, depth)

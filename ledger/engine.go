@@ -77,6 +77,7 @@ type Engine struct {
 	clock    Clock
 	log      *slog.Logger
 	maxBatch int
+	ids      idGen
 
 	ops     chan *op
 	stop    chan struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ type harness struct {
 	eng    *ledger.Engine
 	opts   badgerstore.Options
 	defs   ledger.Defaults
+	logger *slog.Logger
 }
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
@@ -91,7 +93,7 @@ func (h *harness) open() {
 		h.t.Fatal(err)
 	}
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
-		Defaults: h.defs, ReapInterval: -1, PurgeInterval: -1})
+		Defaults: h.defs, Logger: h.logger, ReapInterval: -1, PurgeInterval: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}

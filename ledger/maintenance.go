@@ -34,17 +34,17 @@ func (e *Engine) Purge(ctx context.Context) (int, error) {
 	return e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
 }
 
-// sweep walks a time index up to cutoff(now) and applies fn to each effect
+// sweep walks a time index up to and including cutoff(now) and applies fn to each effect
 // in batches through the writer. fn must itself remove the index entry.
 func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) time.Time,
 	fn func(t *opTxn, rec *effectRec, now time.Time) error) (int, error) {
 	total := 0
 	for {
-		until := timeKey(kind, cutoff(e.clock.Now()), "")
+		until := cutoff(e.clock.Now())
 		var keys [][]byte
 		err := e.view(func(r Reader) error {
 			return r.Scan(prefix(kind), nil, func(k, _ []byte) (bool, error) {
-				if string(k) >= string(until) || len(keys) == sweepBatch {
+				if at, _, _ := timeKeyParts(k); at.After(until) || len(keys) == sweepBatch {
 					return false, nil
 				}
 				keys = append(keys, k)

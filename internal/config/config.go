@@ -1,0 +1,378 @@
+// Package config loads Ratchet's YAML configuration file.
+//
+// Loading goes defaults → file → (the caller's env and flags) → Validate.
+// The file is strict: an unknown key is an error, because a misspelt
+// "ceilngs" that silently removed a spend limit is the worst failure a
+// side-effect gate can have. Every error names the file line and the field
+// path, e.g. "ratchet.yaml:14: policies[0].ceilings[1].window: "2x" is not a
+// duration". Field names are part of Ratchet's interface (SPEC section 4):
+// fields are added, never renamed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Config is the whole file.
+type Config struct {
+	DataDir  string        `yaml:"data_dir"`
+	Listen   Listen        `yaml:"listen"`
+	Secrets  Secrets       `yaml:"secrets"`
+	Auth     Auth          `yaml:"auth"`
+	Defaults Defaults      `yaml:"defaults"`
+	Proxy    Proxy         `yaml:"proxy"`
+	Ledger   Ledger        `yaml:"ledger"`
+	Policies []ledger.Rule `yaml:"policies"`
+}
+
+// Listen holds the listener addresses.
+type Listen struct {
+	MCP   string `yaml:"mcp"`
+	Admin string `yaml:"admin"`
+	Proxy string `yaml:"proxy"`
+}
+
+// Secrets names the files that hold keys; keys never appear in the config.
+type Secrets struct {
+	// HMACKeyFile is generated (0600) on first start if absent; default
+	// <data_dir>/hmac.key.
+	HMACKeyFile string `yaml:"hmac_key_file"`
+	// EncryptionKeyFile, when set, turns on encryption at rest; it holds
+	// 16, 24 or 32 bytes as hex.
+	EncryptionKeyFile string `yaml:"encryption_key_file"`
+}
+
+// Auth lists who may call Ratchet, by the SHA-256 of their bearer tokens.
+type Auth struct {
+	Agents []Agent `yaml:"agents"`
+	Admins []Admin `yaml:"admins"`
+}
+
+// Agent maps an agent token to its identity.
+type Agent struct {
+	TokenSHA256 string `yaml:"token_sha256"`
+	Namespace   string `yaml:"namespace"`
+	AgentID     string `yaml:"agent_id"`
+}
+
+// Admin is an operator token.
+type Admin struct {
+	TokenSHA256 string `yaml:"token_sha256"`
+	Name        string `yaml:"name"`
+}
+
+// Defaults are engine-wide defaults.
+type Defaults struct {
+	LeaseSeconds    int    `yaml:"lease_seconds"`
+	MaxLeaseSeconds int    `yaml:"max_lease_seconds"`
+	Retention       string `yaml:"retention"`
+	ApprovalTTL     string `yaml:"approval_ttl"`
+}
+
+// Proxy configures the outbound proxy.
+type Proxy struct {
+	Upstreams      map[string]string `yaml:"upstreams"`
+	DedupeWindow   string            `yaml:"dedupe_window"`
+	AllowHosts     []string          `yaml:"allow_hosts"`
+	MaxBodyBytes   int64             `yaml:"max_body_bytes"`
+	CurrencyMicros map[string]int64  `yaml:"currency_micros"`
+}
+
+// Ledger selects the storage backend.
+type Ledger struct {
+	// Backend is badger (default) or postgres.
+	Backend string `yaml:"backend"`
+	DSNEnv  string `yaml:"dsn_env"`
+	DSNFile string `yaml:"dsn_file"`
+}
+
+// Default returns the configuration used when there is no file.
+func Default() *Config {
+	c := &Config{}
+	c.fill()
+	return c
+}
+
+// fill sets every field the file left empty to its default.
+func (c *Config) fill() {
+	set := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	set(&c.DataDir, "./data")
+	set(&c.Listen.MCP, "127.0.0.1:8787")
+	set(&c.Listen.Admin, "127.0.0.1:8788")
+	set(&c.Listen.Proxy, "127.0.0.1:8789")
+	set(&c.Defaults.Retention, "720h")
+	set(&c.Defaults.ApprovalTTL, "24h")
+	set(&c.Proxy.DedupeWindow, "24h")
+	set(&c.Ledger.Backend, "badger")
+	if c.Defaults.LeaseSeconds == 0 {
+		c.Defaults.LeaseSeconds = 60
+	}
+	if c.Defaults.MaxLeaseSeconds == 0 {
+		c.Defaults.MaxLeaseSeconds = 3600
+	}
+	if c.Proxy.MaxBodyBytes == 0 {
+		c.Proxy.MaxBodyBytes = 1 << 20
+	}
+	if c.Proxy.Upstreams == nil {
+		c.Proxy.Upstreams = map[string]string{}
+	}
+	for v, u := range map[string]string{
+		"stripe": "https://api.stripe.com",
+		"square": "https://connect.squareup.com",
+		"adyen":  "https://checkout-test.adyen.com",
+	} {
+		if c.Proxy.Upstreams[v] == "" {
+			c.Proxy.Upstreams[v] = u
+		}
+	}
+	if c.Proxy.CurrencyMicros == nil {
+		c.Proxy.CurrencyMicros = map[string]int64{"usd": 1_000_000}
+	}
+}
+
+// HMACKeyPath is secrets.hmac_key_file, or hmac.key in the data dir (which
+// a flag may have changed after loading).
+func (c *Config) HMACKeyPath() string {
+	if c.Secrets.HMACKeyFile != "" {
+		return c.Secrets.HMACKeyFile
+	}
+	return filepath.Join(c.DataDir, "hmac.key")
+}
+
+// LedgerDefaults converts the defaults block for the engine. Call after a
+// successful Validate.
+func (c *Config) LedgerDefaults() ledger.Defaults {
+	ret, _ := time.ParseDuration(c.Defaults.Retention)
+	ttl, _ := time.ParseDuration(c.Defaults.ApprovalTTL)
+	return ledger.Defaults{LeaseSeconds: c.Defaults.LeaseSeconds, MaxLeaseSeconds: c.Defaults.MaxLeaseSeconds,
+		Retention: ret, ApprovalTTL: ttl}
+}
+
+// Problem is one thing wrong in a config file.
+type Problem struct {
+	Line    int
+	Path    string
+	Message string
+}
+
+// Error lists every problem found in a config file.
+type Error struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%s:%d: ", e.File, p.Line)
+		if p.Path != "" {
+			b.WriteString(p.Path + ": ")
+		}
+		b.WriteString(p.Message)
+	}
+	return b.String()
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// maxFileBytes bounds a config file.
+const maxFileBytes = 1 << 20
+
+var yamlLineRe = regexp.MustCompile(`^\s*(?:yaml: )?line (\d+): (.*)$`)
+var unknownFieldRe = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// Parse decodes and validates a config; name is used in error messages.
+func Parse(r io.Reader, name string) (*Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", name, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, &Error{File: name, Problems: []Problem{{Line: 1, Message: "file is larger than 1 MiB"}}}
+	}
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(name, err)
+	}
+	var root yaml.Node
+	_ = yaml.Unmarshal(data, &root) // it decoded above, so it parses
+	cfg.fill()
+	if probs := cfg.problems(); len(probs) > 0 {
+		for i := range probs {
+			probs[i].Line = lineOf(&root, probs[i].Path)
+		}
+		return nil, &Error{File: name, Problems: probs}
+	}
+	return &cfg, nil
+}
+
+// yamlError turns yaml.v3's messages into Problems with lines.
+func yamlError(name string, err error) error {
+	var probs []Problem
+	lines := []string{err.Error()}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		lines = te.Errors
+	}
+	for _, l := range lines {
+		m := yamlLineRe.FindStringSubmatch(l)
+		if m == nil {
+			probs = append(probs, Problem{Line: 1, Message: strings.TrimPrefix(l, "yaml: ")})
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		msg := m[2]
+		if u := unknownFieldRe.FindStringSubmatch(msg); u != nil {
+			msg = fmt.Sprintf("unknown field %q (check the spelling; unknown fields are refused so that no limit is silently ignored)", u[1])
+		}
+		probs = append(probs, Problem{Line: n, Message: msg})
+	}
+	return &Error{File: name, Problems: probs}
+}
+
+// Validate checks a config built in code (Parse validates already).
+func (c *Config) Validate() error {
+	if probs := c.problems(); len(probs) > 0 {
+		return &Error{File: "config", Problems: probs}
+	}
+	return nil
+}
+
+var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (c *Config) problems() []Problem {
+	var probs []Problem
+	add := func(path, format string, args ...any) {
+		probs = append(probs, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
+	for _, fe := range ledger.ValidatePolicies(c.Policies) {
+		add(fe.Path, "%s", fe.Message)
+	}
+	checkDur := func(path, v string) {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			add(path, "%q is not a positive duration (e.g. 24h, 90m)", v)
+		}
+	}
+	checkDur("defaults.retention", c.Defaults.Retention)
+	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
+	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
+	if c.Defaults.LeaseSeconds < 0 {
+		add("defaults.lease_seconds", "must be > 0")
+	}
+	if c.Defaults.MaxLeaseSeconds < 0 {
+		add("defaults.max_lease_seconds", "must be > 0")
+	}
+	if c.Defaults.LeaseSeconds > c.Defaults.MaxLeaseSeconds {
+		add("defaults.lease_seconds", "%d is above max_lease_seconds (%d)", c.Defaults.LeaseSeconds, c.Defaults.MaxLeaseSeconds)
+	}
+	if c.Proxy.MaxBodyBytes < 0 {
+		add("proxy.max_body_bytes", "must be > 0")
+	}
+	for _, cur := range sortedKeys(c.Proxy.CurrencyMicros) {
+		if v := c.Proxy.CurrencyMicros[cur]; v <= 0 {
+			add("proxy.currency_micros."+cur, "must be > 0 micro-USD per major unit, got %d", v)
+		}
+	}
+	for i, a := range c.Auth.Agents {
+		p := fmt.Sprintf("auth.agents[%d]", i)
+		if !hexSHA256.MatchString(a.TokenSHA256) {
+			add(p+".token_sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, never the token itself)")
+		}
+		if a.Namespace == "" {
+			add(p+".namespace", "is required")
+		}
+	}
+	for i, a := range c.Auth.Admins {
+		p := fmt.Sprintf("auth.admins[%d]", i)
+		if !hexSHA256.MatchString(a.TokenSHA256) {
+			add(p+".token_sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, never the token itself)")
+		}
+		if a.Name == "" {
+			add(p+".name", "is required (it is recorded on every approval)")
+		}
+	}
+	switch c.Ledger.Backend {
+	case "badger":
+	case "postgres":
+		if (c.Ledger.DSNEnv == "") == (c.Ledger.DSNFile == "") {
+			add("ledger", "postgres needs exactly one of dsn_env and dsn_file")
+		}
+	default:
+		add("ledger.backend", "%q must be badger or postgres", c.Ledger.Backend)
+	}
+	return probs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var pathPartRe = regexp.MustCompile(`([^.\[\]]+)|\[(\d+)\]`)
+
+// lineOf finds the line of a field path like "policies[1].ceilings[0].window"
+// in a YAML document: the deepest node of the path that exists.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := max(n.Line, 1)
+	for _, m := range pathPartRe.FindAllStringSubmatch(path, -1) {
+		var next *yaml.Node
+		switch {
+		case m[2] != "" && n.Kind == yaml.SequenceNode:
+			i, _ := strconv.Atoi(m[2])
+			if i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		case m[1] != "" && n.Kind == yaml.MappingNode:
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == m[1] {
+					line, next = n.Content[j].Line, n.Content[j+1]
+				}
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+	}
+	return line
+}

@@ -1,0 +1,135 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExampleConfigIsValid(t *testing.T) {
+	cfg, err := Load("../../configs/ratchet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policies) != 4 || cfg.Auth.Agents[0].Namespace != "shop" || cfg.Proxy.CurrencyMicros["eur"] != 1_080_000 {
+		t.Fatalf("example decoded wrongly: %+v", cfg)
+	}
+	if d := cfg.LedgerDefaults(); d.Retention != 720*time.Hour || d.ApprovalTTL != 24*time.Hour || d.MaxLeaseSeconds != 3600 {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse(strings.NewReader(""), "empty.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "./data" || cfg.Listen.MCP != "127.0.0.1:8787" || cfg.Proxy.Upstreams["stripe"] != "https://api.stripe.com" ||
+		cfg.HMACKeyPath() != "data/hmac.key" || cfg.Ledger.Backend != "badger" || cfg.Proxy.MaxBodyBytes != 1<<20 {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	cfg.DataDir = "/var/lib/ratchet" // as a --data-dir flag would
+	if cfg.HMACKeyPath() != "/var/lib/ratchet/hmac.key" {
+		t.Fatal(cfg.HMACKeyPath())
+	}
+	if Default().Listen.Admin != "127.0.0.1:8788" {
+		t.Fatal("Default() differs from an empty file")
+	}
+}
+
+func problems(t *testing.T, file string) []Problem {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = Parse(f, file)
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("%s: got %v, want a config error", file, err)
+	}
+	return ce.Problems
+}
+
+func TestErrorsNameTheLine(t *testing.T) {
+	probs := problems(t, "testdata/broken.yaml")
+	want := []struct {
+		line int
+		path string
+		msg  string
+	}{
+		{5, "policies[0].ceilings[0].limit_micros", "must be >= 0"},
+		{6, "policies[0].ceilings[1].window", "not a duration"},
+		{7, "policies[0].ceilings[2].per", "must be global, agent, run or dimension:<name>"},
+		{8, "policies[1].match", "not a valid glob"},
+	}
+	if len(probs) != len(want) {
+		t.Fatalf("got %d problems: %+v", len(probs), probs)
+	}
+	for i, w := range want {
+		p := probs[i]
+		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
+			t.Errorf("problem %d = %+v, want line %d %s %q", i, p, w.line, w.path, w.msg)
+		}
+	}
+	err := (&Error{File: "broken.yaml", Problems: probs}).Error()
+	if !strings.HasPrefix(err, "broken.yaml:5: policies[0].ceilings[0].limit_micros: must be >= 0") {
+		t.Fatalf("message: %s", err)
+	}
+}
+
+func TestUnknownFieldNamesTheLine(t *testing.T) {
+	probs := problems(t, "testdata/unknown_field.yaml")
+	if len(probs) != 1 || probs[0].Line != 5 || !strings.Contains(probs[0].Message, `unknown field "ceilngs"`) {
+		t.Fatalf("got %+v", probs)
+	}
+}
+
+func TestMoreValidation(t *testing.T) {
+	cases := map[string]struct {
+		yaml string
+		line int
+		frag string
+	}{
+		"duplicate ceiling": {"policies:\n  - match: a.*\n    ceilings: [{name: x, limit_count: 1, window: 1h, per: global}]\n  - match: b.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1h, per: global}\n", 6, "already used"},
+		"both limits":       {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, limit_micros: 1, window: 1h, per: global}\n", 4, "use one"},
+		"bad retention":     {"defaults:\n  retention: forever\n", 2, "not a positive duration"},
+		"token not hashed":  {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
+		"bad backend":       {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
+		"postgres no dsn":   {"ledger:\n  backend: postgres\n", 1, "exactly one of dsn_env"},
+		"wrong type":        {"defaults:\n  lease_seconds: soon\n", 2, "cannot unmarshal"},
+		"syntax":            {"policies: [\n", 1, "did not find"}, // yaml.v3 gives no line here
+		"bad currency":      {"proxy:\n  currency_micros: {usd: 0}\n", 2, "must be > 0"},
+		"window too short":  {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1ms, per: global}\n", 4, "between 1s"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(c.yaml), "t.yaml")
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v", err)
+			}
+			p := ce.Problems[0]
+			if p.Line != c.line || !strings.Contains(p.Message, c.frag) {
+				t.Fatalf("got %+v, want line %d containing %q", p, c.line, c.frag)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "data_dir: x\n", "policies:\n  - match: a.*\n    deny: true\n", "{", "policies: [{match: '[', ceilings: [{}]}]"} {
+		f.Add(s)
+	}
+	b, _ := os.ReadFile("../../configs/ratchet.example.yaml")
+	f.Add(string(b))
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, err := Parse(strings.NewReader(s), "fuzz.yaml")
+		if err == nil && cfg.Validate() != nil {
+			t.Fatal("Parse accepted a config that Validate refuses")
+		}
+	})
+}

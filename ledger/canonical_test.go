@@ -1,0 +1,117 @@
+package ledger
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCanonicalJSON(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"b":1,"a":2}`, `{"a":2,"b":1}`},
+		{` { "a" : [ 1 , 2 ] } `, `{"a":[1,2]}`},
+		{`1.0`, `1`},
+		{`1e3`, `1000`},
+		{`-0.5`, `-0.5`},
+		{`12345678901234567890`, `12345678901234567000`},
+		{`1e21`, `1e+21`},
+		{`"<&>"`, `"<&>"`},
+		{`"\u00e9"`, `"é"`},
+		{`{"z":{"y":null,"x":true}}`, `{"z":{"x":true,"y":null}}`},
+		{`[]`, `[]`},
+		{`{}`, `{}`},
+	}
+	for _, c := range cases {
+		got, err := canonicalJSON([]byte(c.in))
+		if err != nil || string(got) != c.want {
+			t.Errorf("canonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{``, `{`, `{"a":1,"a":1}`, `[1,]`, `1 2`, "\"\xff\"", `1e400`, strings.Repeat("[", 65) + strings.Repeat("]", 65), `NaN`} {
+		if got, err := canonicalJSON([]byte(bad)); err == nil {
+			t.Errorf("canonicalJSON(%q) = %s, want an error", bad, got)
+		}
+	}
+}
+
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1,2,{"c":null}]}`, `"x"`, `1.5e10`, `[[[[]]]]`, `{"a":"\u0000"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := canonicalJSON(in)
+		if err != nil {
+			return
+		}
+		// Canonical output is valid JSON and a fixed point.
+		if !json.Valid(out) {
+			t.Fatalf("invalid output %s", out)
+		}
+		again, err := canonicalJSON(out)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("not a fixed point: %s -> %s (%v)", out, again, err)
+		}
+	})
+}
+
+func TestIDsSortInCreationOrder(t *testing.T) {
+	var g idGen
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 1000 {
+		if i%100 == 0 {
+			now = now.Add(time.Millisecond)
+		}
+		if i == 500 {
+			now = now.Add(-time.Second) // the clock steps back
+		}
+		id := g.next("eff_", now)
+		if len(id) != 30 || !strings.HasPrefix(id, "eff_") {
+			t.Fatalf("id %q", id)
+		}
+		ids = append(ids, id)
+	}
+	if !sort.StringsAreSorted(ids) {
+		t.Fatal("ids do not sort in creation order")
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("duplicate id %s", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestBucketsAreConservative(t *testing.T) {
+	c := &ceiling{Ceiling: Ceiling{Name: "c", Window: "1h"}, window: time.Hour, limit: 10, money: true}
+	var r counterRec
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC) // mid-bucket (buckets are 1 minute)
+	s, e := c.bucketFor(t0)
+	r.add(c, t0, s, e, 7, 1)
+	for _, tc := range []struct {
+		at   time.Duration
+		want int64
+	}{
+		{0, 7},
+		{time.Hour - time.Second, 7},
+		{time.Hour, 7}, // truly slid out at t0+1h, still counted: early refusal, never late
+		{time.Hour + 29*time.Second, 7},
+		{time.Hour + 30*time.Second, 0}, // the whole bucket has left the window
+	} {
+		if got := r.counted(c, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("counted at +%v = %d, want %d", tc.at, got, tc.want)
+		}
+	}
+	// Clock stepping backwards: a grant in an earlier bucket still counts.
+	s2, e2 := c.bucketFor(t0.Add(-5 * time.Minute))
+	r.add(c, t0, s2, e2, 2, 1)
+	if got := r.counted(c, t0); got != 9 {
+		t.Fatalf("counted after backwards grant = %d", got)
+	}
+	if satAdd(1<<62, 1<<62) < 0 {
+		t.Fatal("saturating add overflowed")
+	}
+}

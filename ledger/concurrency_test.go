@@ -1,0 +1,151 @@
+package ledger_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+func TestSameKeyManyGoroutines(t *testing.T) {
+	h := newHarness(t, testRules())
+	const n = 64
+	var wg sync.WaitGroup
+	decisions := make(chan *ledger.BeginResult, n)
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := h.eng.Begin(context.Background(), pay("hot:key", "acct_1", 1_000_000))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			decisions <- res
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(decisions)
+	counts := map[ledger.Decision]int{}
+	ids := map[string]bool{}
+	for d := range decisions {
+		counts[d.Decision]++
+		ids[d.EffectID] = true
+	}
+	if counts[ledger.DecisionExecute] != 1 || counts[ledger.DecisionInFlight] != n-1 || len(ids) != 1 {
+		t.Fatalf("decisions %v over %d effect ids; want 1 execute, %d in_flight, one effect", counts, len(ids), n-1)
+	}
+	if got := budgetsByName(t, h)["daily-spend"]; got != 1_000_000 {
+		t.Fatalf("counted %d, want one reservation", got)
+	}
+}
+
+func TestCeilingUnderRace(t *testing.T) {
+	// 64 goroutines, distinct keys, each asking for 7 of a 100-unit
+	// ceiling a few times over: at most 14 may execute, and the counter
+	// must equal the sum of what was granted.
+	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{
+		{Name: "total", LimitMicros: i64(100), Window: "24h", Per: "global"},
+	}}}
+	h := newHarness(t, rules)
+	const n = 64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted, deniedN := int64(0), 0
+	for g := range n {
+		wg.Go(func() {
+			for j := range 3 {
+				req := ledger.BeginRequest{IdempotencyKey: "k" + itoa(int64(g*10+j)), EffectType: "spend.money", EstimatedCostMicros: i64(7)}
+				res, err := h.eng.Begin(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				switch res.Decision {
+				case ledger.DecisionExecute:
+					granted += 7
+				case ledger.DecisionDenied:
+					deniedN++
+				default:
+					t.Errorf("unexpected %s", res.Decision)
+				}
+				mu.Unlock()
+				if res.Decision == ledger.DecisionExecute && j == 1 {
+					// Some reports interleave: failures release spend.
+					if _, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed}); err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					granted -= 7
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	counted := budgetsByName(t, h)["total"]
+	if counted > 100 || counted != granted || granted < 100-6 {
+		t.Fatalf("counted %d, granted %d (denied %d): the ceiling must hold and be filled", counted, granted, deniedN)
+	}
+}
+
+func TestMixedLoadKeepsInvariants(t *testing.T) {
+	// Many goroutines mix begin, report, resolve and unwind on a small set
+	// of keys; afterwards every key has exactly one effect and no ceiling
+	// is over its limit.
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 40 {
+				key := "mix:" + itoa(int64(i%10))
+				req := pay(key, "acct_"+itoa(int64(i%3)), 30_000_000)
+				req.GroupKey = "grp:" + itoa(int64(i%2))
+				res, err := h.eng.Begin(ctx, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch {
+				case res.Decision == ledger.DecisionExecute && (g+i)%3 == 0:
+					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed})
+				case res.Decision == ledger.DecisionExecute && (g+i)%3 == 1:
+					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeUnknown})
+				case res.Decision == ledger.DecisionExecute:
+					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded})
+				case res.Decision == ledger.DecisionBlocked:
+					h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
+				}
+				if i == 30 && g == 0 {
+					h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "grp:1"})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	page, err := h.eng.List(ctx, ledger.Filter{Namespace: "default", Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	var held int64
+	for _, e := range page.Effects {
+		keys[e.IdempotencyKey]++
+		if e.State == ledger.StatePending || e.State == ledger.StateIndeterminate || e.State == ledger.StateSucceeded {
+			held += *e.EstimatedCostMicros
+		}
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Fatalf("key %s has %d effects", k, n)
+		}
+	}
+	b := budgetsByName(t, h)
+	if b["daily-spend"] > 500_000_000 || b["daily-spend"] != held {
+		t.Fatalf("daily-spend counted %d, effects hold %d", b["daily-spend"], held)
+	}
+}

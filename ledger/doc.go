@@ -1,0 +1,77 @@
+// Package ledger is Ratchet's engine: the effect state machine, policies,
+// spend ceilings, approvals and saga groups, on durable storage. Every
+// adapter (MCP tools, the outbound proxy, the admin API) calls the one
+// Engine API; nothing else touches storage.
+//
+// # Write path
+//
+// Every mutation (begin, report, resolve, unwind, approve, reaper and
+// retention sweeps) is a closure queued to a single writer goroutine. The
+// writer takes everything queued (up to Options.MaxBatch), runs each op in
+// order against one storage transaction, each op seeing the writes of the
+// ops before it, commits once with SyncWrites (one fsync for the batch), and
+// only then answers every caller. This is group commit: concurrency raises
+// batch size instead of causing conflicts, hot budget counters are never
+// raced, and an execute is never answered before it is on disk. An op that
+// fails leaves nothing behind (its writes are buffered per op); a commit that
+// fails answers every op of the batch with CodeUnavailable and records none
+// of them. Reads (Get, List, Budgets, ListApprovals) use snapshots of
+// committed data and never wait for the writer.
+//
+// Storage is reached only through the narrow Store interface (ordered keys,
+// transactions), so a second backend can follow; badgerstore is the
+// embedded default.
+//
+// # Decisions the spec left open
+//
+//   - A begin denied for a key never seen before (policy, budget, group,
+//     unreported effects) records nothing and has no effect_id: nothing
+//     happened, and the next begin is evaluated afresh. A denial of a new
+//     attempt of a known key leaves that effect as it was.
+//   - Compensations skip the group check, approval thresholds (and so
+//     cost_required) and ceilings, as the spec says, but not deny rules or
+//     required dimensions: an operator who denies an effect type outright
+//     means it. What a compensation declares is still counted.
+//   - An effect can be compensated only once, only when succeeded, and never
+//     by itself; a compensation cannot itself be compensated.
+//   - A compensated effect answers a begin of its original key with
+//     duplicate (state compensated): the action happened, then was undone;
+//     doing it again needs a new key.
+//   - Approval expiry (defaults.approval_ttl) applies both to a pending
+//     request and to a grant the agent has not used: either way the next
+//     begin asks again with a new approval_id. A grant covers retries after
+//     a definite failure while it is valid, for costs up to the approved
+//     estimate; a larger estimate asks again. Approved effects are checked
+//     against ceilings again when they execute: ceilings are hard.
+//   - Approval requests reserve nothing; only execute reserves.
+//   - Reports may carry the attempt number; a report for an older attempt is
+//     refused (invalid_state_transition) instead of settling the wrong one.
+//   - max_unreported counts an agent's effects whose leases expired without
+//     any report and that nobody has resolved or late-reported since.
+//   - A per-dimension ceiling applies only when the begin declares that
+//     dimension ("declaring can only tighten"); require_dimensions makes one
+//     mandatory. A missing agent_id or run_id is the empty scope, shared by
+//     all begins that omit it, so omitting an id never escapes a ceiling.
+//   - A "run" window never slides; its counter is per run id.
+//   - Sliding windows move in steps of 1/60 of their length (see budget.go):
+//     Ratchet may refuse slightly early, never late.
+//   - Ceiling names are unique across the policy; a counter is identified
+//     by namespace, ceiling name and scope.
+//   - retry_after_seconds is the whole seconds left on the lease, at least 1.
+//   - Retention purges only finished effects (succeeded, failed, rejected,
+//     compensated); pending, indeterminate and awaiting ones stay until
+//     someone acts, however old. A purged key is forgotten.
+//   - Effect and approval ids are ULIDs (eff_/apr_ + 26 characters):
+//     unguessable, sorted by creation, monotonic within one engine.
+//   - The vendor idempotency key is derived from HMAC(secret, namespace,
+//     key, attempt, vendor) and shaped by package vendors.
+//
+// # Privacy
+//
+// Payloads are reduced to a fingerprint (HMAC-SHA256 under the server
+// secret of the canonical JSON of effect_type, vendor and payload) before
+// the writer sees them; dimension values to HMAC(secret, name, value).
+// Neither raw form is stored or logged. Results and compensations are
+// stored as given (agents are told so); Badger's encryption at rest covers
+// them when turned on.
+package ledger

@@ -1,0 +1,192 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+func TestBadBeginInput(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	manyDims := map[string]string{}
+	for i := range 10_000 {
+		manyDims["d"+itoa(int64(i))] = "v"
+	}
+	ok := func() ledger.BeginRequest {
+		return ledger.BeginRequest{IdempotencyKey: "k", EffectType: "email.send"}
+	}
+	cases := []struct {
+		name  string
+		mod   func(*ledger.BeginRequest)
+		field string
+	}{
+		{"empty key", func(r *ledger.BeginRequest) { r.IdempotencyKey = "" }, "idempotency_key"},
+		{"key too long", func(r *ledger.BeginRequest) { r.IdempotencyKey = strings.Repeat("k", 256) }, "idempotency_key"},
+		{"key invalid utf8", func(r *ledger.BeginRequest) { r.IdempotencyKey = "k\xff" }, "idempotency_key"},
+		{"key control char", func(r *ledger.BeginRequest) { r.IdempotencyKey = "k\x00x" }, "idempotency_key"},
+		{"effect type missing", func(r *ledger.BeginRequest) { r.EffectType = "" }, "effect_type"},
+		{"effect type one part", func(r *ledger.BeginRequest) { r.EffectType = "email" }, "effect_type"},
+		{"effect type upper", func(r *ledger.BeginRequest) { r.EffectType = "Email.Send" }, "effect_type"},
+		{"effect type glob", func(r *ledger.BeginRequest) { r.EffectType = "email.*" }, "effect_type"},
+		{"payload too big", func(r *ledger.BeginRequest) {
+			r.Payload = json.RawMessage(`"` + strings.Repeat("x", 64<<10) + `"`)
+		}, "payload"},
+		{"payload not json", func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`{"a":`) }, "payload"},
+		{"payload two values", func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`1 2`) }, "payload"},
+		{"payload duplicate key", func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`{"a":1,"a":2}`) }, "payload"},
+		{"payload too deep", func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(deep) }, "payload"},
+		{"payload huge number", func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`1e999`) }, "payload"},
+		{"negative cost", func(r *ledger.BeginRequest) { r.EstimatedCostMicros = i64(-1) }, "estimated_cost_micros"},
+		{"overflowing cost", func(r *ledger.BeginRequest) { r.EstimatedCostMicros = i64(1 << 62) }, "estimated_cost_micros"},
+		{"10000 dimensions", func(r *ledger.BeginRequest) { r.Dimensions = manyDims }, "dimensions"},
+		{"bad dimension name", func(r *ledger.BeginRequest) { r.Dimensions = map[string]string{"Bad Name": "x"} }, "dimensions"},
+		{"empty dimension value", func(r *ledger.BeginRequest) { r.Dimensions = map[string]string{"counterparty": ""} }, "dimensions.counterparty"},
+		{"negative lease", func(r *ledger.BeginRequest) { r.LeaseSeconds = -5 }, "lease_seconds"},
+		{"lease over max", func(r *ledger.BeginRequest) { r.LeaseSeconds = 3601 }, "lease_seconds"},
+		{"bad vendor", func(r *ledger.BeginRequest) { r.Vendor = "stripe inc" }, "vendor"},
+		{"run id too long", func(r *ledger.BeginRequest) { r.RunID = strings.Repeat("r", 256) }, "run_id"},
+		{"bad compensation type", func(r *ledger.BeginRequest) { r.Compensation = &ledger.Compensation{EffectType: "undo"} }, "compensation.effect_type"},
+		{"bad compensation cost", func(r *ledger.BeginRequest) {
+			r.Compensation = &ledger.Compensation{EffectType: "a.b", EstimatedCostMicros: i64(-3)}
+		}, "compensation.estimated_cost_micros"},
+		{"bad namespace", func(r *ledger.BeginRequest) { r.Namespace = "Shop Floor" }, "namespace"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := ok()
+			c.mod(&req)
+			_, err := h.eng.Begin(ctx, req)
+			wantCode(t, err, ledger.CodeInvalidArgument)
+			if le := err.(*ledger.Error); le.Field != c.field {
+				t.Fatalf("field %q, want %q (%v)", le.Field, c.field, err)
+			}
+		})
+	}
+	page, err := h.eng.List(ctx, ledger.Filter{})
+	if err != nil || len(page.Effects) != 0 {
+		t.Fatalf("bad input left %d effects (%v)", len(page.Effects), err)
+	}
+	// The valid request itself works and unicode keys are counted in characters.
+	req := ok()
+	req.IdempotencyKey = strings.Repeat("é", 255)
+	h.beginWant(req, ledger.DecisionExecute)
+}
+
+func TestBadReportInput(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	a := h.beginWant(email("r1", "bot"), ledger.DecisionExecute)
+	cases := map[string]ledger.ReportRequest{
+		"missing id":       {Outcome: ledger.OutcomeSucceeded},
+		"bad outcome":      {EffectID: a.EffectID, Outcome: "done"},
+		"result too big":   {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, Result: json.RawMessage(`"` + strings.Repeat("x", 64<<10) + `"`)},
+		"result not json":  {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, Result: json.RawMessage(`nope`)},
+		"negative actual":  {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, ActualCostMicros: i64(-1)},
+		"long vendor ref":  {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, VendorReference: strings.Repeat("p", 300)},
+		"negative attempt": {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, Attempt: -1},
+	}
+	for name, req := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := h.eng.Report(ctx, req)
+			wantCode(t, err, ledger.CodeInvalidArgument)
+		})
+	}
+	if eff := h.get(a.EffectID); eff.State != ledger.StatePending {
+		t.Fatalf("bad reports changed the effect: %s", eff.State)
+	}
+}
+
+func TestRetentionPurge(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	done := h.beginWant(email("old", "bot"), ledger.DecisionExecute)
+	h.report(done.EffectID, ledger.OutcomeSucceeded)
+	stuck := h.beginWant(email("stuck", "bot"), ledger.DecisionExecute) // will expire
+	h.clock.Advance(720*time.Hour - time.Second)
+	if n, _ := h.eng.Purge(ctx); n != 0 {
+		t.Fatalf("purged %d before retention", n)
+	}
+	h.clock.Advance(time.Second)
+	if n, err := h.eng.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("purge = %d, %v", n, err)
+	}
+	if _, err := h.eng.Get(ctx, "", done.EffectID, ""); err == nil {
+		t.Fatal("purged effect still readable")
+	}
+	if eff := h.get(stuck.EffectID); eff.State != ledger.StateIndeterminate {
+		t.Fatalf("unresolved effect must survive retention: %+v", eff)
+	}
+	// A purged key is new again.
+	if r := h.beginWant(email("old", "bot"), ledger.DecisionExecute); r.EffectID == done.EffectID {
+		t.Fatal("purged key reused the old effect")
+	}
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	for i := range 7 {
+		r := ledger.BeginRequest{IdempotencyKey: "k" + itoa(int64(i)), EffectType: "task.run", RunID: "run" + itoa(int64(i%2)), AgentID: "a"}
+		res := h.beginWant(r, ledger.DecisionExecute)
+		if i%3 == 0 {
+			h.report(res.EffectID, ledger.OutcomeSucceeded)
+		}
+	}
+	var all []ledger.Effect
+	cursor := ""
+	for {
+		p, err := h.eng.List(ctx, ledger.Filter{Namespace: "default", Limit: 3, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, p.Effects...)
+		if p.NextCursor == "" {
+			break
+		}
+		cursor = p.NextCursor
+	}
+	if len(all) != 7 || all[0].IdempotencyKey != "k0" || all[6].IdempotencyKey != "k6" {
+		t.Fatalf("paged %d effects", len(all))
+	}
+	p, _ := h.eng.List(ctx, ledger.Filter{Namespace: "default", RunID: "run0"})
+	if len(p.Effects) != 4 {
+		t.Fatalf("run0: %d", len(p.Effects))
+	}
+	p, _ = h.eng.List(ctx, ledger.Filter{Namespace: "default", State: ledger.StateSucceeded})
+	if len(p.Effects) != 3 {
+		t.Fatalf("succeeded: %d", len(p.Effects))
+	}
+	_, err := h.eng.List(ctx, ledger.Filter{State: "bogus"})
+	wantCode(t, err, ledger.CodeInvalidArgument)
+	_, err = h.eng.List(ctx, ledger.Filter{Cursor: "!!"})
+	wantCode(t, err, ledger.CodeInvalidArgument)
+}
+
+func TestSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "hmac.key")
+	k1, err := ledger.LoadOrCreateSecret(path)
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("create: %v", err)
+	}
+	fi, _ := os.Stat(path)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %o", fi.Mode().Perm())
+	}
+	k2, err := ledger.LoadOrCreateSecret(path)
+	if err != nil || string(k1) != string(k2) {
+		t.Fatal("key changed on reload")
+	}
+	os.Chmod(path, 0o644)
+	if _, err := ledger.LoadOrCreateSecret(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("world-readable key accepted: %v", err)
+	}
+}

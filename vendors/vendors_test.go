@@ -1,0 +1,52 @@
+package vendors
+
+import (
+	"crypto/sha256"
+	"regexp"
+	"testing"
+)
+
+var uuidRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+func TestShapeKey(t *testing.T) {
+	d1 := sha256.Sum256([]byte("attempt 1"))
+	d2 := sha256.Sum256([]byte("attempt 2"))
+	cases := []struct {
+		vendor   string
+		loc      Location
+		name     string
+		enforced bool
+		hours    int
+	}{
+		{"stripe", InHeader, "Idempotency-Key", true, 24},
+		{"Stripe", InHeader, "Idempotency-Key", true, 24},
+		{"square", InBody, "idempotency_key", true, 0},
+		{"adyen", InHeader, "idempotency-key", true, 168},
+		{"acme", InHeader, "Idempotency-Key", false, 0},
+		{"", InHeader, "Idempotency-Key", false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.vendor, func(t *testing.T) {
+			k := ShapeKey(c.vendor, d1[:])
+			if k.Location != c.loc || k.Name != c.name || k.Enforced != c.enforced || k.RetentionHours != c.hours {
+				t.Fatalf("key %+v", k)
+			}
+			if !uuidRe.MatchString(k.Value) {
+				t.Fatalf("value %q is not a version 8 UUID", k.Value)
+			}
+			v, _ := Lookup(c.vendor)
+			if len(k.Value) > v.KeyRule().MaxLen {
+				t.Fatalf("value longer than %d", v.KeyRule().MaxLen)
+			}
+			if ShapeKey(c.vendor, d1[:]).Value != k.Value {
+				t.Fatal("not deterministic")
+			}
+			if ShapeKey(c.vendor, d2[:]).Value == k.Value {
+				t.Fatal("different digests gave the same key")
+			}
+		})
+	}
+	if _, ok := Lookup("acme"); ok {
+		t.Fatal("unknown vendor reported as known")
+	}
+}
