@@ -216,7 +216,9 @@ const batchBytes = 4 << 20
 // op queued so far (up to maxBatch), runs them in order against one store
 // transaction, each op seeing the writes of those before it, commits once
 // (one fsync for the whole batch), then answers them all. Ops queued while a
-// commit is in progress form the next batch: this is group commit.
+// commit is in progress form the next batch: this is group commit. After
+// Close it still decides and commits what was queued, so no caller whose op
+// was queued waits forever.
 func (e *Engine) writer() {
 	defer e.wg.Done()
 	var batch []*op
@@ -226,44 +228,27 @@ func (e *Engine) writer() {
 			case o := <-e.ops:
 				batch = append(batch, o)
 			case <-e.stop:
-				e.drain()
+				for batch = e.take(nil); len(batch) > 0; batch = e.take(batch) {
+					batch = e.commit(batch)
+				}
 				return
 			}
 		}
-	fill:
-		for len(batch) < e.maxBatch {
-			select {
-			case o := <-e.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		batch = e.commit(batch)
+		batch = e.commit(e.take(batch))
 	}
 }
 
-// drain decides and commits the ops queued before Close, so no caller that
-// got its op queued waits forever.
-func (e *Engine) drain() {
-	for {
-		var batch []*op
-	fill:
-		for len(batch) < e.maxBatch {
-			select {
-			case o := <-e.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		if len(batch) == 0 {
-			return
-		}
-		for len(batch) > 0 {
-			batch = e.commit(batch)
+// take adds ops already queued to batch, up to maxBatch, without waiting.
+func (e *Engine) take(batch []*op) []*op {
+	for len(batch) < e.maxBatch {
+		select {
+		case o := <-e.ops:
+			batch = append(batch, o)
+		default:
+			return batch
 		}
 	}
+	return batch
 }
 
 // commit runs and commits as much of batch as fits and returns the ops left

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 func email(key, agent string) ledger.BeginRequest {
@@ -291,4 +292,45 @@ func budgetsByName(t testing.TB, h *harness) map[string]int64 {
 		out[b.Name] += b.Counted
 	}
 	return out
+}
+
+func TestBackgroundReaperAndClose(t *testing.T) {
+	h := newHarness(t, testRules())
+	// Restart with the background reaper on.
+	h.eng.Close(context.Background())
+	store, err := badgerstore.Open(h.dir+"/ledger", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := ledger.New(ledger.Options{Store: store, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: 5 * time.Millisecond, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	a := h.beginWant(email("bg", "bot"), ledger.DecisionExecute)
+	h.clock.Advance(time.Hour)
+	deadline := time.Now().Add(10 * time.Second)
+	// Get would show the lazy view at once; the unreported count in a
+	// warning is only there once the reaper has written the expiry.
+	for {
+		r := h.begin(email("bg2", "bot")) // execute, then in_flight
+		if r.IntegrationWarning != nil && r.IntegrationWarning.OldestEffectID == a.EffectID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("background reaper never recorded the unreported expiry")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := eng.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.eng = nil
+	_, err = eng.Begin(context.Background(), email("late", "bot"))
+	if err != ledger.ErrClosed {
+		t.Fatalf("begin after close: %v", err)
+	}
+	if _, err := eng.Get(context.Background(), "", a.EffectID, ""); err != ledger.ErrClosed {
+		t.Fatalf("get after close: %v", err)
+	}
 }

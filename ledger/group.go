@@ -126,11 +126,9 @@ func (e *Engine) unwindPlan(t *opTxn, ns, group string, g *groupRec, now time.Ti
 				res.Unresolved = append(res.Unresolved, step)
 			}
 		case v.State == StateSucceeded && rec.Compensation != nil:
-			c := rec.Compensation
 			res.Compensations = append(res.Compensations, CompensationStep{
 				CompensatesEffectID: rec.EffectID, IdempotencyKey: undoKey(rec.IdempotencyKey),
-				EffectType: c.EffectType, Vendor: c.Vendor, Payload: c.Payload,
-				EstimatedCostMicros: c.EstimatedCostMicros, Description: c.Description,
+				Compensation: *rec.Compensation,
 			})
 		case v.State == StateSucceeded:
 			res.Permanent = append(res.Permanent, step)

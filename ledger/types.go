@@ -280,13 +280,10 @@ type UnwindStep struct {
 // CompensationStep is a compensation the agent should perform, with the key
 // to begin it under.
 type CompensationStep struct {
-	CompensatesEffectID string          `json:"compensates_effect_id"`
-	IdempotencyKey      string          `json:"idempotency_key"`
-	EffectType          string          `json:"effect_type"`
-	Vendor              string          `json:"vendor,omitempty"`
-	Payload             json.RawMessage `json:"payload,omitempty"`
-	EstimatedCostMicros *int64          `json:"estimated_cost_micros,omitempty"`
-	Description         string          `json:"description,omitempty"`
+	CompensatesEffectID string `json:"compensates_effect_id"`
+	IdempotencyKey      string `json:"idempotency_key"`
+	// Compensation is the undo as it was declared.
+	Compensation
 }
 
 // UnwindResult is what is still left to undo in a group, newest first.

@@ -304,23 +304,19 @@ func (c *Config) problems() []Problem {
 			add("proxy.currency_micros."+cur, "must be > 0 micro-USD per major unit, got %d", v)
 		}
 	}
-	for i, a := range c.Auth.Agents {
-		p := fmt.Sprintf("auth.agents[%d]", i)
-		if !hexSHA256.MatchString(a.TokenSHA256) {
+	checkToken := func(p, hash, who, whoField, whoMsg string) {
+		if !hexSHA256.MatchString(hash) {
 			add(p+".token_sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, never the token itself)")
 		}
-		if a.Namespace == "" {
-			add(p+".namespace", "is required")
+		if who == "" {
+			add(p+"."+whoField, "%s", whoMsg)
 		}
 	}
+	for i, a := range c.Auth.Agents {
+		checkToken(fmt.Sprintf("auth.agents[%d]", i), a.TokenSHA256, a.Namespace, "namespace", "is required")
+	}
 	for i, a := range c.Auth.Admins {
-		p := fmt.Sprintf("auth.admins[%d]", i)
-		if !hexSHA256.MatchString(a.TokenSHA256) {
-			add(p+".token_sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, never the token itself)")
-		}
-		if a.Name == "" {
-			add(p+".name", "is required (it is recorded on every approval)")
-		}
+		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
 	}
 	switch c.Ledger.Backend {
 	case "badger":
