@@ -1,0 +1,106 @@
+package mcp
+
+import "github.com/ratchet-mcp/ratchet/ledger"
+
+// The descriptions carry every rule of the begin tool's contract, each once:
+// when to call, what each decision obliges, deterministic keys, cost and
+// dimensions, the two warnings, and the vendor key. Rules that belong to a
+// parameter live in that parameter's description, not in the tool's.
+
+var beginSpec = toolSpec{
+	name:       "ratchet_begin_effect",
+	title:      "Ask permission for a side effect",
+	idempotent: true,
+	desc: `Ask permission immediately before any action that changes the outside world (charging a card, sending a message, creating a resource, writing to another system), then obey the decision.
+
+- execute: you hold a lease. Act now, then call ratchet_report_effect before lease_expires_at. If vendor_idempotency_key is returned, send its value to the vendor as the vendor's own idempotency key, at the location and name given; when enforced is true the vendor itself refuses a repeat, even from a caller that skipped this gate.
+- duplicate: it already happened. Do not act; use result as if you had just done it.
+- in_flight: someone else is doing it now. Do not act; wait retry_after_seconds, then ask again with the same key.
+- blocked: an earlier attempt may or may not have happened. Do not act; tell the user what is unresolved, or verify at the vendor and call ratchet_resolve_effect.
+- approval_required: a human must approve. Do not act; ask again with the same key once approved.
+- denied: policy or budget refused it (see reason). Do not act; tell the user.
+
+If budget_warning is present, a spend ceiling exists but counted nothing because no cost was sent: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
+
+Errors to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
+	fields: map[string]field{
+		"idempotency_key":       {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
+		"effect_type":           {min: 3, max: 128, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
+		"run_id":                {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
+		"agent_id":              {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
+		"vendor":                {max: 32, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
+		"payload":               {desc: "The action's parameters (any JSON). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
+		"group_key":             {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group.`},
+		"dimensions":            {desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
+		"compensation":          {desc: "How to undo this step if its group is rolled back: effect_type, vendor, payload, estimated_cost_micros, description. Declare it now, while you know what undoing means; it is stored as given. Steps without one are permanent."},
+		"lease_seconds":         {minimum: num(1), maximum: num(3600), desc: "How long the action may take (default 60). Report before it ends or the effect becomes indeterminate and blocks."},
+		"compensates_effect_id": {max: ledger.MaxIDLen, desc: "Set only when this call is an undo: the effect it reverses, as returned by ratchet_unwind_group."},
+		"estimated_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "Cost at the third party in micro-USD (1000000 = $1). Send it for every action that costs money: ceilings count only declared costs, so without it a spend limit cannot fire. It also decides whether a human must approve: actions at or above an operator's threshold return approval_required, and where a threshold applies, omitting the cost is refused with cost_required. Ratchet only counts money; it never moves any."},
+	},
+}
+
+var reportSpec = toolSpec{
+	name:  "ratchet_report_effect",
+	title: "Report what happened",
+	desc:  `Report the outcome right after acting on an execute decision. succeeded stores result for replay to later duplicates; failed means it certainly did not happen, so the next begin with the key starts a new attempt; unknown means you cannot tell (timeout, crash), which blocks the key until someone resolves it. Reporting the same outcome again is harmless; a contradicting report is refused with invalid_state_transition.`,
+	fields: map[string]field{
+		"effect_id":          {min: 1, max: ledger.MaxIDLen, desc: "The effect_id from ratchet_begin_effect."},
+		"outcome":            {enum: []any{"succeeded", "failed", "unknown"}, desc: "succeeded, failed (definitely did not happen) or unknown."},
+		"attempt":            {minimum: num(1), desc: "The attempt you acted on; a report for an older attempt is refused instead of applied to the wrong one."},
+		"result":             {desc: "What the action returned (JSON, at most 64 KiB), handed back to later duplicates. It is stored as given."},
+		"actual_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "What it really cost in micro-USD; replaces the estimate in every ceiling."},
+		"vendor_reference":   {max: ledger.MaxIDLen, desc: "The vendor's id for what was created, e.g. a PaymentIntent id."},
+		"error":              {max: ledger.MaxTextLen, desc: "Short description of a failure."},
+	},
+}
+
+var resolveSpec = toolSpec{
+	name:  "ratchet_resolve_effect",
+	title: "Settle an unknown outcome",
+	desc:  `Settle a blocked effect after checking at the vendor whether it happened. succeeded makes later begins duplicates; failed frees the key for a new attempt and releases its reserved spend. Only effects whose outcome is unknown can be resolved.`,
+	fields: map[string]field{
+		"effect_id":        {max: ledger.MaxIDLen, desc: "The effect to settle (or give idempotency_key)."},
+		"idempotency_key":  {max: ledger.MaxKeyLen, desc: "The key of the effect to settle, instead of effect_id."},
+		"resolution":       {enum: []any{"succeeded", "failed"}, desc: "What the vendor shows: succeeded or failed."},
+		"result":           {desc: "The result to replay to later duplicates (JSON, at most 64 KiB)."},
+		"vendor_reference": {max: ledger.MaxIDLen, desc: "The vendor's id for what was found."},
+		"note":             {max: ledger.MaxTextLen, desc: "How you checked, for the operator."},
+	},
+}
+
+var unwindSpec = toolSpec{
+	name:  "ratchet_unwind_group",
+	title: "Roll back a multi-step workflow",
+	desc:  `Start (or continue) rolling back every step begun with a group_key. New steps in the group are denied from now on. Returns, newest first: compensations to perform (begin each with its compensates_effect_id and idempotency_key, act, report), permanent steps that cannot be undone (tell the user), and unresolved steps to wait for or resolve first. Call again to see what is left; the group is unwound when every compensation has succeeded.`,
+	fields: map[string]field{
+		"group_key": {min: 1, max: ledger.MaxIDLen, desc: "The group_key the steps were begun with."},
+		"reason":    {max: ledger.MaxTextLen, desc: "Why the workflow is being rolled back."},
+	},
+}
+
+var getSpec = toolSpec{
+	name:     "ratchet_get_effect",
+	title:    "Look up an effect",
+	readOnly: true,
+	desc:     `Read one effect by effect_id or idempotency_key: its state, attempt, result and any unresolved reason. Changes nothing.`,
+	fields: map[string]field{
+		"effect_id":       {max: ledger.MaxIDLen, desc: "The effect's id."},
+		"idempotency_key": {max: ledger.MaxKeyLen, desc: "The effect's key, instead of effect_id."},
+	},
+}
+
+var listSpec = toolSpec{
+	name:     "ratchet_list_effects",
+	title:    "List effects",
+	readOnly: true,
+	desc:     `List effects, oldest first, filtered by run, group, agent or state, so you can tell the user exactly what is done, pending or unresolved. Changes nothing. Pass next_cursor back as cursor for the next page.`,
+	fields: map[string]field{
+		"run_id":    {max: ledger.MaxIDLen, desc: "Only effects of this run."},
+		"group_key": {max: ledger.MaxIDLen, desc: "Only effects of this group."},
+		"agent_id":  {max: ledger.MaxIDLen, desc: "Only effects of this agent."},
+		"state": {desc: "Only effects in this state.", enum: []any{"pending", "succeeded", "failed", "indeterminate",
+			"awaiting_approval", "approved", "rejected", "compensated"}},
+		"limit":  {minimum: num(1), maximum: num(500), desc: "Page size (default 50)."},
+		"cursor": {max: 1024, desc: "next_cursor from the previous page."},
+	},
+}

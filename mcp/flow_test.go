@@ -1,0 +1,276 @@
+package mcp_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	rt    http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.rt.RoundTrip(r)
+}
+
+func httpClient(t testing.TB, url, token string) (*sdk.ClientSession, error) {
+	t.Helper()
+	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: 10 * time.Second}
+	if token == "" {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, nil).
+		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+func serveHTTP(t testing.TB, eng mcp.Engine, opts *mcp.HTTPOptions) string {
+	t.Helper()
+	srv := httptest.NewServer(mcp.Handler(mcp.New(eng, nil), opts))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestDecisionTable(t *testing.T) {
+	for _, transport := range []string{"in-memory", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+			eng := newEngine(t, c)
+			var cs *sdk.ClientSession
+			if transport == "http" {
+				var err error
+				if cs, err = httpClient(t, serveHTTP(t, eng, nil), ""); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cs = inMemory(t, mcp.New(eng, nil))
+			}
+			decisionTable(t, cs, c)
+		})
+	}
+}
+
+func pay(key string, cost int64) map[string]any {
+	return map[string]any{"idempotency_key": key, "effect_type": "payment.charge", "vendor": "stripe",
+		"payload": map[string]any{"amount": cost}, "dimensions": map[string]any{"counterparty": "acct_1"},
+		"estimated_cost_micros": cost, "lease_seconds": 30, "agent_id": "bot"}
+}
+
+func decisionTable(t *testing.T, cs *sdk.ClientSession, c *clock) {
+	// execute → in_flight → report → duplicate with result
+	ex := decision(t, cs, pay("inv:1", 10_000_000), "execute")
+	id := ex["effect_id"].(string)
+	if vk := ex["vendor_idempotency_key"].(map[string]any); vk["name"] != "Idempotency-Key" || vk["enforced"] != true {
+		t.Fatalf("vendor key %v", vk)
+	}
+	if in := decision(t, cs, pay("inv:1", 10_000_000), "in_flight"); in["retry_after_seconds"] != float64(30) {
+		t.Fatalf("in_flight %v", in)
+	}
+	out, res := call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": id, "outcome": "succeeded",
+		"result": map[string]any{"id": "pi_1"}, "vendor_reference": "pi_1"})
+	if res.IsError || out["state"] != "succeeded" {
+		t.Fatalf("report %v", out)
+	}
+	dup := decision(t, cs, pay("inv:1", 10_000_000), "duplicate")
+	if dup["result"].(map[string]any)["id"] != "pi_1" || dup["vendor_reference"] != "pi_1" {
+		t.Fatalf("duplicate %v", dup)
+	}
+
+	// conflict
+	other := pay("inv:1", 10_000_000)
+	other["payload"] = map[string]any{"amount": 11}
+	toolErr(t, cs, "ratchet_begin_effect", other, "idempotency_key_conflict")
+
+	// failed → attempt 2 with a new vendor key
+	f := decision(t, cs, pay("inv:2", 1_000_000), "execute")
+	call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": f["effect_id"], "outcome": "failed", "error": "declined"})
+	f2 := decision(t, cs, pay("inv:2", 1_000_000), "execute")
+	if f2["attempt"] != float64(2) || f2["vendor_idempotency_key"].(map[string]any)["value"] == f["vendor_idempotency_key"].(map[string]any)["value"] {
+		t.Fatalf("attempt 2 %v", f2)
+	}
+
+	// lease expiry → blocked → resolve → duplicate; warning meanwhile
+	c.Advance(31 * time.Second)
+	b := decision(t, cs, pay("inv:2", 1_000_000), "blocked")
+	if b["reason"] != "lease_expired" {
+		t.Fatalf("blocked %v", b)
+	}
+	w := decision(t, cs, pay("inv:3", 1_000_000), "execute")
+	if iw, _ := w["integration_warning"].(map[string]any); iw == nil || iw["unreported_count"] != float64(1) {
+		t.Fatalf("integration warning %v", w)
+	}
+	out, res = call(t, cs, "ratchet_resolve_effect", map[string]any{"idempotency_key": "inv:2", "resolution": "succeeded", "note": "seen at vendor"})
+	if res.IsError || out["state"] != "succeeded" || out["resolved_by"] != "agent:" {
+		t.Fatalf("resolve %v", out)
+	}
+	decision(t, cs, pay("inv:2", 1_000_000), "duplicate")
+
+	// approval and budget: 10+1+1 = 12 of 150 spent
+	a := decision(t, cs, pay("big", 120_000_000), "approval_required")
+	if a["approval_id"] == "" || a["threshold_micros"] != float64(100_000_000) {
+		t.Fatalf("approval %v", a)
+	}
+	d := decision(t, cs, pay("bigger", 140_000_000), "denied")
+	if d["reason"] != "budget_exceeded" || d["ceiling"].(map[string]any)["name"] != "daily-spend" {
+		t.Fatalf("budget denial %v", d)
+	}
+	noCost := pay("nocost", 1)
+	delete(noCost, "estimated_cost_micros")
+	toolErr(t, cs, "ratchet_begin_effect", noCost, "cost_required")
+	noDim := pay("nodim", 1)
+	delete(noDim, "dimensions")
+	if e := toolErr(t, cs, "ratchet_begin_effect", noDim, "dimension_required"); e["field"] != "dimensions.counterparty" {
+		t.Fatalf("dimension error %v", e)
+	}
+	warn := decision(t, cs, map[string]any{"idempotency_key": "vm", "effect_type": "cloud.vm.create"}, "execute")
+	if warn["budget_warning"] == nil {
+		t.Fatalf("budget warning %v", warn)
+	}
+
+	// groups: two steps, unwind, compensate
+	s1 := decision(t, cs, map[string]any{"idempotency_key": "hotel", "effect_type": "hotel.book", "group_key": "trip",
+		"compensation": map[string]any{"effect_type": "hotel.cancel", "payload": map[string]any{"res": "H1"}}}, "execute")
+	call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": s1["effect_id"], "outcome": "succeeded"})
+	s2 := decision(t, cs, map[string]any{"idempotency_key": "mail", "effect_type": "email.send", "group_key": "trip"}, "execute")
+	call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": s2["effect_id"], "outcome": "succeeded"})
+	u, res := call(t, cs, "ratchet_unwind_group", map[string]any{"group_key": "trip", "reason": "cancelled"})
+	comps := u["compensations"].([]any)
+	if res.IsError || u["state"] != "unwinding" || len(comps) != 1 || len(u["permanent"].([]any)) != 1 {
+		t.Fatalf("unwind %v", u)
+	}
+	comp := comps[0].(map[string]any)
+	decision(t, cs, map[string]any{"idempotency_key": "spa", "effect_type": "spa.book", "group_key": "trip"}, "denied")
+	undo := decision(t, cs, map[string]any{"idempotency_key": comp["idempotency_key"], "effect_type": comp["effect_type"],
+		"payload": comp["payload"], "compensates_effect_id": comp["compensates_effect_id"], "group_key": "trip"}, "execute")
+	call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": undo["effect_id"], "outcome": "succeeded"})
+	u, _ = call(t, cs, "ratchet_unwind_group", map[string]any{"group_key": "trip"})
+	if u["state"] != "unwound" {
+		t.Fatalf("unwound %v", u)
+	}
+
+	// get and list
+	g, res := call(t, cs, "ratchet_get_effect", map[string]any{"idempotency_key": "hotel"})
+	if res.IsError || g["state"] != "compensated" {
+		t.Fatalf("get %v", g)
+	}
+	l, _ := call(t, cs, "ratchet_list_effects", map[string]any{"group_key": "trip"})
+	if len(l["effects"].([]any)) != 3 {
+		t.Fatalf("list %v", l)
+	}
+	l, _ = call(t, cs, "ratchet_list_effects", map[string]any{"state": "succeeded", "limit": 2})
+	if len(l["effects"].([]any)) != 2 || l["next_cursor"] == nil {
+		t.Fatalf("paged list %v", l)
+	}
+
+	// errors with stable codes
+	toolErr(t, cs, "ratchet_get_effect", map[string]any{"effect_id": "eff_nope"}, "effect_not_found")
+	toolErr(t, cs, "ratchet_get_effect", map[string]any{}, "invalid_argument")
+	toolErr(t, cs, "ratchet_report_effect", map[string]any{"effect_id": id, "outcome": "failed"}, "invalid_state_transition")
+	toolErr(t, cs, "ratchet_report_effect", map[string]any{"effect_id": id, "outcome": "maybe"}, "invalid_argument")
+	toolErr(t, cs, "ratchet_begin_effect", map[string]any{"idempotency_key": "x", "effect_type": "a.b", "lease_seconds": "soon"}, "invalid_argument")
+	if e := toolErr(t, cs, "ratchet_begin_effect", map[string]any{"idempotency_key": "x", "effect_type": "a.b", "colour": "red"}, "invalid_argument"); e["field"] != "colour" {
+		t.Fatalf("unknown field error %v", e)
+	}
+	toolErr(t, cs, "ratchet_begin_effect", map[string]any{"effect_type": "a.b"}, "invalid_argument")
+	toolErr(t, cs, "ratchet_unwind_group", map[string]any{"group_key": "nope"}, "group_not_found")
+}
+
+func TestHTTPAuthAndIsolation(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	eng := newEngine(t, c)
+	url := serveHTTP(t, eng, &mcp.HTTPOptions{Agents: hashes(map[string]mcp.Identity{
+		"tok-shop": {Namespace: "shop", AgentID: "checkout-bot"},
+		"tok-blog": {Namespace: "blog"},
+	})})
+	if _, err := httpClient(t, url, ""); err == nil {
+		t.Fatal("a call without a token was accepted")
+	}
+	if _, err := httpClient(t, url, "tok-wrong"); err == nil {
+		t.Fatal("a wrong token was accepted")
+	}
+	// Plain HTTP without a token gets 401 too.
+	resp, err := http.Post(url, "application/json", nil)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+
+	shop, err := httpClient(t, url, "tok-shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blog, err := httpClient(t, url, "tok-blog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := map[string]any{"idempotency_key": "same", "effect_type": "email.send"}
+	a := decision(t, shop, req, "execute")
+	decision(t, blog, req, "execute") // no dedupe across namespaces
+	eff, _ := call(t, shop, "ratchet_get_effect", map[string]any{"effect_id": a["effect_id"]})
+	if eff["namespace"] != "shop" || eff["agent_id"] != "checkout-bot" {
+		t.Fatalf("identity not applied: %v", eff)
+	}
+	toolErr(t, blog, "ratchet_get_effect", map[string]any{"effect_id": a["effect_id"]}, "effect_not_found")
+	toolErr(t, blog, "ratchet_report_effect", map[string]any{"effect_id": a["effect_id"], "outcome": "failed"}, "effect_not_found")
+	l, _ := call(t, blog, "ratchet_list_effects", map[string]any{})
+	if len(l["effects"].([]any)) != 1 {
+		t.Fatalf("blog sees %v", l)
+	}
+	// An agent cannot claim another identity.
+	toolErr(t, shop, "ratchet_begin_effect", map[string]any{"idempotency_key": "k", "effect_type": "email.send", "agent_id": "other-bot"}, "unauthorized")
+	decision(t, shop, map[string]any{"idempotency_key": "k", "effect_type": "email.send", "agent_id": "checkout-bot"}, "execute")
+}
+
+func TestConcurrentBeginsOverHTTP(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	url := serveHTTP(t, newEngine(t, c), nil)
+	const n = 20
+	sessions := make([]*sdk.ClientSession, n)
+	for i := range sessions {
+		var err error
+		if sessions[i], err = httpClient(t, url, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[string]int{}
+	ids := map[any]bool{}
+	start := make(chan struct{})
+	for _, cs := range sessions {
+		wg.Go(func() {
+			<-start
+			res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect",
+				Arguments: map[string]any{"idempotency_key": "one", "effect_type": "email.send"}})
+			if err != nil || res.IsError {
+				t.Error(err, res)
+				return
+			}
+			out := res.StructuredContent.(map[string]any)
+			mu.Lock()
+			counts[out["decision"].(string)]++
+			ids[out["effect_id"]] = true
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	if counts["execute"] != 1 || counts["in_flight"] != n-1 || len(ids) != 1 {
+		t.Fatalf("decisions %v over %d effects", counts, len(ids))
+	}
+}

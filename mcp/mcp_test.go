@@ -1,0 +1,186 @@
+package mcp_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func i64(v int64) *int64 { return &v }
+
+func rules() []ledger.Rule {
+	return []ledger.Rule{
+		{Match: "payment.*", ApprovalThresholdMicros: i64(100_000_000), RequireDimensions: []string{"counterparty"},
+			Ceilings: []ledger.Ceiling{{Name: "daily-spend", LimitMicros: i64(150_000_000), Window: "24h", Per: "global"}}},
+		{Match: "cloud.*", Ceilings: []ledger.Ceiling{{Name: "cloud-spend", LimitMicros: i64(1000), Window: "1h", Per: "global"}}},
+	}
+}
+
+// newEngine opens an engine on a real Badger directory.
+func newEngine(t testing.TB, c *clock) *ledger.Engine {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := badgerstore.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := ledger.LoadOrCreateSecret(dir + "/hmac.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: rules(), Clock: c, ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()) })
+	return eng
+}
+
+// inMemory connects the SDK's client to the server over an in-memory
+// transport.
+func inMemory(t testing.TB, s *sdk.Server) *sdk.ClientSession {
+	t.Helper()
+	ct, st := sdk.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// call calls a tool and decodes its structured content into a map; it
+// fails the test on protocol errors, not on tool errors.
+func call(t testing.TB, cs *sdk.ClientSession, tool string, args any) (map[string]any, *sdk.CallToolResult) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	var out map[string]any
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s: structured content %s: %v", tool, b, err)
+	}
+	if len(res.Content) == 0 {
+		t.Fatalf("%s: no text content", tool)
+	}
+	if !res.IsError {
+		var v any
+		json.Unmarshal(b, &v)
+		if err := outputSchema(t, cs, tool).Validate(&v); err != nil {
+			t.Fatalf("%s: result does not match its output schema: %v\n%s", tool, err, b)
+		}
+	}
+	return out, res
+}
+
+var (
+	schemaMu sync.Mutex
+	schemas  = map[*sdk.ClientSession]map[string]*jsonschema.Resolved{}
+)
+
+// outputSchema returns a tool's advertised output schema, resolved.
+func outputSchema(t testing.TB, cs *sdk.ClientSession, tool string) *jsonschema.Resolved {
+	t.Helper()
+	schemaMu.Lock()
+	defer schemaMu.Unlock()
+	if schemas[cs] == nil {
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schemas[cs] = map[string]*jsonschema.Resolved{}
+		for _, tl := range res.Tools {
+			var s jsonschema.Schema
+			b, _ := json.Marshal(tl.OutputSchema)
+			if err := json.Unmarshal(b, &s); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Resolve(nil)
+			if err != nil {
+				t.Fatalf("%s output schema: %v", tl.Name, err)
+			}
+			schemas[cs][tl.Name] = r
+		}
+	}
+	return schemas[cs][tool]
+}
+
+func decision(t testing.TB, cs *sdk.ClientSession, args map[string]any, want string) map[string]any {
+	t.Helper()
+	out, res := call(t, cs, "ratchet_begin_effect", args)
+	if res.IsError || out["decision"] != want {
+		t.Fatalf("begin %v: got %v (isError %v), want %s", args["idempotency_key"], out, res.IsError, want)
+	}
+	text := res.Content[0].(*sdk.TextContent).Text
+	if !strings.HasPrefix(text, want+": ") {
+		t.Fatalf("summary %q does not start with the decision", text)
+	}
+	return out
+}
+
+func toolErr(t testing.TB, cs *sdk.ClientSession, tool string, args any, code string) map[string]any {
+	t.Helper()
+	out, res := call(t, cs, tool, args)
+	e, _ := out["error"].(map[string]any)
+	if !res.IsError || e == nil || e["code"] != code || e["message"] == "" {
+		t.Fatalf("%s %v: got %v (isError %v), want error %s", tool, args, out, res.IsError, code)
+	}
+	if text := res.Content[0].(*sdk.TextContent).Text; !strings.HasPrefix(text, code+": ") {
+		t.Fatalf("error text %q does not start with the code", text)
+	}
+	return e
+}
+
+func toMap(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// hashes keys a token → identity map by the tokens' SHA-256, as the config does.
+func hashes(m map[string]mcp.Identity) mcp.Agents {
+	out := mcp.Agents{}
+	for tok, id := range m {
+		sum := sha256.Sum256([]byte(tok))
+		out[hex.EncodeToString(sum[:])] = id
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+type tools struct {
+	eng      Engine
+	fallback Identity
+}
+
+// field documents and bounds one input property.
+type field struct {
+	desc     string
+	min, max int // string length bounds; zero max means none
+	enum     []any
+	minimum  *float64
+	maximum  *float64
+}
+
+func num(v float64) *float64 { return &v }
+
+// toolSpec is everything about one tool but its handler.
+type toolSpec struct {
+	name, title, desc string
+	readOnly          bool
+	idempotent        bool
+	fields            map[string]field
+}
+
+// schemaFor infers a JSON Schema from a Go type; json.RawMessage is any JSON.
+func schemaFor[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[json.RawMessage](): {},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("schema for %T: %v", *new(T), err))
+	}
+	return s
+}
+
+// addTool registers a tool whose arguments decode into In and whose answer
+// is Out, with a one-line summary.
+func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(context.Context, Identity, *In) (*Out, string, error)) {
+	in := schemaFor[In]()
+	for name, f := range spec.fields {
+		p, ok := in.Properties[name]
+		if !ok {
+			panic(fmt.Sprintf("tool %s: no property %q", spec.name, name))
+		}
+		p.Description = f.desc
+		if f.max > 0 {
+			p.MinLength, p.MaxLength = &f.min, &f.max
+		}
+		p.Enum, p.Minimum, p.Maximum = f.enum, f.minimum, f.maximum
+	}
+	for name := range in.Properties {
+		if _, ok := spec.fields[name]; !ok {
+			panic(fmt.Sprintf("tool %s: property %q is undocumented", spec.name, name))
+		}
+	}
+	openWorld := !spec.readOnly
+	destructive := false
+	tool := &sdk.Tool{
+		Name: spec.name, Title: spec.title, Description: spec.desc,
+		InputSchema: in, OutputSchema: schemaFor[Out](),
+		Annotations: &sdk.ToolAnnotations{Title: spec.title, ReadOnlyHint: spec.readOnly,
+			IdempotentHint: spec.idempotent, OpenWorldHint: &openWorld, DestructiveHint: &destructive},
+	}
+	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var args In
+		if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+			return errorResult(err), nil
+		}
+		out, summary, err := call(ctx, t.identity(req), &args)
+		if err != nil {
+			return errorResult(err), nil
+		}
+		js, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("encoding %s result: %w", spec.name, err)
+		}
+		return &sdk.CallToolResult{StructuredContent: json.RawMessage(js), Content: []sdk.Content{
+			&sdk.TextContent{Text: summary}, &sdk.TextContent{Text: string(js)},
+		}}, nil
+	})
+}
+
+// decodeArgs decodes tool arguments strictly: unknown fields and wrong types
+// are invalid_argument errors naming the field.
+func decodeArgs(raw json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		raw = json.RawMessage(`{}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return &ledger.Error{Code: ledger.CodeInvalidArgument, Message: "arguments must be one JSON object"}
+		}
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return &ledger.Error{Code: ledger.CodeInvalidArgument, Field: te.Field,
+			Message: fmt.Sprintf("%s: expected %s, got a JSON %s", te.Field, jsonKind(te.Type), te.Value)}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &ledger.Error{Code: ledger.CodeInvalidArgument, Field: strings.Trim(name, `"`),
+			Message: "unknown argument " + name + "; see the tool's input schema"}
+	}
+	return &ledger.Error{Code: ledger.CodeInvalidArgument, Message: "arguments are not a valid JSON object: " + err.Error()}
+}
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	}
+	return t.String()
+}
+
+// toolError is the structured content of a failed call.
+type toolError struct {
+	Error struct {
+		Code    ledger.Code `json:"code"`
+		Message string      `json:"message"`
+		Field   string      `json:"field,omitempty"`
+	} `json:"error"`
+}
+
+// errorResult turns an error into a tool result an agent can act on. Errors
+// the engine did not classify are reported without their details.
+func errorResult(err error) *sdk.CallToolResult {
+	var te toolError
+	var le *ledger.Error
+	switch {
+	case errors.As(err, &le):
+		te.Error.Code, te.Error.Message, te.Error.Field = le.Code, le.Message, le.Field
+	case errors.Is(err, ledger.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		te.Error.Code, te.Error.Message = ledger.CodeUnavailable, "Ratchet is shutting down or the call was cancelled; nothing was decided, call again"
+	default:
+		te.Error.Code, te.Error.Message = ledger.CodeInternal, "internal error; nothing was decided, call again later"
+	}
+	js, _ := json.Marshal(te)
+	res := &sdk.CallToolResult{IsError: true, StructuredContent: json.RawMessage(js), Content: []sdk.Content{
+		&sdk.TextContent{Text: string(te.Error.Code) + ": " + te.Error.Message},
+	}}
+	return res
+}
+
+func unauthorized(format string, args ...any) error {
+	return &ledger.Error{Code: ledger.CodeUnauthorized, Message: fmt.Sprintf(format, args...)}
+}
+
+// agentFor returns the agent_id a call acts as: the one its token fixes, or
+// the one it names.
+func agentFor(id Identity, claimed string) (string, error) {
+	if id.AgentID == "" || claimed == "" || claimed == id.AgentID {
+		if id.AgentID != "" {
+			return id.AgentID, nil
+		}
+		return claimed, nil
+	}
+	return "", unauthorized("agent_id %q does not match the agent your credentials belong to (%q); omit agent_id or send your own", claimed, id.AgentID)
+}
+
+func (t *tools) register(s *sdk.Server) {
+	addTool(s, t, beginSpec, func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
+		agent, err := agentFor(id, in.AgentID)
+		if err != nil {
+			return nil, "", err
+		}
+		in.Namespace, in.AgentID = id.Namespace, agent
+		res, err := t.eng.Begin(ctx, *in)
+		if err != nil {
+			return nil, "", err
+		}
+		return res, string(res.Decision) + ": " + res.Message, nil
+	})
+	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
+		in.Namespace = id.Namespace
+		eff, err := t.eng.Report(ctx, *in)
+		return eff, effectSummary(eff), err
+	})
+	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
+		in.Namespace = id.Namespace
+		in.ResolvedBy = "agent:" + id.AgentID
+		eff, err := t.eng.Resolve(ctx, *in)
+		return eff, effectSummary(eff), err
+	})
+	addTool(s, t, unwindSpec, func(ctx context.Context, id Identity, in *ledger.UnwindRequest) (*ledger.UnwindResult, string, error) {
+		in.Namespace = id.Namespace
+		res, err := t.eng.Unwind(ctx, *in)
+		if err != nil {
+			return nil, "", err
+		}
+		return res, fmt.Sprintf("group %s is %s: %d compensations to perform, %d permanent, %d unresolved. %s",
+			res.GroupKey, res.State, len(res.Compensations), len(res.Permanent), len(res.Unresolved), res.Message), nil
+	})
+	addTool(s, t, getSpec, func(ctx context.Context, id Identity, in *getInput) (*ledger.Effect, string, error) {
+		if in.EffectID == "" && in.IdempotencyKey == "" {
+			return nil, "", &ledger.Error{Code: ledger.CodeInvalidArgument, Field: "effect_id", Message: "effect_id or idempotency_key is required"}
+		}
+		eff, err := t.eng.Get(ctx, id.Namespace, in.EffectID, in.IdempotencyKey)
+		return eff, effectSummary(eff), err
+	})
+	addTool(s, t, listSpec, func(ctx context.Context, id Identity, in *ledger.Filter) (*ledger.Page, string, error) {
+		in.Namespace = id.Namespace
+		page, err := t.eng.List(ctx, *in)
+		if err != nil {
+			return nil, "", err
+		}
+		summary := fmt.Sprintf("%d effects", len(page.Effects))
+		if page.NextCursor != "" {
+			summary += "; more with cursor " + page.NextCursor
+		}
+		return page, summary, nil
+	})
+}
+
+type getInput struct {
+	EffectID       string `json:"effect_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+func effectSummary(e *ledger.Effect) string {
+	if e == nil {
+		return ""
+	}
+	s := fmt.Sprintf("effect %s (%s) is %s, attempt %d", e.EffectID, e.IdempotencyKey, e.State, e.Attempt)
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
+}
