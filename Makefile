@@ -2,12 +2,17 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build test test-short lint fmt clean
+.PHONY: all build run test test-short lint fmt clean
 
 all: lint test
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ratchet ./cmd/ratchet
+
+# Run Ratchet on the embedded default: built-in config, ledger in ./data,
+# MCP at http://127.0.0.1:8787/mcp, probes on 127.0.0.1:8788.
+run:
+	$(GO) run ./cmd/ratchet serve --data-dir ./data
 
 # Every test, with the race detector (the engine is concurrent by design).
 # Fuzz tests run their seed corpus here; run one for longer with e.g.

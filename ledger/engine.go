@@ -372,3 +372,12 @@ func (e *Engine) view(fn func(r Reader) error) error {
 	}
 	return nil
 }
+
+// Ping proves the ledger is open and writable: it makes one durable write
+// through the writer (readiness probes call it).
+func (e *Engine) Ping(ctx context.Context) error {
+	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		return nil, t.Set(key("m", "ping"), []byte(now.UTC().Format(time.RFC3339Nano)))
+	})
+	return err
+}

@@ -13,26 +13,9 @@ import (
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
-// bearer adds a token to every request.
-type bearer struct {
-	token string
-	rt    http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.rt.RoundTrip(r)
-}
-
 func httpClient(t testing.TB, url, token string) (*sdk.ClientSession, error) {
 	t.Helper()
-	hc := &http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: 10 * time.Second}
-	if token == "" {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, nil).
-		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	cs, err := mcp.Connect(context.Background(), url, token, "test")
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
 	}

@@ -1,0 +1,94 @@
+// Command ratchet is the Ratchet side-effect gate: one binary whose
+// subcommands run the sidecar (serve), serve MCP over stdio, and operate it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// A second signal after the first forces exit.
+		<-ctx.Done()
+		stop()
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		fmt.Fprintln(os.Stderr, "ratchet: second signal, exiting now")
+		os.Exit(2)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// command is one subcommand.
+type command struct {
+	name, usage string
+	run         func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the sidecar: MCP over HTTP, health probes", runServe},
+		{"mcp", "serve the MCP tools over stdio (ratchet mcp --stdio)", runMCP},
+		{"config", "validate a config file (ratchet config validate FILE)", runConfig},
+		{"token", "print the SHA-256 of a token read from stdin (ratchet token hash)", runToken},
+		{"version", "print the version", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) error {
+			fmt.Fprintln(stdout, "ratchet", version)
+			return nil
+		}},
+	}
+}
+
+// exitError carries a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+// run is the whole program, testable without exec.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		if err := c.run(ctx, args[1:], stdin, stdout, stderr); err != nil {
+			if ee, ok := err.(*exitError); ok {
+				if ee.err != nil {
+					fmt.Fprintln(stderr, "ratchet "+c.name+":", ee.err)
+				}
+				return ee.code
+			}
+			fmt.Fprintln(stderr, "ratchet "+c.name+":", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "ratchet: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ratchet <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.usage)
+	}
+}

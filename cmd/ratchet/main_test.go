@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func runArgs(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestRunCommands(t *testing.T) {
+	cases := []struct {
+		name     string
+		stdin    string
+		args     []string
+		code     int
+		out, err string
+	}{
+		{"version", "", []string{"version"}, 0, "ratchet dev", ""},
+		{"no command", "", nil, 2, "", "usage: ratchet"},
+		{"unknown", "", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"validate ok", "", []string{"config", "validate", "../../configs/ratchet.example.yaml"}, 0, "ok (4 policies)", ""},
+		{"validate broken", "", []string{"config", "validate", "../../internal/config/testdata/broken.yaml"}, 1, "", "broken.yaml:6: policies[0].ceilings[1].window"},
+		{"validate missing", "", []string{"config", "validate", "/nonexistent.yaml"}, 1, "", "no such file"},
+		{"validate usage", "", []string{"config"}, 2, "", "usage: ratchet config validate FILE"},
+		{"token hash", "test\n", []string{"token", "hash"}, 0, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n", ""},
+		{"token empty", "", []string{"token", "hash"}, 1, "", "no token on stdin"},
+		{"serve bad flag", "", []string{"serve", "--bogus"}, 2, "", "flag provided but not defined"},
+		{"serve bad log format", "", []string{"serve", "--log-format", "xml"}, 2, "", "--log-format"},
+		{"mcp needs stdio", "", []string{"mcp"}, 2, "", "only --stdio"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := runArgs(t, c.stdin, c.args...)
+			if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(errs, c.err) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %d, %q, %q", code, out, errs, c.code, c.out, c.err)
+			}
+		})
+	}
+}
+
+func TestServeRefusesOpenUnauthenticatedListener(t *testing.T) {
+	dir := t.TempDir()
+	cfg := dir + "/c.yaml"
+	writeFile(t, cfg, "listen: {mcp: '0.0.0.0:0', admin: '127.0.0.1:0'}\ndata_dir: "+dir+"\n")
+	code, _, errs := runArgs(t, "", "serve", "--config", cfg)
+	if code != 1 || !strings.Contains(errs, "refusing to listen on non-loopback") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+}

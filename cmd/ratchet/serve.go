@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// runServe is "ratchet serve": MCP over streamable HTTP at /mcp on
+// listen.mcp, and /healthz and /readyz on listen.admin, until the context
+// ends (SIGTERM). Shutdown stops accepting, lets calls in progress finish
+// within --shutdown-timeout, then closes the ledger cleanly.
+func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var cf commonFlags
+	cf.register(fs)
+	grace := fs.Duration("shutdown-timeout", 20*time.Second, "how long calls in progress may take to finish on shutdown")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	log, err := cf.logger(stderr)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		return err
+	}
+	agents := agentsOf(cfg)
+	if len(agents) == 0 {
+		if !isLoopback(cfg.Listen.MCP) {
+			return fmt.Errorf("no auth.agents are configured, so MCP would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.MCP)
+		}
+		log.Warn("no auth.agents configured: MCP is unauthenticated and served on loopback only", "listen", cfg.Listen.MCP)
+	}
+	mcpLn, err := net.Listen("tcp", cfg.Listen.MCP)
+	if err != nil {
+		return fmt.Errorf("listening for MCP on %s: %w", cfg.Listen.MCP, err)
+	}
+	defer mcpLn.Close()
+	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
+	if err != nil {
+		return fmt.Errorf("listening for admin on %s: %w", cfg.Listen.Admin, err)
+	}
+	defer adminLn.Close()
+	eng, err := openEngine(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	mcpServer := mcp.New(eng, &mcp.Options{Version: version, Logger: log})
+	var calls inflight
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := eng.Ping(ctx); err != nil {
+			log.Warn("readiness check failed", "err", err)
+			http.Error(w, "ledger not writable", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	servers := []*http.Server{
+		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: admin, ReadHeaderTimeout: 10 * time.Second},
+	}
+	errc := make(chan error, len(servers))
+	for i, ln := range []net.Listener{mcpLn, adminLn} {
+		go func() { errc <- servers[i].Serve(ln) }()
+	}
+	log.Info("ratchet serving", "version", version, "mcp", "http://"+mcpLn.Addr().String()+"/mcp",
+		"admin", "http://"+adminLn.Addr().String(), "data_dir", cfg.DataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "grace", *grace)
+	case serveErr = <-errc:
+	}
+	// Stop accepting, let tool calls in progress finish, then close the MCP
+	// sessions so their long-lived GET streams end, then the ledger.
+	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	shut := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { shut <- s.Shutdown(sctx) }()
+	}
+	calls.wait(sctx)
+	for ss := range mcpServer.Sessions() {
+		ss.Close()
+	}
+	for range servers {
+		if err := <-shut; err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := eng.Close(cctx); err != nil {
+		return fmt.Errorf("closing ledger: %w", err)
+	}
+	log.Info("ledger closed")
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// agentsOf maps the configured agent tokens to identities.
+func agentsOf(cfg *config.Config) mcp.Agents {
+	agents := mcp.Agents{}
+	for _, a := range cfg.Auth.Agents {
+		agents[a.TokenSHA256] = mcp.Identity{Namespace: a.Namespace, AgentID: a.AgentID}
+	}
+	return agents
+}
+
+// inflight counts requests in progress other than GETs (which are MCP's
+// long-lived event streams), so shutdown can wait for tool calls to finish.
+type inflight struct{ n atomic.Int64 }
+
+func (c *inflight) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			c.n.Add(1)
+			defer c.n.Add(-1)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// wait returns when no tracked request is in progress or ctx ends.
+func (c *inflight) wait(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for c.n.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

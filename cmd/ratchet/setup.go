@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+)
+
+// commonFlags are the flags every long-running command takes.
+type commonFlags struct {
+	config, dataDir, logFormat, logLevel string
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", "", "config file (default $RATCHET_CONFIG; none: built-in defaults)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "data directory (overrides data_dir)")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// load applies defaults → file → env → flags, then validates.
+func (c *commonFlags) load() (*config.Config, error) {
+	path := c.config
+	if path == "" {
+		path = os.Getenv("RATCHET_CONFIG")
+	}
+	cfg := config.Default()
+	if path != "" {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return nil, err
+		}
+	}
+	if c.dataDir != "" {
+		cfg.DataDir = c.dataDir
+	}
+	return cfg, cfg.Validate()
+}
+
+func (c *commonFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+}
+
+// parse parses flags, reporting errors without printing usage twice.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &exitError{code: 0}
+		}
+		return &exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// openEngine opens the configured ledger.
+func openEngine(cfg *config.Config, log *slog.Logger) (*ledger.Engine, error) {
+	if cfg.Ledger.Backend != "badger" {
+		return nil, fmt.Errorf("ledger backend %q is not available in this build; use badger", cfg.Ledger.Backend)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	secret, err := ledger.LoadOrCreateSecret(cfg.HMACKeyPath())
+	if err != nil {
+		return nil, err
+	}
+	bo := &badgerstore.Options{Logger: log}
+	if f := cfg.Secrets.EncryptionKeyFile; f != "" {
+		if bo.EncryptionKey, err = ledger.ReadKeyFile(f); err != nil {
+			return nil, err
+		}
+		if n := len(bo.EncryptionKey); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("encryption key in %s is %d bytes; it must be 16, 24 or 32", f, n)
+		}
+	}
+	store, err := badgerstore.Open(filepath.Join(cfg.DataDir, "ledger"), bo)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
+		Defaults: cfg.LedgerDefaults(), Logger: log})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return eng, nil
+}
+
+// isLoopback reports whether a listen address only accepts local callers.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
