@@ -10,6 +10,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
@@ -43,7 +44,7 @@ func TestDecisionTable(t *testing.T) {
 			} else {
 				cs = inMemory(t, mcp.New(eng, nil))
 			}
-			decisionTable(t, cs, c)
+			decisionTable(t, cs, c, eng)
 		})
 	}
 }
@@ -54,7 +55,7 @@ func pay(key string, cost int64) map[string]any {
 		"estimated_cost_micros": cost, "lease_seconds": 30, "agent_id": "bot"}
 }
 
-func decisionTable(t *testing.T, cs *sdk.ClientSession, c *clock) {
+func decisionTable(t *testing.T, cs *sdk.ClientSession, c *clock, eng *ledger.Engine) {
 	// execute → in_flight → report → duplicate with result
 	ex := decision(t, cs, pay("inv:1", 10_000_000), "execute")
 	id := ex["effect_id"].(string)
@@ -108,6 +109,12 @@ func decisionTable(t *testing.T, cs *sdk.ClientSession, c *clock) {
 	if a["approval_id"] == "" || a["threshold_micros"] != float64(100_000_000) {
 		t.Fatalf("approval %v", a)
 	}
+	decision(t, cs, pay("big", 120_000_000), "approval_required") // asked again: same request
+	if _, err := eng.Approve(context.Background(), a["approval_id"].(string), "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	ok := decision(t, cs, pay("big", 120_000_000), "execute")
+	call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": ok["effect_id"], "outcome": "failed"})
 	d := decision(t, cs, pay("bigger", 140_000_000), "denied")
 	if d["reason"] != "budget_exceeded" || d["ceiling"].(map[string]any)["name"] != "daily-spend" {
 		t.Fatalf("budget denial %v", d)
