@@ -1,10 +1,26 @@
 package vendors
 
-// Adyen is the Checkout API (checkout-test.adyen.com / live endpoints).
+import (
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// Adyen is the Checkout API (checkout-test.adyen.com and the live
+// endpoints, paths /v{N}/...).
 //
 // Sources: https://docs.adyen.com/development-resources/api-idempotency —
-// header idempotency-key on POST, at most 64 characters, kept "for a minimum
-// period of 7 days after first submission".
+// header idempotency-key on POST, at most 64 characters, kept "for a
+// minimum period of 7 days after first submission"; a request already
+// processed or in progress answers 409 or 422 with errorCode 704; the
+// idempotency store being unavailable answers 503 with errorCode 703
+// (nothing executed); a transient-error: true header means retry later.
+// https://docs.adyen.com/development-resources/response-handling — 400,
+// 401, 403 and 422 are refused requests; 500 may follow a bad request but
+// is treated as ambiguous. A 200 is not a successful payment: resultCode
+// Refused, Error and Cancelled are final refusals. Errors are the
+// ServiceError object {status, errorCode, message, errorType, pspReference}
+// (https://docs.adyen.com/development-resources/serviceexception).
 type Adyen struct{}
 
 var _ Vendor = Adyen{}
@@ -15,4 +31,75 @@ func (Adyen) Name() string { return "adyen" }
 // KeyRule implements Vendor.
 func (Adyen) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "idempotency-key", MaxLen: 64, Enforced: true, RetentionHours: 7 * 24}
+}
+
+var adyenVersion = regexp.MustCompile(`^v[0-9]+$`)
+
+// adyenModifications maps the collections under payments/{pspReference}
+// to actions.
+var adyenModifications = map[string]string{
+	"captures": "capture", "refunds": "refund", "cancels": "cancel", "reversals": "reverse",
+	"amountUpdates": "amount_update", "technicalCancels": "technical_cancel",
+}
+
+// adyenReads are Checkout API POSTs that only read: the payment methods
+// available, a gift card's balance, a card's brand.
+var adyenReads = map[string]bool{"paymentMethods": true, "cardDetails": true, "originKeys": true}
+
+// Classify implements Vendor.
+func (a Adyen) Classify(r *Request) (Effect, bool) {
+	parts := segments(r.Path)
+	if len(parts) > 0 && parts[0] == "checkout" { // live endpoints: /checkout/v71/...
+		parts = parts[1:]
+	}
+	if r.Method != http.MethodPost || len(parts) < 2 || !adyenVersion.MatchString(parts[0]) {
+		return Effect{}, false
+	}
+	parts = parts[1:]
+	if adyenReads[parts[0]] {
+		return Effect{}, false
+	}
+	body := jsonObject(r.Body)
+	e := Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
+		Money:        minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
+		Counterparty: firstString(body, []string{"shopperReference"}),
+	}
+	switch {
+	case len(parts) == 1 && parts[0] == "payments":
+		e.EffectType = "adyen.payments.create"
+	case len(parts) == 3 && parts[0] == "payments" && adyenModifications[parts[2]] != "":
+		e.EffectType = "adyen.payments." + adyenModifications[parts[2]]
+	case len(parts) == 2 && parts[0] == "payments" && parts[1] == "details":
+		e.EffectType = "adyen.payments.details"
+	case len(parts) == 1 && parts[0] == "paymentLinks":
+		e.EffectType = "adyen.payment_links.create"
+	default:
+		e.EffectType = restType("adyen", r.Method, parts)
+	}
+	return e, true
+}
+
+// Outcome implements Vendor.
+func (Adyen) Outcome(r *Response) Outcome {
+	body := jsonObject(r.Body)
+	o := Outcome{Result: byStatus(r.Status), VendorReference: str(body, "pspReference")}
+	code := str(body, "errorCode")
+	switch result := str(body, "resultCode"); {
+	case o.Result == Succeeded && (result == "Refused" || result == "Error" || result == "Cancelled"):
+		o.Result, o.Reason = Failed, result+": "+str(body, "refusalReason")
+	case o.Result == Succeeded:
+		o.Reason = result
+	case strings.EqualFold(r.Header.Get("Transient-Error"), "true"), code == "704":
+		o.Result, o.Reason = Unknown, "already processed or in progress at Adyen ("+code+")"
+	case code == "703":
+		o.Result, o.Reason = Failed, "Adyen's idempotency store was unavailable; nothing was processed (703)"
+	default:
+		o.Reason = strings.Trim(str(body, "errorType")+" "+code, " ")
+	}
+	return o
+}
+
+// ErrorBody implements Vendor: Adyen's ServiceError.
+func (Adyen) ErrorBody(status int, code, message string) []byte {
+	return errorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})
 }

@@ -14,3 +14,22 @@ func (Generic) Name() string { return "generic" }
 func (Generic) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "Idempotency-Key", MaxLen: 255}
 }
+
+// Classify implements Vendor: every mutating request is an effect.
+func (g Generic) Classify(r *Request) (Effect, bool) {
+	if !mutating(r.Method) {
+		return Effect{}, false
+	}
+	return Effect{EffectType: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
+		CallerKey: r.Header.Get("Idempotency-Key")}, true
+}
+
+// Outcome implements Vendor with the common status rule.
+func (Generic) Outcome(r *Response) Outcome {
+	return Outcome{Result: byStatus(r.Status), VendorReference: str(jsonObject(r.Body), "id")}
+}
+
+// ErrorBody implements Vendor.
+func (Generic) ErrorBody(_ int, code, message string) []byte {
+	return errorJSON(map[string]any{"error": map[string]any{"code": code, "message": message}})
+}

@@ -1,13 +1,23 @@
 package vendors
 
-// Square is connect.squareup.com.
+import (
+	"net/http"
+	"strings"
+)
+
+// Square is connect.squareup.com (API v2, JSON bodies).
 //
 // Sources: Square's OpenAPI specification (square/connect-api-specification,
-// api.json, CreatePaymentRequest and RefundPaymentRequest): the key is the
-// JSON body field idempotency_key, 1 to 45 characters for payments and
-// refunds (other endpoints allow 64 to 255, so 45 is the strictest and is
-// used for every endpoint). Square documents no retention period
-// (developer forum threads 28303 and 28309), hence RetentionHours 0.
+// api.json): the key is the body field idempotency_key, and only on requests
+// whose schema defines it, with a length limit per endpoint: 45 for
+// CreatePayment, RefundPayment, UpdatePayment; 192 for CreateOrder,
+// UpdateOrder, PayOrder, CreatePaymentLink; 128 for invoices. For other
+// endpoints Ratchet uses 45, the strictest, where it stamps at all.
+// Money is {"amount": <minor units>, "currency": "USD"}. Errors are
+// {"errors": [{"category", "code", "detail", "field"}]}
+// (https://developer.squareup.com/reference/square/objects/Error); Square
+// documents no retention period for keys (developer forum threads 28303,
+// 28309).
 type Square struct{}
 
 var _ Vendor = Square{}
@@ -18,4 +28,110 @@ func (Square) Name() string { return "square" }
 // KeyRule implements Vendor.
 func (Square) KeyRule() KeyRule {
 	return KeyRule{Location: InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true}
+}
+
+// squareEndpoint is one documented Square request that takes a key.
+type squareEndpoint struct {
+	method, pattern, effectType string
+	keyMax                      int      // 0: the endpoint takes no idempotency_key
+	money                       []string // path of a Money object
+	counterparty                [][]string
+}
+
+var squareEndpoints = []squareEndpoint{
+	{http.MethodPost, "payments", "square.payments.create", 45, []string{"amount_money"}, [][]string{{"customer_id"}}},
+	{http.MethodPut, "payments/{id}", "square.payments.update", 45, nil, nil},
+	// Its body's idempotency_key names the payment to cancel: never stamp it.
+	{http.MethodPost, "payments/cancel", "square.payments.cancel_by_idempotency_key", 0, nil, nil},
+	{http.MethodPost, "payments/{id}/complete", "square.payments.complete", 0, nil, nil},
+	{http.MethodPost, "payments/{id}/cancel", "square.payments.cancel", 0, nil, nil},
+	{http.MethodPost, "refunds", "square.refunds.create", 45, []string{"amount_money"}, [][]string{{"customer_id"}}},
+	{http.MethodPost, "orders", "square.orders.create", 192, nil, [][]string{{"order", "customer_id"}}},
+	{http.MethodPut, "orders/{id}", "square.orders.update", 192, nil, nil},
+	{http.MethodPost, "orders/{id}/pay", "square.orders.pay", 192, nil, nil},
+	{http.MethodPost, "invoices", "square.invoices.create", 128, nil, [][]string{{"invoice", "primary_recipient", "customer_id"}}},
+	{http.MethodPost, "invoices/{id}/publish", "square.invoices.publish", 128, nil, nil},
+	{http.MethodPost, "checkout/payment-links", "square.payment_links.create", 192, []string{"quick_pay", "price_money"}, nil},
+	{http.MethodPost, "customers", "square.customers.create", 45, nil, nil},
+}
+
+// matchPattern matches path parts against a pattern where {id} is any one
+// segment.
+func matchPattern(pattern string, parts []string) bool {
+	p := strings.Split(pattern, "/")
+	if len(p) != len(parts) {
+		return false
+	}
+	for i := range p {
+		if p[i] != "{id}" && p[i] != parts[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Classify implements Vendor.
+func (s Square) Classify(r *Request) (Effect, bool) {
+	parts := segments(r.Path)
+	if !mutating(r.Method) || len(parts) < 2 || parts[0] != "v2" {
+		return Effect{}, false
+	}
+	parts = parts[1:]
+	if r.Method == http.MethodPost && squareReads[parts[len(parts)-1]] {
+		return Effect{}, false
+	}
+	body := jsonObject(r.Body)
+	for _, ep := range squareEndpoints {
+		if ep.method != r.Method || !matchPattern(ep.pattern, parts) {
+			continue
+		}
+		e := Effect{EffectType: ep.effectType, Counterparty: firstString(body, ep.counterparty...)}
+		if ep.keyMax > 0 {
+			e.Key = s.KeyRule()
+			e.Key.MaxLen = ep.keyMax
+			e.CallerKey = str(body, "idempotency_key")
+		}
+		if ep.money != nil {
+			e.Money = minorMoney(body, append(ep.money, "amount"), append(ep.money, "currency"))
+		}
+		return e, true
+	}
+	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an
+	// unknown endpoint is named by its first segment and method only.
+	return Effect{EffectType: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}, true
+}
+
+// squareReads are the last path segments of Square POSTs that only read
+// (SearchOrders, BatchRetrieveOrders, CalculateOrder, …).
+var squareReads = map[string]bool{"search": true, "batch-retrieve": true, "calculate": true, "bulk-retrieve": true}
+
+// squareObjects are the response fields that hold the object an effect
+// created, in order of preference.
+var squareObjects = []string{"payment", "refund", "order", "invoice", "payment_link", "customer", "subscription", "card"}
+
+// Outcome implements Vendor.
+func (Square) Outcome(r *Response) Outcome {
+	body := jsonObject(r.Body)
+	o := Outcome{Result: byStatus(r.Status)}
+	for _, k := range squareObjects {
+		if id := str(body, k, "id"); id != "" {
+			o.VendorReference = id
+			break
+		}
+	}
+	if o.Result != Succeeded {
+		o.Reason = strings.Trim(str(body, "errors", "0", "category")+" "+str(body, "errors", "0", "code"), " ")
+	}
+	return o
+}
+
+// ErrorBody implements Vendor: Square's {"errors": [...]}.
+func (Square) ErrorBody(status int, code, message string) []byte {
+	category := "INVALID_REQUEST_ERROR"
+	if status == http.StatusTooManyRequests {
+		category = "RATE_LIMIT_ERROR"
+	}
+	return errorJSON(map[string]any{"errors": []any{map[string]any{
+		"category": category, "code": strings.ToUpper(code), "detail": message,
+	}}})
 }

@@ -5,7 +5,13 @@
 // The package does no I/O. The ledger uses it to shape the vendor key it hands
 // out with an execute decision; the proxy uses the same rules to stamp requests.
 // Adding a vendor means adding one file with one value that satisfies Vendor
-// and listing it in registry below.
+// and listing it in init below.
+//
+// Outcomes. "failed" means the vendor definitely did not act, so a new
+// attempt with a new key is safe; "unknown" means it may have. Every vendor
+// starts from the same rule (byStatus: 2xx succeeded; 408, 409, 5xx unknown;
+// other 4xx failed) and adds what its documentation says (Adyen's refused
+// 200s, Stripe's in-progress 409, Adyen's 704 and 703 codes).
 //
 // Key shaping. Every vendor key is a 36-character RFC 9562 UUID (version 8,
 // "custom") built from a digest the caller derives from the server secret, the
@@ -20,6 +26,7 @@ package vendors
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 )
 
@@ -53,8 +60,18 @@ type KeyRule struct {
 type Vendor interface {
 	// Name is the lowercase vendor name agents pass as "vendor".
 	Name() string
-	// KeyRule says where the vendor takes its idempotency key.
+	// KeyRule says where the vendor usually takes its idempotency key; an
+	// Effect carries the rule of its own endpoint.
 	KeyRule() KeyRule
+	// Classify reports whether a request is a side effect, and what it is.
+	// Reads (GET, HEAD, …) are not effects.
+	Classify(r *Request) (Effect, bool)
+	// Outcome classifies the vendor's answer to an effect.
+	Outcome(r *Response) Outcome
+	// ErrorBody renders a refusal in the vendor's own error shape, so the
+	// vendor's SDK shows the message. code is Ratchet's (e.g.
+	// "ratchet_denied").
+	ErrorBody(status int, code, message string) []byte
 }
 
 // Key is the vendor idempotency key handed to an agent with an execute
@@ -73,7 +90,7 @@ var registry = map[string]Vendor{}
 func register(v Vendor) { registry[v.Name()] = v }
 
 func init() {
-	for _, v := range []Vendor{Stripe{}, Square{}, Adyen{}} {
+	for _, v := range []Vendor{Stripe{}, Square{}, Adyen{}, PayPal{}, Checkout{}} {
 		register(v)
 	}
 }
@@ -119,4 +136,10 @@ func uuidV8(digest []byte) string {
 	out[23] = '-'
 	hex.Encode(out[24:36], b[10:16])
 	return string(out[:])
+}
+
+// errorJSON marshals a vendor error body; the values are plain data.
+func errorJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }

@@ -1,0 +1,185 @@
+package vendors
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Request is what a vendor rule sees of an outbound request.
+type Request struct {
+	Method string
+	// Path is the vendor API path, e.g. /v1/payment_intents.
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// Effect is a request classified as a side effect.
+type Effect struct {
+	// EffectType is <vendor>.<resource>.<action>, e.g. stripe.refunds.create.
+	EffectType string
+	// Money is what the request moves, when the vendor's format says so.
+	Money *Money
+	// Counterparty is who the money goes to or comes from (a customer,
+	// destination account, shopper reference), when present.
+	Counterparty string
+	// CallerKey is the idempotency key the caller already put in the
+	// request, if any.
+	CallerKey string
+	// Key says where this endpoint takes an idempotency key; Location is
+	// empty for endpoints that take none (the request is gated but not
+	// stamped).
+	Key KeyRule
+}
+
+// mutating reports whether an HTTP method can change vendor state.
+func mutating(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// segments splits a path into its non-empty parts.
+func segments(path string) []string {
+	var out []string
+	for _, p := range strings.Split(path, "/") {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// part makes one path segment safe for an effect type: lowercase, with
+// anything outside [a-z0-9_] as '_'.
+func part(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	if len(b) == 0 || b[0] == '_' {
+		return "x" + string(b)
+	}
+	return string(b)
+}
+
+// restType names a REST call from its resource path: collection POST is
+// create, item POST/PUT/PATCH is update, item DELETE is delete, and a verb
+// after an item is that verb (…/{id}/capture → capture). ids are the
+// segments at odd positions. Nested collections join the resource name:
+// /customers/{id}/sources → customers.sources.create.
+func restType(vendor, method string, parts []string) string {
+	names := []string{part(vendor)}
+	for i := 0; i < len(parts); i += 2 {
+		names = append(names, part(parts[i]))
+	}
+	var action string
+	switch {
+	case len(parts)%2 == 1 && len(parts) > 1 && method == http.MethodPost && len(names) > 2:
+		// …/{id}/verb: the last "resource" is the verb.
+		action = names[len(names)-1]
+		names = names[:len(names)-1]
+		if looksLikeCollection(action) {
+			names, action = append(names, action), "create"
+		}
+	case len(parts)%2 == 1:
+		action = "create"
+	case method == http.MethodDelete:
+		action = "delete"
+	default:
+		action = "update"
+	}
+	if len(names) > 5 {
+		names = names[:5]
+	}
+	t := strings.Join(append(names, action), ".")
+	if len(t) > 128 { // the ledger's limit: keep vendor, resource and action
+		t = strings.Join([]string{names[0], names[1], action}, ".")
+	}
+	return t
+}
+
+// looksLikeCollection tells a nested collection (refunds, captures,
+// sources) from a verb (capture, confirm): collections end in s.
+func looksLikeCollection(s string) bool {
+	return strings.HasSuffix(s, "s") && !strings.HasSuffix(s, "ss")
+}
+
+// jsonObject decodes a JSON object body, or nil.
+func jsonObject(body []byte) map[string]any {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// get walks nested objects and arrays ("purchase_units", "0", "amount").
+func get(v any, path ...string) any {
+	for _, p := range path {
+		switch t := v.(type) {
+		case map[string]any:
+			v = t[p]
+		case []any:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(t) {
+				return nil
+			}
+			v = t[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// str returns a string at path, or "".
+func str(v any, path ...string) string {
+	s, _ := get(v, path...).(string)
+	return s
+}
+
+// integer returns a whole number at path.
+func integer(v any, path ...string) (int64, bool) {
+	switch n := get(v, path...).(type) {
+	case json.Number:
+		i, err := n.Int64()
+		return i, err == nil
+	case string: // form values
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// minorMoney reads an integer minor-unit amount and its currency.
+func minorMoney(v any, amount, currency []string) *Money {
+	n, ok := integer(v, amount...)
+	c := str(v, currency...)
+	if !ok || n < 0 || len(c) != 3 {
+		return nil
+	}
+	return &Money{Minor: n, Currency: strings.ToUpper(c)}
+}
+
+// firstString returns the first non-empty string among paths.
+func firstString(v any, paths ...[]string) string {
+	for _, p := range paths {
+		if s := str(v, p...); s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,282 @@
+package vendors
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+)
+
+// fixture returns one file of testdata/<vendor>.txtar.
+func fixture(t testing.TB, vendor, name string) []byte {
+	t.Helper()
+	a, err := txtar.ParseFile("testdata/" + vendor + ".txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range a.Files {
+		if f.Name == name {
+			return []byte(strings.TrimSpace(string(f.Data)))
+		}
+	}
+	t.Fatalf("no fixture %s in %s.txtar", name, vendor)
+	return nil
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		vendor, method, path, fixture string
+		header                        http.Header
+		effect                        bool
+		effectType                    string
+		money                         *Money
+		counterparty, callerKey       string
+		keyLoc                        Location
+		keyName                       string
+		keyMax                        int
+	}{
+		{vendor: "stripe", method: "POST", path: "/v1/payment_intents", fixture: "payment_intent.create.req", header: http.Header{"Idempotency-Key": {"caller-1"}},
+			effect: true, effectType: "stripe.payment_intents.create", money: &Money{2000, "USD"}, counterparty: "cus_NeGfPRiPKxeBi1", callerKey: "caller-1", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/payment_intents", fixture: "destination.create.req",
+			effect: true, effectType: "stripe.payment_intents.create", money: &Money{1000, "USD"}, counterparty: "acct_1MtJUT2eZvKYlo2C", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/charges", fixture: "jpy.create.req",
+			effect: true, effectType: "stripe.charges.create", money: &Money{500, "JPY"}, keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/refunds", fixture: "refund.create.req", // no currency: no cost
+			effect: true, effectType: "stripe.refunds.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/payment_intents/pi_1/confirm",
+			effect: true, effectType: "stripe.payment_intents.confirm", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1", effect: true, effectType: "stripe.customers.update", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1/sources", effect: true, effectType: "stripe.customers.sources.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/checkout/sessions", effect: true, effectType: "stripe.checkout_sessions.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "DELETE", path: "/v1/customers/cus_1", effect: true, effectType: "stripe.customers.delete"}, // v1 DELETE takes no key
+		{vendor: "stripe", method: "GET", path: "/v1/payment_intents/pi_1"},
+		{vendor: "stripe", method: "POST", path: "/health"},
+
+		{vendor: "square", method: "POST", path: "/v2/payments", fixture: "payment.create.req",
+			effect: true, effectType: "square.payments.create", money: &Money{1000, "USD"}, counterparty: "W92WH6P11H4Z77CTET0RNTGFW8",
+			callerKey: "7b0f3ec5-086a-4871-8f13-3c81b3875218", keyLoc: InBody, keyName: "idempotency_key", keyMax: 45},
+		{vendor: "square", method: "POST", path: "/v2/refunds", fixture: "refund.create.req",
+			effect: true, effectType: "square.refunds.create", money: &Money{1000, "USD"}, callerKey: "9b7f2dcf-49da-4411-b23e-a2d6af21333a", keyLoc: InBody, keyName: "idempotency_key", keyMax: 45},
+		{vendor: "square", method: "POST", path: "/v2/orders/o_1/pay", effect: true, effectType: "square.orders.pay", keyLoc: InBody, keyName: "idempotency_key", keyMax: 192},
+		{vendor: "square", method: "POST", path: "/v2/payments/cancel", fixture: "cancel_by_key.req", effect: true, effectType: "square.payments.cancel_by_idempotency_key"},
+		{vendor: "square", method: "POST", path: "/v2/payments/p_1/complete", effect: true, effectType: "square.payments.complete"},
+		{vendor: "square", method: "POST", path: "/v2/loyalty/accounts", effect: true, effectType: "square.loyalty.post"},
+		{vendor: "square", method: "POST", path: "/v2/orders/search"},
+		{vendor: "square", method: "POST", path: "/v2/orders/calculate"},
+		{vendor: "square", method: "GET", path: "/v2/payments"},
+
+		{vendor: "adyen", method: "POST", path: "/v71/payments", fixture: "payment.create.req", header: http.Header{"Idempotency-Key": {"c-9"}},
+			effect: true, effectType: "adyen.payments.create", money: &Money{1000, "EUR"}, counterparty: "YOUR_UNIQUE_SHOPPER_ID", callerKey: "c-9", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+		{vendor: "adyen", method: "POST", path: "/checkout/v71/payments/993617895204576J/captures", fixture: "capture.req",
+			effect: true, effectType: "adyen.payments.capture", money: &Money{2500, "EUR"}, keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+		{vendor: "adyen", method: "POST", path: "/v71/sessions", effect: true, effectType: "adyen.sessions.create", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+		{vendor: "adyen", method: "GET", path: "/v71/paymentLinks/PL1"},
+		{vendor: "adyen", method: "POST", path: "/v71/paymentMethods"},
+		{vendor: "adyen", method: "POST", path: "/v71/payments/details", effect: true, effectType: "adyen.payments.details", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+
+		{vendor: "paypal", method: "POST", path: "/v2/checkout/orders", fixture: "order.create.req", header: http.Header{"Paypal-Request-Id": {"pp-1"}},
+			effect: true, effectType: "paypal.orders.create", money: &Money{10000, "USD"}, counterparty: "2P8X5VBLT4T4S", callerKey: "pp-1", keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+		{vendor: "paypal", method: "POST", path: "/v2/payments/captures/2GG279541U471931P/refund", fixture: "refund.req",
+			effect: true, effectType: "paypal.captures.refund", money: &Money{1099, "USD"}, keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+		{vendor: "paypal", method: "POST", path: "/v2/checkout/orders/5O190127TN364715T/capture",
+			effect: true, effectType: "paypal.orders.capture", keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+
+		{vendor: "paypal", method: "POST", path: "/v1/oauth2/token"},
+		{vendor: "checkout", method: "POST", path: "/payments", fixture: "payment.create.req",
+			effect: true, effectType: "checkout.payments.create", money: &Money{6540, "USD"}, counterparty: "cus_udst2tfldj6upmye2reztkmm4i", keyLoc: InHeader, keyName: "Cko-Idempotency-Key"},
+		{vendor: "checkout", method: "POST", path: "/payments/pay_1/refunds",
+			effect: true, effectType: "checkout.payments.refund", keyLoc: InHeader, keyName: "Cko-Idempotency-Key"},
+	}
+	for _, c := range cases {
+		t.Run(c.vendor+" "+c.method+" "+c.path, func(t *testing.T) {
+			v, ok := Lookup(c.vendor)
+			if !ok {
+				t.Fatalf("vendor %s unknown", c.vendor)
+			}
+			r := &Request{Method: c.method, Path: c.path, Header: c.header}
+			if r.Header == nil {
+				r.Header = http.Header{}
+			}
+			if c.fixture != "" {
+				r.Body = fixture(t, c.vendor, c.fixture)
+			}
+			e, isEffect := v.Classify(r)
+			if isEffect != c.effect {
+				t.Fatalf("effect = %v, want %v", isEffect, c.effect)
+			}
+			if !c.effect {
+				return
+			}
+			if e.EffectType != c.effectType || e.Counterparty != c.counterparty || e.CallerKey != c.callerKey {
+				t.Fatalf("got %+v", e)
+			}
+			if (e.Money == nil) != (c.money == nil) || (e.Money != nil && *e.Money != *c.money) {
+				t.Fatalf("money %+v, want %+v", e.Money, c.money)
+			}
+			if e.Key.Location != c.keyLoc || e.Key.Name != c.keyName || e.Key.MaxLen != c.keyMax {
+				t.Fatalf("key rule %+v", e.Key)
+			}
+		})
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	cases := []struct {
+		vendor  string
+		status  int
+		header  http.Header
+		fixture string
+		want    Result
+		ref     string
+	}{
+		{"stripe", 200, nil, "payment_intent.resp", Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
+		{"stripe", 200, http.Header{"Idempotent-Replayed": {"true"}}, "payment_intent.resp", Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
+		{"stripe", 402, nil, "card_declined.resp", Failed, "pi_3MtwBwLkdIwHu7ix1IGU1ueo"},
+		{"stripe", 409, nil, "key_in_use.resp", Unknown, ""},
+		{"stripe", 400, nil, "idempotency_mismatch.resp", Failed, ""},
+		{"stripe", 429, nil, "rate_limited.resp", Failed, ""},
+		{"stripe", 500, nil, "api_error.resp", Unknown, ""},
+		{"stripe", 502, nil, "", Unknown, ""},
+		{"square", 200, nil, "payment.resp", Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY"},
+		{"square", 200, nil, "refund.resp", Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY_KlWP8IC1irjjjjjjjjjjjjjjjjjjjjj"},
+		{"square", 402, nil, "declined.resp", Failed, "KkAkhdMsgzn59SM8A89WgKwekxLZY"},
+		{"square", 400, nil, "reused.resp", Failed, ""},
+		{"square", 500, nil, "internal.resp", Unknown, ""},
+		{"adyen", 200, nil, "authorised.resp", Succeeded, "993617895204576J"},
+		{"adyen", 200, nil, "refused.resp", Failed, "993617895215577D"},
+		{"adyen", 201, nil, "capture.resp", Succeeded, "JDD6LKT8MBLZNN84"},
+		{"adyen", 422, nil, "in_progress.resp", Unknown, ""},
+		{"adyen", 409, nil, "in_progress.resp", Unknown, ""},
+		{"adyen", 503, nil, "store_down.resp", Failed, ""},
+		{"adyen", 422, nil, "validation.resp", Failed, "8816178914079738"},
+		{"adyen", 422, http.Header{"Transient-Error": {"true"}}, "validation.resp", Unknown, "8816178914079738"},
+		{"adyen", 500, nil, "", Unknown, ""},
+		{"paypal", 201, nil, "order.resp", Succeeded, "5O190127TN364715T"},
+		{"paypal", 422, nil, "unprocessable.resp", Failed, ""},
+		{"checkout", 201, nil, "approved.resp", Succeeded, "pay_mbabizu24mvu3mela5njyhpit4"},
+		{"checkout", 201, nil, "declined.resp", Failed, "pay_y3oqhf46pyzuxjbcn2giaqnb44"},
+		{"checkout", 422, nil, "invalid.resp", Failed, ""},
+		{"checkout", 409, nil, "", Unknown, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.vendor+" "+c.fixture, func(t *testing.T) {
+			v, _ := Lookup(c.vendor)
+			r := &Response{Status: c.status, Header: c.header}
+			if r.Header == nil {
+				r.Header = http.Header{}
+			}
+			if c.fixture != "" {
+				r.Body = fixture(t, c.vendor, c.fixture)
+			}
+			o := v.Outcome(r)
+			if o.Result != c.want || o.VendorReference != c.ref {
+				t.Fatalf("%d: got %+v, want %s %q", c.status, o, c.want, c.ref)
+			}
+			if o.Result != Succeeded && o.Reason == "" && c.fixture != "" {
+				t.Fatalf("no reason for %+v", o)
+			}
+		})
+	}
+	if o := TransportFailure(errTimeout{}); o.Result != Unknown {
+		t.Fatalf("timeout: %+v", o)
+	}
+}
+
+type errTimeout struct{}
+
+func (errTimeout) Error() string { return "i/o timeout" }
+
+func TestMoney(t *testing.T) {
+	rates := map[string]int64{"usd": 1_000_000, "eur": 1_080_000, "jpy": 6_700, "kwd": 3_250_000}
+	cases := []struct {
+		m    Money
+		want int64
+		ok   bool
+	}{
+		{Money{2000, "USD"}, 20_000_000, true},
+		{Money{1000, "EUR"}, 10_800_000, true},
+		{Money{500, "JPY"}, 3_350_000, true},
+		{Money{1500, "KWD"}, 4_875_000, true},
+		{Money{1, "usd"}, 10_000, true},
+		{Money{100, "GBP"}, 0, false},     // no rate: no cost
+		{Money{-5, "USD"}, 0, false},      // negative
+		{Money{1 << 62, "USD"}, 0, false}, // overflows
+	}
+	for _, c := range cases {
+		got, ok := c.m.Micros(rates)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%+v: %d %v, want %d %v", c.m, got, ok, c.want, c.ok)
+		}
+	}
+	dec := []struct {
+		s, cur string
+		minor  int64
+		ok     bool
+	}{
+		{"100.00", "USD", 10000, true}, {"10.99", "usd", 1099, true}, {"7", "USD", 700, true}, {"0.5", "USD", 50, true},
+		{"1500", "JPY", 1500, true}, {"1.234", "KWD", 1234, true},
+		{"1.5", "JPY", 0, false}, {"1.234", "USD", 0, false}, {"-1.00", "USD", 0, false}, {"1e3", "USD", 0, false},
+		{"", "USD", 0, false}, {".", "USD", 0, false}, {"1.", "USD", 0, false}, {"99999999999999999999", "USD", 0, false},
+	}
+	for _, c := range dec {
+		m, err := ParseDecimal(c.s, c.cur)
+		if (err == nil) != c.ok || (c.ok && m.Minor != c.minor) {
+			t.Errorf("ParseDecimal(%q, %s) = %+v, %v", c.s, c.cur, m, err)
+		}
+	}
+}
+
+func TestStamp(t *testing.T) {
+	h := http.Header{"Idempotency-Key": {"caller"}}
+	body, err := Stamp(Stripe{}.KeyRule(), h, []byte("amount=1"), "ratchet-key")
+	if err != nil || h.Get("Idempotency-Key") != "ratchet-key" || string(body) != "amount=1" {
+		t.Fatalf("header stamp: %q %v %v", body, h, err)
+	}
+	sq := Square{}.KeyRule()
+	cases := []struct{ in, want string }{
+		{`{"amount_money": {"amount": 1, "currency": "USD"}, "idempotency_key" :  "old" , "note":"x"}`,
+			`{"amount_money": {"amount": 1, "currency": "USD"}, "idempotency_key":"new" , "note":"x"}`},
+		{`{"note":"x"}`, `{"idempotency_key":"new","note":"x"}`},
+		{` {} `, ` {"idempotency_key":"new"} `},
+		{`{"nested":{"idempotency_key":"keep"}}`, `{"idempotency_key":"new","nested":{"idempotency_key":"keep"}}`},
+	}
+	for _, c := range cases {
+		got, err := Stamp(sq, http.Header{}, []byte(c.in), "new")
+		if err != nil || string(got) != c.want {
+			t.Errorf("stamp %s = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"a":`, `{"idempotency_key":"a","idempotency_key":"b"}`, `{} {}`, `"x"`} {
+		if got, err := Stamp(sq, http.Header{}, []byte(bad), "new"); err == nil {
+			t.Errorf("stamp %q = %q, want an error", bad, got)
+		}
+	}
+	// The documented Square request keeps every other byte.
+	orig := fixture(t, "square", "payment.create.req")
+	got, err := Stamp(sq, http.Header{}, orig, "0f1e2d3c-0000-8000-8000-000000000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Replace(string(got), `"idempotency_key":"0f1e2d3c-0000-8000-8000-000000000000"`, `"idempotency_key": "7b0f3ec5-086a-4871-8f13-3c81b3875218"`, 1) != string(orig) {
+		t.Fatalf("stamping disturbed the body:\n%s", got)
+	}
+}
+
+func TestErrorBodies(t *testing.T) {
+	for _, name := range []string{"stripe", "square", "adyen", "paypal", "checkout", "acme"} {
+		v, _ := Lookup(name)
+		b := v.ErrorBody(403, "ratchet_denied", "Ratchet denied this request: budget exceeded")
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.Contains(string(b), "budget exceeded") {
+			t.Fatalf("%s: message missing: %s", name, b)
+		}
+	}
+	if got := (Square{}).ErrorBody(403, "ratchet_denied", "no"); !strings.Contains(string(got), `"code":"RATCHET_DENIED"`) {
+		t.Fatalf("square error %s", got)
+	}
+}
