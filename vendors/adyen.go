@@ -7,7 +7,9 @@ import (
 )
 
 // Adyen is the Checkout API (checkout-test.adyen.com and the live
-// endpoints, paths /v{N}/...).
+// endpoints, paths /v{N}/...). Live hosts carry a per-merchant prefix
+// ({prefix}-checkout-live.adyenpayments.com), so only the test host is
+// intercepted by the forward proxy; live traffic uses reverse mode.
 //
 // Sources: https://docs.adyen.com/development-resources/api-idempotency —
 // header idempotency-key on POST, at most 64 characters, kept "for a
@@ -27,6 +29,9 @@ var _ Vendor = Adyen{}
 
 // Name implements Vendor.
 func (Adyen) Name() string { return "adyen" }
+
+// Hosts implements Vendor.
+func (Adyen) Hosts() []string { return []string{"checkout-test.adyen.com"} }
 
 // KeyRule implements Vendor.
 func (Adyen) KeyRule() KeyRule {

@@ -22,6 +22,9 @@ var _ Vendor = Checkout{}
 // Name implements Vendor.
 func (Checkout) Name() string { return "checkout" }
 
+// Hosts implements Vendor.
+func (Checkout) Hosts() []string { return []string{"api.checkout.com", "api.sandbox.checkout.com"} }
+
 // KeyRule implements Vendor.
 func (Checkout) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "Cko-Idempotency-Key", Enforced: true, RetentionHours: 24}

@@ -10,6 +10,9 @@ var _ Vendor = Generic{}
 // Name implements Vendor.
 func (Generic) Name() string { return "generic" }
 
+// Hosts implements Vendor.
+func (Generic) Hosts() []string { return nil }
+
 // KeyRule implements Vendor.
 func (Generic) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "Idempotency-Key", MaxLen: 255}

@@ -22,6 +22,9 @@ var _ Vendor = PayPal{}
 // Name implements Vendor.
 func (PayPal) Name() string { return "paypal" }
 
+// Hosts implements Vendor.
+func (PayPal) Hosts() []string { return []string{"api-m.paypal.com", "api-m.sandbox.paypal.com"} }
+
 // KeyRule implements Vendor.
 func (PayPal) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "PayPal-Request-Id", MaxLen: 108, Enforced: true, RetentionHours: 6}

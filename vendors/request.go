@@ -29,6 +29,10 @@ type Effect struct {
 	// CallerKey is the idempotency key the caller already put in the
 	// request, if any.
 	CallerKey string
+	// Scope names the account the request acts for when a header says so
+	// (Stripe-Account): identical requests for two accounts are different
+	// actions.
+	Scope string
 	// Key says where this endpoint takes an idempotency key; Location is
 	// empty for endpoints that take none (the request is gated but not
 	// stamped).

@@ -25,6 +25,11 @@ var _ Vendor = Square{}
 // Name implements Vendor.
 func (Square) Name() string { return "square" }
 
+// Hosts implements Vendor.
+func (Square) Hosts() []string {
+	return []string{"connect.squareup.com", "connect.squareupsandbox.com"}
+}
+
 // KeyRule implements Vendor.
 func (Square) KeyRule() KeyRule {
 	return KeyRule{Location: InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true}

@@ -24,6 +24,9 @@ var _ Vendor = Stripe{}
 // Name implements Vendor.
 func (Stripe) Name() string { return "stripe" }
 
+// Hosts implements Vendor.
+func (Stripe) Hosts() []string { return []string{"api.stripe.com"} }
+
 // KeyRule implements Vendor.
 func (Stripe) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "Idempotency-Key", MaxLen: 255, Enforced: true, RetentionHours: 24}
@@ -49,7 +52,8 @@ func (s Stripe) Classify(r *Request) (Effect, bool) {
 	if (v2 || stripeNamespaces[res[0]]) && len(res) > 1 {
 		res = append([]string{res[0] + "_" + res[1]}, res[2:]...)
 	}
-	e := Effect{EffectType: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key")}
+	e := Effect{EffectType: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
+		Scope: r.Header.Get("Stripe-Account")}
 	if r.Method == http.MethodPost || (v2 && r.Method == http.MethodDelete) {
 		e.Key = s.KeyRule()
 	}

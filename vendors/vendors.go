@@ -60,6 +60,8 @@ type KeyRule struct {
 type Vendor interface {
 	// Name is the lowercase vendor name agents pass as "vendor".
 	Name() string
+	// Hosts are the vendor's API hosts, which the forward proxy intercepts.
+	Hosts() []string
 	// KeyRule says where the vendor usually takes its idempotency key; an
 	// Effect carries the rule of its own endpoint.
 	KeyRule() KeyRule
@@ -103,6 +105,19 @@ func Lookup(name string) (Vendor, bool) {
 		return Generic{}, false
 	}
 	return v, true
+}
+
+// ForHost returns the vendor whose API host is host (no port), if any.
+func ForHost(host string) (Vendor, bool) {
+	host = strings.ToLower(host)
+	for _, v := range registry {
+		for _, h := range v.Hosts() {
+			if h == host {
+				return v, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // ShapeKey turns a digest of at least 16 bytes into the key for the named

@@ -50,3 +50,16 @@ func TestShapeKey(t *testing.T) {
 		t.Fatal("unknown vendor reported as known")
 	}
 }
+
+func TestForHost(t *testing.T) {
+	for host, want := range map[string]string{"api.stripe.com": "stripe", "API.Stripe.com": "stripe",
+		"connect.squareupsandbox.com": "square", "checkout-test.adyen.com": "adyen", "api-m.paypal.com": "paypal",
+		"api.checkout.com": "checkout"} {
+		if v, ok := ForHost(host); !ok || v.Name() != want {
+			t.Errorf("ForHost(%s) = %v", host, v)
+		}
+	}
+	if _, ok := ForHost("example.com"); ok {
+		t.Error("example.com is no vendor")
+	}
+}

@@ -37,9 +37,10 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"serve", "run the sidecar: MCP over HTTP, health probes", runServe},
+		{"serve", "run the sidecar: MCP, outbound proxy, health probes", runServe},
 		{"mcp", "serve the MCP tools over stdio (ratchet mcp --stdio)", runMCP},
 		{"config", "validate a config file (ratchet config validate FILE)", runConfig},
+		{"ca", "print the proxy's CA certificate (ratchet ca export)", runCA},
 		{"token", "print the SHA-256 of a token read from stdin (ratchet token hash)", runToken},
 		{"version", "print the version", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "ratchet", version)

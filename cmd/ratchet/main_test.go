@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -34,6 +36,7 @@ func TestRunCommands(t *testing.T) {
 		{"serve bad flag", "", []string{"serve", "--bogus"}, 2, "", "flag provided but not defined"},
 		{"serve bad log format", "", []string{"serve", "--log-format", "xml"}, 2, "", "--log-format"},
 		{"mcp needs stdio", "", []string{"mcp"}, 2, "", "only --stdio"},
+		{"ca usage", "", []string{"ca"}, 2, "", "usage: ratchet ca export"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,9 +51,26 @@ func TestRunCommands(t *testing.T) {
 func TestServeRefusesOpenUnauthenticatedListener(t *testing.T) {
 	dir := t.TempDir()
 	cfg := dir + "/c.yaml"
-	writeFile(t, cfg, "listen: {mcp: '0.0.0.0:0', admin: '127.0.0.1:0'}\ndata_dir: "+dir+"\n")
+	writeFile(t, cfg, "listen: {mcp: '0.0.0.0:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\ndata_dir: "+dir+"\n")
 	code, _, errs := runArgs(t, "", "serve", "--config", cfg)
 	if code != 1 || !strings.Contains(errs, "refusing to listen on non-loopback") {
 		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
+
+func TestCAExport(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runArgs(t, "", "ca", "export", "--data-dir", dir)
+	if code != 0 || !strings.HasPrefix(out, "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	// The same CA on every call; its key stays in the data dir, 0600.
+	_, again, _ := runArgs(t, "", "ca", "export", "--data-dir", dir)
+	if again != out || strings.Contains(out, "PRIVATE KEY") {
+		t.Fatal("ca export is not stable or leaks the key")
+	}
+	fi, err := os.Stat(filepath.Join(dir, "ca", "ca.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ca key: %v %v", fi, err)
 	}
 }

@@ -48,10 +48,10 @@ func writeFile(t *testing.T, path, content string) {
 
 // server is a running "ratchet serve".
 type server struct {
-	cmd        *exec.Cmd
-	mcp, admin string
-	stderr     *logBuf
-	done       chan error
+	cmd               *exec.Cmd
+	mcp, admin, proxy string
+	stderr            *logBuf
+	done              chan error
 }
 
 // logBuf collects a process's log lines; the test reads while a goroutine
@@ -73,13 +73,13 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-var listenRe = regexp.MustCompile(`mcp=(http://\S+/mcp) admin=(http://\S+)`)
+var listenRe = regexp.MustCompile(`mcp=(http://\S+/mcp) admin=(http://\S+) proxy=(http://\S+)`)
 
 // startServe runs "ratchet serve" on dataDir and waits until it listens.
 func startServe(t *testing.T, dataDir string, extraConfig string) *server {
 	t.Helper()
 	cfg := filepath.Join(dataDir, "..", filepath.Base(dataDir)+".yaml")
-	writeFile(t, cfg, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0'}\n"+extraConfig)
+	writeFile(t, cfg, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"+extraConfig)
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--data-dir", dataDir)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
@@ -108,7 +108,7 @@ func startServe(t *testing.T, dataDir string, extraConfig string) *server {
 	t.Cleanup(func() { cmd.Process.Kill() })
 	select {
 	case m := <-found:
-		s.mcp, s.admin = m[1], m[2]
+		s.mcp, s.admin, s.proxy = m[1], m[2], m[3]
 	case err := <-s.done:
 		t.Fatalf("serve exited early: %v\n%s", err, s.stderr)
 	case <-time.After(20 * time.Second):
@@ -148,6 +148,12 @@ func TestServeShutdownAndLock(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// The proxy listener answers: an unknown vendor path is a 404 from Ratchet.
+	if resp, err := http.Get(s.proxy + "/nowhere/v1/x"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("proxy listener: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	cs := connect(t, s.mcp)
 	first := begin(t, cs, "k1")
 	if first["decision"] != "execute" {
@@ -155,8 +161,10 @@ func TestServeShutdownAndLock(t *testing.T) {
 	}
 
 	// A second process on the same data dir fails at once, naming the lock.
+	second := filepath.Join(t.TempDir(), "second.yaml")
+	writeFile(t, second, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n")
 	for _, args := range [][]string{
-		{"serve", "--data-dir", data, "--config", "/dev/null"},
+		{"serve", "--data-dir", data, "--config", second},
 		{"mcp", "--stdio", "--data-dir", data},
 	} {
 		start := time.Now()

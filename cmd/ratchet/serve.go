@@ -6,17 +6,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
+	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
 // runServe is "ratchet serve": MCP over streamable HTTP at /mcp on
-// listen.mcp, and /healthz and /readyz on listen.admin, until the context
+// listen.mcp, /healthz and /readyz on listen.admin, and the outbound proxy
+// on listen.proxy, until the context
 // ends (SIGTERM). Shutdown stops accepting, lets calls in progress finish
 // within --shutdown-timeout, then closes the ledger cleanly.
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
@@ -52,8 +57,21 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return fmt.Errorf("listening for admin on %s: %w", cfg.Listen.Admin, err)
 	}
 	defer adminLn.Close()
+	proxyLn, err := net.Listen("tcp", cfg.Listen.Proxy)
+	if err != nil {
+		return fmt.Errorf("listening for the proxy on %s: %w", cfg.Listen.Proxy, err)
+	}
+	defer proxyLn.Close()
+	if !isLoopback(cfg.Listen.Proxy) {
+		log.Warn("the proxy has no authentication and listens beyond loopback: anyone who reaches it can spend against your budgets", "listen", cfg.Listen.Proxy)
+	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {
+		return err
+	}
+	outbound, err := newProxy(cfg, eng, log)
+	if err != nil {
+		eng.Close(context.Background())
 		return err
 	}
 
@@ -76,13 +94,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	servers := []*http.Server{
 		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: admin, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second},
 	}
 	errc := make(chan error, len(servers))
-	for i, ln := range []net.Listener{mcpLn, adminLn} {
+	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
 		go func() { errc <- servers[i].Serve(ln) }()
 	}
 	log.Info("ratchet serving", "version", version, "mcp", "http://"+mcpLn.Addr().String()+"/mcp",
-		"admin", "http://"+adminLn.Addr().String(), "data_dir", cfg.DataDir)
+		"admin", "http://"+adminLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(), "data_dir", cfg.DataDir)
 
 	var serveErr error
 	select {
@@ -117,6 +136,21 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return serveErr
 	}
 	return nil
+}
+
+// newProxy builds the outbound proxy from the config.
+func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger) (*proxy.Proxy, error) {
+	ca, err := proxy.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
+	if err != nil {
+		return nil, err
+	}
+	window, _ := time.ParseDuration(cfg.Proxy.DedupeWindow)
+	timeout, _ := time.ParseDuration(cfg.Proxy.UpstreamTimeout)
+	return proxy.New(eng, proxy.Options{
+		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: window,
+		UpstreamTimeout: timeout, AllowHosts: cfg.Proxy.AllowHosts, MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
+		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log,
+	})
 }
 
 // agentsOf maps the configured agent tokens to identities.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,11 +86,17 @@ type Defaults struct {
 
 // Proxy configures the outbound proxy.
 type Proxy struct {
-	Upstreams      map[string]string `yaml:"upstreams"`
-	DedupeWindow   string            `yaml:"dedupe_window"`
-	AllowHosts     []string          `yaml:"allow_hosts"`
-	MaxBodyBytes   int64             `yaml:"max_body_bytes"`
-	CurrencyMicros map[string]int64  `yaml:"currency_micros"`
+	// Namespace is the tenant of every request through the proxy
+	// (default "default").
+	Namespace string `yaml:"namespace"`
+	// UpstreamTimeout bounds a vendor call (default 60s); a call that runs
+	// out is reported unknown.
+	UpstreamTimeout string            `yaml:"upstream_timeout"`
+	Upstreams       map[string]string `yaml:"upstreams"`
+	DedupeWindow    string            `yaml:"dedupe_window"`
+	AllowHosts      []string          `yaml:"allow_hosts"`
+	MaxBodyBytes    int64             `yaml:"max_body_bytes"`
+	CurrencyMicros  map[string]int64  `yaml:"currency_micros"`
 }
 
 // Ledger selects the storage backend.
@@ -121,6 +128,8 @@ func (c *Config) fill() {
 	set(&c.Defaults.Retention, "720h")
 	set(&c.Defaults.ApprovalTTL, "24h")
 	set(&c.Proxy.DedupeWindow, "24h")
+	set(&c.Proxy.Namespace, "default")
+	set(&c.Proxy.UpstreamTimeout, "60s")
 	set(&c.Ledger.Backend, "badger")
 	if c.Defaults.LeaseSeconds == 0 {
 		c.Defaults.LeaseSeconds = 60
@@ -287,6 +296,12 @@ func (c *Config) problems() []Problem {
 	checkDur("defaults.retention", c.Defaults.Retention)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
 	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
+	checkDur("proxy.upstream_timeout", c.Proxy.UpstreamTimeout)
+	for _, v := range sortedKeys(c.Proxy.Upstreams) {
+		if u, err := url.Parse(c.Proxy.Upstreams[v]); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("proxy.upstreams."+v, "%q is not an http(s) URL", c.Proxy.Upstreams[v])
+		}
+	}
 	if c.Defaults.LeaseSeconds < 0 {
 		add("defaults.lease_seconds", "must be > 0")
 	}

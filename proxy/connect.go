@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// connect handles CONNECT: vendor hosts are intercepted, allow-listed hosts
+// tunnelled, everything else refused.
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		refuse(w, http.StatusBadRequest, "ratchet: CONNECT needs host:port")
+		return
+	}
+	if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+		if p.opts.CA == nil || port != "443" {
+			refuse(w, http.StatusForbidden, "ratchet: cannot intercept "+r.Host)
+			return
+		}
+		p.intercept(w, v, host)
+		return
+	}
+	if !p.allowed(r.Context(), host, port, "443") {
+		refuse(w, http.StatusForbidden, "ratchet: "+r.Host+" is not a vendor host and not in proxy.allow_hosts")
+		return
+	}
+	p.tunnel(w, r.Host)
+}
+
+// allowed reports whether a non-vendor host may be reached. Exact entries
+// ("host" or "host:port") allow what they name, even a private address,
+// because an operator wrote it down; a wildcard ("*.example.com") never
+// reaches a loopback, private, link-local or unspecified address, so it
+// cannot be used to probe the pod's own network. An entry without a port
+// allows only the default port (443 for CONNECT, 80 for plain HTTP).
+func (p *Proxy) allowed(ctx context.Context, host, port, defPort string) bool {
+	if port == "" {
+		port = defPort
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, entry := range p.opts.AllowHosts {
+		eh, ep, err := net.SplitHostPort(entry)
+		if err != nil {
+			eh, ep = entry, defPort
+		}
+		eh = strings.ToLower(eh)
+		if ep != port {
+			continue
+		}
+		if eh == host {
+			return true
+		}
+		if suffix, ok := strings.CutPrefix(eh, "*."); ok && strings.HasSuffix(host, "."+suffix) {
+			return p.public(ctx, host)
+		}
+	}
+	return false
+}
+
+// public reports whether every address host resolves to is public.
+func (p *Proxy) public(ctx context.Context, host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return publicIP(ip)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := p.opts.Resolver.LookupIPAddr(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		if !publicIP(a.IP) {
+			return false
+		}
+	}
+	return true
+}
+
+func publicIP(ip net.IP) bool {
+	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast())
+}
+
+// tunnel splices the client to an allowed host, untouched.
+func (p *Proxy) tunnel(w http.ResponseWriter, target string) {
+	up, err := net.DialTimeout("tcp", target, 10*time.Second)
+	if err != nil {
+		refuse(w, http.StatusBadGateway, "ratchet: cannot reach "+target)
+		return
+	}
+	conn, err := hijack(w)
+	if err != nil {
+		up.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { io.Copy(up, conn); up.Close() })
+	wg.Go(func() { io.Copy(conn, up); conn.Close() })
+	wg.Wait()
+}
+
+// hijack takes the client connection and confirms the tunnel.
+func hijack(w http.ResponseWriter) (net.Conn, error) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		refuse(w, http.StatusInternalServerError, "ratchet: cannot tunnel on this connection")
+		return nil, errors.New("not hijackable")
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil || buf.Reader.Buffered() > 0 {
+		conn.Close()
+		return nil, errors.New("client sent data before the tunnel was confirmed")
+	}
+	return conn, nil
+}
+
+// intercept terminates TLS for a vendor host with a certificate from
+// Ratchet's CA and serves the requests inside as vendor requests.
+func (p *Proxy) intercept(w http.ResponseWriter, v vendors.Vendor, host string) {
+	leaf, err := p.opts.CA.Leaf(host)
+	if err != nil {
+		refuse(w, http.StatusInternalServerError, "ratchet: "+err.Error())
+		return
+	}
+	conn, err := hijack(w)
+	if err != nil {
+		return
+	}
+	tconn := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.vendor(w, r, v, r.URL.Path)
+		}),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          p.pass.ErrorLog,
+	}
+	srv.Serve(newOneConnListener(tconn))
+}
+
+// oneConnListener serves exactly one connection, then reports closed once
+// that connection is closed.
+type oneConnListener struct {
+	conn   net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	l := &oneConnListener{closed: make(chan struct{})}
+	l.conn = &notifyConn{Conn: c, onClose: func() { l.Close() }}
+	return l
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if c := l.conn; c != nil {
+		l.conn = nil
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return dummyAddr{} }
+
+type dummyAddr struct{}
+
+func (dummyAddr) Network() string { return "tcp" }
+func (dummyAddr) String() string  { return "intercepted" }
+
+// notifyConn tells its listener when it is closed.
+type notifyConn struct {
+	net.Conn
+	once    sync.Once
+	onClose func()
+}
+
+func (c *notifyConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.onClose)
+	return err
+}

@@ -1,0 +1,299 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// maxResponseBytes bounds an upstream answer read for classification.
+const maxResponseBytes = 16 << 20
+
+// maxStoredBody is the largest response body kept for replay: base64 of it
+// fits the ledger's 64 KiB result limit with room for the envelope.
+const maxStoredBody = 48 << 10
+
+// ratchetHeaders are Ratchet's own request headers, never sent upstream.
+var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
+
+// call is one gated request on its way to the vendor.
+type call struct {
+	v        vendors.Vendor
+	effectID string
+	attempt  int
+}
+
+// vendor handles a request for vendor v whose API path is path.
+func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			p.write(w, v, http.StatusRequestEntityTooLarge, "ratchet_body_too_large",
+				fmt.Sprintf("Ratchet: the request body is over %d bytes (proxy.max_body_bytes); nothing was sent or recorded", p.opts.MaxBodyBytes))
+			return
+		}
+		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: could not read the request body: "+err.Error())
+		return
+	}
+	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Header: r.Header, Body: body})
+	if !isEffect {
+		p.forward(w, r, v, path, body, nil)
+		return
+	}
+	req := p.beginRequest(r, v, path, body, e)
+	res, err := p.eng.Begin(r.Context(), req)
+	if err != nil {
+		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "code", ledger.CodeOf(err))
+		status, code, msg := errorAnswer(err)
+		p.write(w, v, status, code, msg)
+		return
+	}
+	h := w.Header()
+	h.Set(HeaderDecision, string(res.Decision))
+	if res.EffectID != "" {
+		h.Set(HeaderEffectID, res.EffectID)
+	}
+	if res.Reason != "" {
+		h.Set(HeaderReason, res.Reason)
+	}
+	p.log.Info("proxy decision", "vendor", v.Name(), "effect_type", e.EffectType, "decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt)
+	switch res.Decision {
+	case ledger.DecisionExecute:
+		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
+			h.Set(HeaderVendorKey, res.VendorIdempotencyKey.Value)
+			if body, err = vendors.Stamp(e.Key, r.Header, body, res.VendorIdempotencyKey.Value); err != nil {
+				// The body cannot carry the key: nothing was sent, so the
+				// attempt definitely did not happen.
+				p.report(r.Context(), &call{v, res.EffectID, res.Attempt}, ledger.OutcomeFailed, nil, "", "cannot stamp the key: "+err.Error())
+				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
+				return
+			}
+		}
+		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt})
+	case ledger.DecisionDuplicate:
+		p.replay(w, v, res)
+	default:
+		status, code, msg := decisionAnswer(res)
+		if res.Decision == ledger.DecisionInFlight {
+			h.Set("Retry-After", strconv.Itoa(res.RetryAfterSeconds))
+		}
+		p.write(w, v, status, code, msg)
+	}
+}
+
+// beginRequest builds the begin for a gated request.
+func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
+	content := canonicalContent(v, r.Method, path, r.Header.Get("Content-Type"), body, e)
+	key := r.Header.Get(HeaderIdempotencyKey)
+	if key == "" {
+		bucket := p.opts.Clock().UnixNano() / int64(p.opts.DedupeWindow)
+		key = v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(r.Header.Get("Authorization")) +
+			"\x00" + strconv.FormatInt(bucket, 10))[:40]
+	}
+	req := ledger.BeginRequest{
+		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
+		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
+		GroupKey:     r.Header.Get(HeaderGroupKey),
+		LeaseSeconds: int(math.Ceil(p.opts.UpstreamTimeout.Seconds())) + 15,
+	}
+	if e.Counterparty != "" {
+		cp := e.Counterparty
+		if len(cp) > ledger.MaxDimValueLen {
+			cp = hashed(cp)
+		}
+		req.Dimensions = map[string]string{"counterparty": cp}
+	}
+	if e.Money != nil {
+		if micros, ok := e.Money.Micros(p.opts.CurrencyMicros); ok {
+			req.EstimatedCostMicros = &micros
+		}
+	}
+	return req
+}
+
+// canonicalContent is the action as JSON: method, path, account scope and
+// the body (JSON as sent, form fields as a sorted map, anything else by
+// hash), without a body-carried vendor key, which SDKs make random per call.
+func canonicalContent(v vendors.Vendor, method, path, contentType string, body []byte, e vendors.Effect) json.RawMessage {
+	content := map[string]any{"method": method, "path": path}
+	if e.Scope != "" {
+		content["scope"] = e.Scope
+	}
+	var obj map[string]json.RawMessage
+	switch {
+	case len(body) == 0:
+	case strings.HasPrefix(contentType, "application/x-www-form-urlencoded"):
+		if form, err := url.ParseQuery(string(body)); err == nil {
+			content["form"] = form
+		} else {
+			content["body_sha256"] = hashed(string(body))
+		}
+	case json.Unmarshal(body, &obj) == nil && obj != nil:
+		if v.KeyRule().Location == vendors.InBody {
+			delete(obj, v.KeyRule().Name)
+		}
+		content["json"] = obj
+	default:
+		content["body_sha256"] = hashed(string(body))
+	}
+	b, _ := json.Marshal(content) // maps of strings and raw JSON always encode
+	return b
+}
+
+// forward sends the request upstream; with a call, the answer is
+// classified and reported before it reaches the caller.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string, body []byte, c *call) {
+	upstream := p.upstreams[v.Name()]
+	ctx := r.Context()
+	if c != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.opts.UpstreamTimeout)
+		defer cancel()
+	}
+	r = r.WithContext(ctx)
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.SetURL(upstream)
+			for _, h := range ratchetHeaders {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport: p.opts.Transport,
+		ErrorLog:  p.pass.ErrorLog,
+	}
+	if c != nil {
+		rp.ModifyResponse = func(resp *http.Response) error { return p.settle(ctx, c, resp) }
+		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			p.report(ctx, c, ledger.OutcomeUnknown, nil, "", "no answer from the vendor: "+err.Error())
+			status, msg := http.StatusBadGateway, "Ratchet: the vendor did not answer; the outcome is unknown and this action is blocked until resolved"
+			if isTimeout(err) {
+				status, msg = http.StatusGatewayTimeout, "Ratchet: the vendor did not answer in time; the outcome is unknown and this action is blocked until resolved"
+			}
+			p.write(w, c.v, status, "ratchet_upstream_unknown", msg)
+		}
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// storedResponse is a vendor answer kept for replay to duplicates.
+type storedResponse struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type,omitempty"`
+	Body        []byte `json:"body,omitempty"`
+	Omitted     bool   `json:"body_omitted,omitempty"`
+}
+
+// settle reads the vendor's answer, classifies and reports it, and hands
+// the same bytes on to the caller.
+func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	resp.Body.Close()
+	if err != nil || len(b) > maxResponseBytes {
+		return fmt.Errorf("reading the vendor's answer: %v", err) // reported unknown by ErrorHandler
+	}
+	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
+	kept := storedResponse{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
+	if len(b) > maxStoredBody {
+		kept.Body, kept.Omitted = nil, true
+	}
+	result, _ := json.Marshal(kept)
+	outcome := map[vendors.Result]ledger.Outcome{vendors.Succeeded: ledger.OutcomeSucceeded,
+		vendors.Failed: ledger.OutcomeFailed, vendors.Unknown: ledger.OutcomeUnknown}[o.Result]
+	p.report(ctx, c, outcome, result, o.VendorReference, o.Reason)
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return nil
+}
+
+// report records an outcome even if the caller has gone: the vendor may
+// have acted, so the ledger must hear of it.
+func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []byte, ref, reason string) {
+	if len(reason) > ledger.MaxTextLen {
+		reason = reason[:ledger.MaxTextLen]
+	}
+	if len(ref) > ledger.MaxIDLen {
+		ref = ""
+	}
+	_, err := p.eng.Report(context.WithoutCancel(ctx), ledger.ReportRequest{Namespace: p.opts.Namespace, EffectID: c.effectID,
+		Attempt: c.attempt, Outcome: o, Result: result, VendorReference: ref, Error: reason})
+	if err != nil {
+		p.log.Error("proxy report failed; the effect will become indeterminate when its lease ends",
+			"effect_id", c.effectID, "outcome", o, "err", err)
+		return
+	}
+	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+}
+
+// replay answers a duplicate with the stored vendor response.
+func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult) {
+	var kept storedResponse
+	if json.Unmarshal(res.Result, &kept) != nil || kept.Status == 0 || kept.Omitted {
+		p.write(w, v, http.StatusConflict, "ratchet_duplicate", fmt.Sprintf(
+			"Ratchet: this request was already performed (effect %s, vendor reference %q); the original response is not available to replay",
+			res.EffectID, res.VendorReference))
+		return
+	}
+	h := w.Header()
+	h.Set(HeaderReplayed, "true")
+	if kept.ContentType != "" {
+		h.Set("Content-Type", kept.ContentType)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(kept.Body)))
+	w.WriteHeader(kept.Status)
+	w.Write(kept.Body)
+}
+
+// write sends a refusal in the vendor's own error shape.
+func (p *Proxy) write(w http.ResponseWriter, v vendors.Vendor, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(v.ErrorBody(status, code, msg))
+}
+
+// decisionAnswer maps a decision that does not reach the vendor to an HTTP
+// status, an error code and a message.
+func decisionAnswer(res *ledger.BeginResult) (int, string, string) {
+	msg := "Ratchet: " + string(res.Decision)
+	if res.Reason != "" {
+		msg += " (" + res.Reason + ")"
+	}
+	msg += ": " + res.Message
+	switch res.Decision {
+	case ledger.DecisionInFlight, ledger.DecisionBlocked:
+		return http.StatusConflict, "ratchet_" + string(res.Decision), msg
+	case ledger.DecisionApprovalRequired, ledger.DecisionDenied:
+		return http.StatusForbidden, "ratchet_" + string(res.Decision), msg
+	}
+	return http.StatusInternalServerError, "ratchet_internal", msg
+}
+
+// errorAnswer maps an engine error to an HTTP status, code and message.
+func errorAnswer(err error) (int, string, string) {
+	code := ledger.CodeOf(err)
+	switch code {
+	case ledger.CodeInvalidArgument, ledger.CodeIdempotencyKeyConflict, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
+		return http.StatusBadRequest, "ratchet_" + string(code), "Ratchet refused the request: " + err.Error()
+	case ledger.CodeUnavailable:
+		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet could not record the request; nothing was sent: retry later"
+	}
+	if errors.Is(err, ledger.ErrClosed) || errors.Is(err, context.Canceled) {
+		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet is shutting down; nothing was sent: retry later"
+	}
+	return http.StatusInternalServerError, "ratchet_internal", "Ratchet failed internally; nothing was sent"
+}

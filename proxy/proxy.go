@@ -1,0 +1,222 @@
+// Package proxy gives legacy callers, which never call the MCP tools, the
+// same protection on their outbound path. It is an HTTP handler with two
+// ways in and one engine:
+//
+//   - Reverse mode: /stripe/v1/... is forwarded to the configured Stripe
+//     upstream (likewise /square/, /adyen/, /paypal/, /checkout/): callers
+//     change only their base URL.
+//   - Forward mode: as HTTP(S)_PROXY. A CONNECT to a vendor API host is
+//     intercepted with a leaf certificate from Ratchet's CA and handled as in
+//     reverse mode (sent to that vendor's configured upstream); other hosts
+//     are tunnelled only when listed in allow_hosts, and refused otherwise.
+//     It is never an open proxy.
+//
+// A request that vendors classifies as a side effect is gated: key from the
+// Ratchet-Idempotency-Key header, else derived from the content; cost and
+// counterparty from the vendor's format; begin; on execute the vendor key
+// is stamped, the request forwarded, the answer classified and reported,
+// with the response (status, content type, body) as the stored result.
+// Other decisions answer without contacting the vendor, in the vendor's own
+// error shape. Reads pass through untouched.
+//
+// Decisions recorded here, where the spec is silent:
+//   - The content-derived key covers vendor, method, path, the canonical
+//     body (JSON canonicalised, form fields sorted), the account header
+//     (Stripe-Account) and a SHA-256 of the caller's credentials, so two
+//     merchants' identical requests never dedupe; it is bucketed by
+//     proxy.dedupe_window, so identical requests straddling a bucket
+//     boundary are not deduplicated. The caller's own vendor key is not
+//     used: SDKs such as stripe-go generate a random one per call. It is
+//     replaced by Ratchet's key, which changes per attempt.
+//   - The payload hashed into the fingerprint is the same canonical content,
+//     so a Ratchet-Idempotency-Key reused for different content is refused
+//     (400, idempotency_key_conflict).
+//   - Responses too large to keep (over ~48 KiB) are not replayed byte for
+//     byte; a duplicate gets 409 naming the vendor's object id instead.
+//   - A report the ledger fails to record does not change the caller's
+//     answer; the lease then expires and the effect becomes indeterminate.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// Engine is what the proxy needs from the ledger.
+type Engine interface {
+	Begin(context.Context, ledger.BeginRequest) (*ledger.BeginResult, error)
+	Report(context.Context, ledger.ReportRequest) (*ledger.Effect, error)
+}
+
+// Request and response headers of the proxy's own protocol.
+const (
+	HeaderIdempotencyKey = "Ratchet-Idempotency-Key"
+	HeaderRunID          = "Ratchet-Run-Id"
+	HeaderAgentID        = "Ratchet-Agent-Id"
+	HeaderGroupKey       = "Ratchet-Group-Key"
+	HeaderDecision       = "Ratchet-Decision"
+	HeaderEffectID       = "Ratchet-Effect-Id"
+	HeaderReplayed       = "Ratchet-Replayed"
+	HeaderReason         = "Ratchet-Reason"
+	// HeaderVendorKey carries, with execute, the idempotency key Ratchet
+	// sent to the vendor, for the caller's logs.
+	HeaderVendorKey = "Ratchet-Vendor-Key"
+)
+
+// Options configures New. Upstreams is required; zero values elsewhere take
+// the documented defaults.
+type Options struct {
+	// Upstreams maps vendor names to base URLs (tests point them at mocks).
+	Upstreams map[string]string
+	// Namespace is the tenant of every request (default "default").
+	Namespace string
+	// DedupeWindow buckets content-derived keys (default 24h).
+	DedupeWindow time.Duration
+	// UpstreamTimeout bounds a vendor call (default 60s).
+	UpstreamTimeout time.Duration
+	// AllowHosts are non-vendor hosts the forward proxy may tunnel to:
+	// "host", "host:port" or "*.domain" (no port means 443).
+	AllowHosts []string
+	// MaxBodyBytes bounds request bodies (default 1 MiB); larger get 413.
+	MaxBodyBytes int64
+	// CurrencyMicros converts amounts to micro-USD per major unit.
+	CurrencyMicros map[string]int64
+	// CA intercepts CONNECTs to vendor hosts; nil refuses them.
+	CA *CA
+	// Transport reaches upstreams and allowed hosts (default
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Resolver checks wildcard allow_hosts matches (default net.DefaultResolver).
+	Resolver Resolver
+	// Clock is the time source for dedupe buckets (default time.Now).
+	Clock func() time.Time
+	// Logger gets one line per gated request; never bodies or credentials.
+	Logger *slog.Logger
+}
+
+// Resolver looks up a host's addresses.
+type Resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+}
+
+// Proxy is the outbound proxy handler.
+type Proxy struct {
+	eng       Engine
+	opts      Options
+	upstreams map[string]*url.URL
+	vendors   map[string]vendors.Vendor
+	pass      *httputil.ReverseProxy
+	log       *slog.Logger
+}
+
+// New builds a proxy.
+func New(eng Engine, opts Options) (*Proxy, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = ledger.DefaultNamespace
+	}
+	if opts.DedupeWindow <= 0 {
+		opts.DedupeWindow = 24 * time.Hour
+	}
+	if opts.UpstreamTimeout <= 0 {
+		opts.UpstreamTimeout = 60 * time.Second
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.Transport == nil {
+		opts.Transport = http.DefaultTransport
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	p := &Proxy{eng: eng, opts: opts, upstreams: map[string]*url.URL{}, vendors: map[string]vendors.Vendor{}, log: opts.Logger}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	for name, raw := range opts.Upstreams {
+		v, ok := vendors.Lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("proxy upstream %q: no rules for that vendor", name)
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("proxy upstream %s: %q is not an http(s) URL", name, raw)
+		}
+		p.upstreams[v.Name()], p.vendors[v.Name()] = u, v
+	}
+	p.pass = &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.Out.URL = pr.In.URL; pr.Out.Host = pr.In.Host },
+		Transport: opts.Transport,
+		ErrorLog:  slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// ServeHTTP dispatches reverse, forward and CONNECT requests.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect:
+		p.connect(w, r)
+	case r.URL.IsAbs(): // forward mode, plain HTTP
+		host := r.URL.Hostname()
+		if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+			p.vendor(w, r, v, r.URL.Path)
+			return
+		}
+		if !p.allowed(r.Context(), host, r.URL.Port(), "80") {
+			refuse(w, http.StatusForbidden, "ratchet: "+host+" is not a vendor host and not in proxy.allow_hosts")
+			return
+		}
+		p.pass.ServeHTTP(w, r)
+	default: // reverse mode: /<vendor>/...
+		name, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		v := p.vendors[name]
+		if v == nil {
+			refuse(w, http.StatusNotFound, "ratchet: no vendor at /"+name+"/ (configured: "+p.names()+")")
+			return
+		}
+		p.vendor(w, r, v, "/"+rest)
+	}
+}
+
+func (p *Proxy) names() string {
+	var n []string
+	for name := range p.vendors {
+		n = append(n, name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// refuse answers a request the proxy will not handle at all.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	http.Error(w, msg, status)
+}
+
+// hashed is a SHA-256 of s in hex; used only for high-entropy inputs
+// (credentials) that go into derived keys.
+func hashed(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// isTimeout reports whether err is a deadline or timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
