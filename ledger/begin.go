@@ -20,6 +20,7 @@ import (
 // before records nothing (there is nothing to remember: a later begin is
 // evaluated afresh) and carries no effect_id.
 func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, error) {
+	start := time.Now()
 	in, err := e.validateBegin(req)
 	if err != nil {
 		return nil, err
@@ -31,6 +32,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 		return nil, err
 	}
 	res := v.(*BeginResult)
+	e.obs.Begin(in.req.EffectType, res.Decision, time.Since(start))
 	e.log.Info("begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
 		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
 	return res, nil
@@ -364,6 +366,7 @@ func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
 	if ns != "" && rec.Namespace != ns {
 		return nil, ErrNotFound
 	}
+	rec.stored = rec.State
 	return &rec, nil
 }
 
@@ -393,6 +396,12 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 				return err
 			}
 		}
+	}
+	if rec.State != rec.stored {
+		if err := moveStateCount(t, rec.stored, rec.State); err != nil {
+			return err
+		}
+		rec.stored = rec.State
 	}
 	// Finished effects sit in the retention index under their finish time.
 	if rec.State.terminal() && rec.RetainedAt.IsZero() {

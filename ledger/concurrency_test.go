@@ -148,4 +148,29 @@ func TestMixedLoadKeepsInvariants(t *testing.T) {
 	if b["daily-spend"] > 500_000_000 || b["daily-spend"] != held {
 		t.Fatalf("daily-spend counted %d, effects hold %d", b["daily-spend"], held)
 	}
+	assertStateCounts(t, h)
+}
+
+// assertStateCounts checks the persisted per-state counts against a full
+// listing.
+func assertStateCounts(t testing.TB, h *harness) {
+	t.Helper()
+	page, err := h.eng.List(context.Background(), ledger.Filter{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[ledger.State]int64{}
+	for _, e := range page.Effects {
+		want[e.State]++
+	}
+	got, err := h.eng.StateCounts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []ledger.State{ledger.StatePending, ledger.StateSucceeded, ledger.StateFailed, ledger.StateIndeterminate,
+		ledger.StateAwaitingApproval, ledger.StateApproved, ledger.StateRejected, ledger.StateCompensated} {
+		if got[st] != want[st] {
+			t.Fatalf("state counts %v, listing %v", got, want)
+		}
+	}
 }

@@ -64,7 +64,23 @@ type Options struct {
 	PurgeInterval time.Duration
 	// MaxBatch caps how many decisions share one commit; zero means 256.
 	MaxBatch int
+	// Observer is told of decisions, reports and expiries (metrics); nil
+	// means nobody.
+	Observer Observer
 }
+
+// Observer is told what the engine decided, after it is durable.
+type Observer interface {
+	Begin(effectType string, d Decision, elapsed time.Duration)
+	Report(o Outcome, elapsed time.Duration)
+	Expired(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Begin(string, Decision, time.Duration) {}
+func (nopObserver) Report(Outcome, time.Duration)         {}
+func (nopObserver) Expired(int)                           {}
 
 // Engine is the Ratchet ledger: every adapter (MCP tools, proxy, admin API)
 // calls its methods, and only it touches storage. All methods are safe for
@@ -78,6 +94,7 @@ type Engine struct {
 	log      *slog.Logger
 	maxBatch int
 	ids      idGen
+	obs      Observer
 
 	ops     chan *op
 	stop    chan struct{}
@@ -117,6 +134,7 @@ func New(opts Options) (*Engine, error) {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		maxBatch: opts.MaxBatch,
+		obs:      opts.Observer,
 		ops:      make(chan *op, 1024),
 		stop:     make(chan struct{}),
 	}
@@ -128,6 +146,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if e.maxBatch <= 0 {
 		e.maxBatch = 256
+	}
+	if e.obs == nil {
+		e.obs = nopObserver{}
 	}
 	e.wg.Add(1)
 	go e.writer()

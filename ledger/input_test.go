@@ -128,6 +128,10 @@ func TestRetentionPurge(t *testing.T) {
 	if r := h.beginWant(email("old", "bot"), ledger.DecisionExecute); r.EffectID == done.EffectID {
 		t.Fatal("purged key reused the old effect")
 	}
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertStateCounts(t, h)
 }
 
 func TestListFiltersAndPages(t *testing.T) {

@@ -17,12 +17,16 @@ const sweepBatch = 256
 // many effects it expired. The background reaper calls it every
 // Options.ReapInterval.
 func (e *Engine) Reap(ctx context.Context) (int, error) {
-	return e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) error {
+	n, err := e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) error {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 			return nil
 		}
 		return e.expireLease(t, rec)
 	})
+	if n > 0 {
+		e.obs.Expired(n)
+	}
+	return n, err
 }
 
 // Purge deletes finished effects (succeeded, failed, rejected, compensated)
@@ -118,5 +122,5 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 			return err
 		}
 	}
-	return nil
+	return moveStateCount(t, rec.State, "")
 }

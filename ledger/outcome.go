@@ -12,6 +12,7 @@ import (
 // report is invalid_state_transition, except on an indeterminate effect,
 // where a late report of the same attempt settles it.
 func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error) {
+	start := time.Now()
 	var err *Error
 	if req.Namespace, err = checkNamespace(req.Namespace); err != nil {
 		return nil, err
@@ -55,6 +56,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		return nil, serr
 	}
 	eff := v.(*Effect)
+	e.obs.Report(req.Outcome, time.Since(start))
 	e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
 	return eff, nil
 }

@@ -46,6 +46,7 @@ func TestApprovalFlow(t *testing.T) {
 	// A definite failure lets the approved action retry without asking again,
 	h.report(ex.EffectID, ledger.OutcomeFailed)
 	h.beginWant(big, ledger.DecisionExecute)
+	assertStateCounts(t, h)
 }
 
 func TestApprovalLargerCostAsksAgain(t *testing.T) {

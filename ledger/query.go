@@ -157,3 +157,35 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 	})
 	return out, err
 }
+
+// stateCountsKey holds how many effects are in each state, moved in the
+// same write as every transition so that reading it costs one key.
+var stateCountsKey = key("m", "states")
+
+func moveStateCount(t *opTxn, from, to State) error {
+	counts := map[State]int64{}
+	if err := getJSON(t, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if from != "" {
+		counts[from] = max(0, counts[from]-1)
+	}
+	if to != "" {
+		counts[to]++
+	}
+	return setJSON(t, stateCountsKey, counts)
+}
+
+// StateCounts returns how many stored effects are in each state. A pending
+// effect whose lease has run out counts as pending until the reaper (or a
+// begin) records its expiry, within a reap interval.
+func (e *Engine) StateCounts(ctx context.Context) (map[State]int64, error) {
+	counts := map[State]int64{}
+	err := e.view(func(r Reader) error {
+		if err := getJSON(r, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	return counts, err
+}

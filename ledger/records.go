@@ -79,6 +79,9 @@ type effectRec struct {
 	UnreportedAt time.Time `json:"unreported_at,omitzero"`
 	// RetainedAt is the time under which it sits in the retention index.
 	RetainedAt time.Time `json:"retained_at,omitzero"`
+	// stored is the state as last written, so a write knows which state
+	// count to move.
+	stored State
 }
 
 // reservation is what one attempt holds in one ceiling counter.

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -50,6 +51,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	}
 	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Header: r.Header, Body: body})
 	if !isEffect {
+		p.opts.Observer.Request(v.Name(), "pass")
 		p.forward(w, r, v, path, body, nil)
 		return
 	}
@@ -58,9 +60,11 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	if err != nil {
 		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "code", ledger.CodeOf(err))
 		status, code, msg := errorAnswer(err)
+		p.opts.Observer.Request(v.Name(), "refused")
 		p.write(w, v, status, code, msg)
 		return
 	}
+	p.opts.Observer.Request(v.Name(), string(res.Decision))
 	h := w.Header()
 	h.Set(HeaderDecision, string(res.Decision))
 	if res.EffectID != "" {
@@ -165,6 +169,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 	}
 	r = r.WithContext(ctx)
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	start := time.Now()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
@@ -177,8 +182,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 		ErrorLog:  p.pass.ErrorLog,
 	}
 	if c != nil {
-		rp.ModifyResponse = func(resp *http.Response) error { return p.settle(ctx, c, resp) }
+		rp.ModifyResponse = func(resp *http.Response) error { return p.settle(ctx, c, resp, start) }
 		rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			p.opts.Observer.Upstream(c.v.Name(), string(vendors.Unknown), time.Since(start))
 			p.report(ctx, c, ledger.OutcomeUnknown, nil, "", "no answer from the vendor: "+err.Error())
 			status, msg := http.StatusBadGateway, "Ratchet: the vendor did not answer; the outcome is unknown and this action is blocked until resolved"
 			if isTimeout(err) {
@@ -200,13 +206,14 @@ type storedResponse struct {
 
 // settle reads the vendor's answer, classifies and reports it, and hands
 // the same bytes on to the caller.
-func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response) error {
+func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start time.Time) error {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	resp.Body.Close()
 	if err != nil || len(b) > maxResponseBytes {
 		return fmt.Errorf("reading the vendor's answer: %v", err) // reported unknown by ErrorHandler
 	}
 	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
+	p.opts.Observer.Upstream(c.v.Name(), string(o.Result), time.Since(start))
 	kept := storedResponse{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
 	if len(b) > maxStoredBody {
 		kept.Body, kept.Omitted = nil, true

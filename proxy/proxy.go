@@ -105,7 +105,24 @@ type Options struct {
 	Clock func() time.Time
 	// Logger gets one line per gated request; never bodies or credentials.
 	Logger *slog.Logger
+	// Observer is told of requests and upstream calls (metrics); nil means
+	// nobody.
+	Observer Observer
 }
+
+// Observer is told what the proxy did.
+type Observer interface {
+	// Request counts a request by vendor and what happened to it: "pass"
+	// for reads, a decision for effects, or "refused" for errors.
+	Request(vendor, outcome string)
+	// Upstream times a call to a vendor by its result.
+	Upstream(vendor, result string, elapsed time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Request(string, string)                 {}
+func (nopObserver) Upstream(string, string, time.Duration) {}
 
 // Resolver looks up a host's addresses.
 type Resolver interface {
@@ -144,6 +161,9 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
 	}
 	p := &Proxy{eng: eng, opts: opts, upstreams: map[string]*url.URL{}, vendors: map[string]vendors.Vendor{}, log: opts.Logger}
 	if p.log == nil {

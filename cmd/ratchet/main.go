@@ -37,10 +37,15 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"serve", "run the sidecar: MCP, outbound proxy, health probes", runServe},
+		{"serve", "run the sidecar: MCP, admin API, metrics, outbound proxy", runServe},
 		{"mcp", "serve the MCP tools over stdio (ratchet mcp --stdio)", runMCP},
 		{"config", "validate a config file (ratchet config validate FILE)", runConfig},
 		{"ca", "print the proxy's CA certificate (ratchet ca export)", runCA},
+		{"approvals", "list, approve or reject approval requests (admin API)", runApprovals},
+		{"effects", "list, show or resolve effects (admin API)", runEffects},
+		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},
+		{"backup", "write a backup of a data dir to stdout (offline)", runBackup},
+		{"restore", "restore a backup from stdin into an empty data dir (offline)", runRestore},
 		{"token", "print the SHA-256 of a token read from stdin (ratchet token hash)", runToken},
 		{"version", "print the version", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "ratchet", version)

@@ -50,7 +50,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		eng, err := openEngine(cfg, log)
+		eng, err := openEngine(cfg, log, nil)
 		if err != nil {
 			return err
 		}

@@ -13,15 +13,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
+	"github.com/ratchet-mcp/ratchet/metrics"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
 // runServe is "ratchet serve": MCP over streamable HTTP at /mcp on
-// listen.mcp, /healthz and /readyz on listen.admin, and the outbound proxy
-// on listen.proxy, until the context
+// listen.mcp; the admin API, /metrics, /healthz and /readyz on
+// listen.admin; and the outbound proxy on listen.proxy, until the context
 // ends (SIGTERM). Shutdown stops accepting, lets calls in progress finish
 // within --shutdown-timeout, then closes the ledger cleanly.
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
@@ -65,11 +67,23 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if !isLoopback(cfg.Listen.Proxy) {
 		log.Warn("the proxy has no authentication and listens beyond loopback: anyone who reaches it can spend against your budgets", "listen", cfg.Listen.Proxy)
 	}
-	eng, err := openEngine(cfg, log)
+	admins := map[string]string{}
+	for _, a := range cfg.Auth.Admins {
+		admins[a.TokenSHA256] = a.Name
+	}
+	if len(admins) == 0 {
+		if !isLoopback(cfg.Listen.Admin) {
+			return fmt.Errorf("no auth.admins are configured, so the admin API would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.Admin)
+		}
+		log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
+	}
+	m := metrics.New()
+	eng, err := openEngine(cfg, log, m)
 	if err != nil {
 		return err
 	}
-	outbound, err := newProxy(cfg, eng, log)
+	m.Watch(eng)
+	outbound, err := newProxy(cfg, eng, log, m)
 	if err != nil {
 		eng.Close(context.Background())
 		return err
@@ -79,21 +93,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		if err := eng.Ping(ctx); err != nil {
-			log.Warn("readiness check failed", "err", err)
-			http.Error(w, "ledger not writable", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
+	agentTokens := map[string]bool{}
+	for sum := range agents {
+		agentTokens[sum] = true
+	}
+	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
 	servers := []*http.Server{
 		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: admin, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second},
 	}
 	errc := make(chan error, len(servers))
@@ -139,7 +146,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 }
 
 // newProxy builds the outbound proxy from the config.
-func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger) (*proxy.Proxy, error) {
+func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs proxy.Observer) (*proxy.Proxy, error) {
 	ca, err := proxy.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
 	if err != nil {
 		return nil, err
@@ -149,7 +156,7 @@ func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger) (*proxy.
 	return proxy.New(eng, proxy.Options{
 		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: window,
 		UpstreamTimeout: timeout, AllowHosts: cfg.Proxy.AllowHosts, MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
-		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log,
+		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs,
 	})
 }
 

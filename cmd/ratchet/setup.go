@@ -78,19 +78,36 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 }
 
 // openEngine opens the configured ledger.
-func openEngine(cfg *config.Config, log *slog.Logger) (*ledger.Engine, error) {
+func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*ledger.Engine, error) {
 	if cfg.Ledger.Backend != "badger" {
 		return nil, fmt.Errorf("ledger backend %q is not available in this build; use badger", cfg.Ledger.Backend)
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
 	secret, err := ledger.LoadOrCreateSecret(cfg.HMACKeyPath())
 	if err != nil {
 		return nil, err
 	}
+	store, err := openStore(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
+		Defaults: cfg.LedgerDefaults(), Logger: log, Observer: obs})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return eng, nil
+}
+
+// openStore opens the Badger ledger in the data dir, with encryption at
+// rest when a key file is configured.
+func openStore(cfg *config.Config, log *slog.Logger) (*badgerstore.Store, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
 	bo := &badgerstore.Options{Logger: log}
 	if f := cfg.Secrets.EncryptionKeyFile; f != "" {
+		var err error
 		if bo.EncryptionKey, err = ledger.ReadKeyFile(f); err != nil {
 			return nil, err
 		}
@@ -98,17 +115,7 @@ func openEngine(cfg *config.Config, log *slog.Logger) (*ledger.Engine, error) {
 			return nil, fmt.Errorf("encryption key in %s is %d bytes; it must be 16, 24 or 32", f, n)
 		}
 	}
-	store, err := badgerstore.Open(filepath.Join(cfg.DataDir, "ledger"), bo)
-	if err != nil {
-		return nil, err
-	}
-	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
-		Defaults: cfg.LedgerDefaults(), Logger: log})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	return eng, nil
+	return badgerstore.Open(filepath.Join(cfg.DataDir, "ledger"), bo)
 }
 
 // isLoopback reports whether a listen address only accepts local callers.

@@ -154,3 +154,16 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
+
+// Empty reports whether the store holds no keys.
+func (s *Store) Empty() (bool, error) {
+	empty := true
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		it.Rewind()
+		empty = !it.Valid()
+		return nil
+	})
+	return empty, err
+}

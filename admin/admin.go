@@ -1,0 +1,282 @@
+// Package admin is Ratchet's operator surface over HTTP: the admin API
+// (approvals, effects, budgets) behind admin bearer tokens, plus the health
+// probes and the metrics endpoint on the same listener. It is an adapter on
+// the ledger engine, like the MCP tools and the proxy.
+//
+// Authentication: tokens are configured by their SHA-256 under
+// auth.admins, each with a name that is recorded on every approval and
+// resolution. With no admins configured the API is unauthenticated and must
+// listen on loopback only (the server refuses otherwise). An agent's token
+// is refused with 403: agents cannot approve their own actions. The probes
+// and /metrics need no token.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Engine is what the admin API needs from the ledger.
+type Engine interface {
+	ListApprovals(ctx context.Context, namespace, state string) ([]ledger.Approval, error)
+	Approve(ctx context.Context, approvalID, decidedBy, note string) (*ledger.Approval, error)
+	Reject(ctx context.Context, approvalID, decidedBy, note string) (*ledger.Approval, error)
+	List(ctx context.Context, f ledger.Filter) (*ledger.Page, error)
+	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
+	Resolve(ctx context.Context, req ledger.ResolveRequest) (*ledger.Effect, error)
+	Budgets(ctx context.Context, namespace string) ([]ledger.Budget, error)
+	Ping(ctx context.Context) error
+}
+
+// Options configures Handler.
+type Options struct {
+	// Admins maps SHA-256 hex digests of admin tokens to names; empty means
+	// unauthenticated (loopback only).
+	Admins map[string]string
+	// Agents are the SHA-256 digests of agent tokens, refused here.
+	Agents map[string]bool
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+	// Logger gets one line per operator action.
+	Logger *slog.Logger
+}
+
+// maxBody bounds admin request bodies.
+const maxBody = 64 << 10
+
+// Handler returns the admin listener's handler.
+func Handler(eng Engine, opts Options) http.Handler {
+	a := &api{eng: eng, opts: opts, log: opts.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", a.ready)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals))
+	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve)))
+	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject)))
+	mux.Handle("GET /v1/effects", a.auth(a.listEffects))
+	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect))
+	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve))
+	mux.Handle("GET /v1/budgets", a.auth(a.budgets))
+	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
+		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
+	}))
+	return mux
+}
+
+type api struct {
+	eng  Engine
+	opts Options
+	log  *slog.Logger
+}
+
+// apiError is an error answered with a specific status and code.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// handlerFunc is an admin endpoint; who is the admin's name.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, who string) error
+
+// auth checks the admin token and turns returned errors into JSON.
+func (a *api) auth(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who := "local"
+		if len(a.opts.Admins) > 0 {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+			digest := hex.EncodeToString(sum[:])
+			name, isAdmin := a.opts.Admins[digest]
+			switch {
+			case !ok || token == "":
+				writeError(w, &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "an admin bearer token is required"})
+				return
+			case a.opts.Agents[digest]:
+				writeError(w, &apiError{http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot use the admin API"})
+				return
+			case !isAdmin:
+				writeError(w, &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "unknown admin token"})
+				return
+			}
+			who = name
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if err := h(w, r, who); err != nil {
+			writeError(w, err)
+		}
+	})
+}
+
+func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := a.eng.Ping(ctx); err != nil {
+		a.log.Warn("readiness check failed", "err", err)
+		http.Error(w, "ledger not writable", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+func (a *api) listApprovals(w http.ResponseWriter, r *http.Request, _ string) error {
+	q := r.URL.Query()
+	list, err := a.eng.ListApprovals(r.Context(), q.Get("namespace"), q.Get("state"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"approvals": list})
+}
+
+// decisionBody is the body of approve and reject.
+type decisionBody struct {
+	Note string `json:"note"`
+}
+
+func (a *api) decide(fn func(ctx context.Context, id, by, note string) (*ledger.Approval, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, who string) error {
+		var body decisionBody
+		if err := decodeBody(r, &body); err != nil {
+			return err
+		}
+		ap, err := fn(r.Context(), r.PathValue("id"), who, body.Note)
+		if err != nil {
+			return err
+		}
+		a.log.Info("operator decided an approval", "approval_id", ap.ApprovalID, "effect_id", ap.EffectID, "state", ap.State, "by", who)
+		return writeJSON(w, http.StatusOK, ap)
+	}
+}
+
+func (a *api) listEffects(w http.ResponseWriter, r *http.Request, _ string) error {
+	q := r.URL.Query()
+	f := ledger.Filter{Namespace: q.Get("namespace"), RunID: q.Get("run_id"), GroupKey: q.Get("group_key"),
+		AgentID: q.Get("agent_id"), State: ledger.State(q.Get("state")), Cursor: q.Get("cursor")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return &apiError{http.StatusBadRequest, string(ledger.CodeInvalidArgument), "limit must be a number"}
+		}
+		f.Limit = n
+	}
+	page, err := a.eng.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, page)
+}
+
+func (a *api) getEffect(w http.ResponseWriter, r *http.Request, _ string) error {
+	eff, err := a.eng.Get(r.Context(), "", r.PathValue("id"), "")
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, eff)
+}
+
+// resolveBody is the body of resolve.
+type resolveBody struct {
+	Resolution      ledger.Outcome  `json:"resolution"`
+	Note            string          `json:"note"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	VendorReference string          `json:"vendor_reference,omitempty"`
+}
+
+func (a *api) resolve(w http.ResponseWriter, r *http.Request, who string) error {
+	var body resolveBody
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	eff, err := a.eng.Resolve(r.Context(), ledger.ResolveRequest{EffectID: r.PathValue("id"), Resolution: body.Resolution,
+		Note: body.Note, Result: body.Result, VendorReference: body.VendorReference, ResolvedBy: "admin:" + who})
+	if err != nil {
+		return err
+	}
+	a.log.Info("operator resolved an effect", "effect_id", eff.EffectID, "state", eff.State, "by", who)
+	return writeJSON(w, http.StatusOK, eff)
+}
+
+func (a *api) budgets(w http.ResponseWriter, r *http.Request, _ string) error {
+	list, err := a.eng.Budgets(r.Context(), r.URL.Query().Get("namespace"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"budgets": list})
+}
+
+// decodeBody decodes a JSON body strictly; an empty body is {}.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{http.StatusRequestEntityTooLarge, string(ledger.CodeInvalidArgument), "body over 64 KiB"}
+		}
+		return &apiError{http.StatusBadRequest, string(ledger.CodeInvalidArgument), "body is not the expected JSON object: " + err.Error()}
+	}
+	return nil
+}
+
+// statusOf maps an engine error code to an HTTP status: the one place
+// where that mapping lives for the admin API.
+func statusOf(code ledger.Code) int {
+	switch code {
+	case ledger.CodeInvalidArgument, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
+		return http.StatusBadRequest
+	case ledger.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case ledger.CodeEffectNotFound, ledger.CodeApprovalNotFound, ledger.CodeGroupNotFound:
+		return http.StatusNotFound
+	case ledger.CodeInvalidStateTransition, ledger.CodeIdempotencyKeyConflict:
+		return http.StatusConflict
+	case ledger.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	var le *ledger.Error
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &le):
+		ae = &apiError{statusOf(le.Code), string(le.Code), le.Message}
+	case errors.Is(err, ledger.ErrClosed):
+		ae = &apiError{http.StatusServiceUnavailable, string(ledger.CodeUnavailable), "Ratchet is shutting down"}
+	default:
+		ae = &apiError{http.StatusInternalServerError, string(ledger.CodeInternal), "internal error"}
+	}
+	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
