@@ -193,4 +193,12 @@ func TestSecretFile(t *testing.T) {
 	if _, err := ledger.LoadOrCreateSecret(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable key accepted: %v", err)
 	}
+	os.Chmod(path, 0o660)
+	if _, err := ledger.LoadOrCreateSecret(path); err == nil {
+		t.Fatal("group-writable key accepted")
+	}
+	os.Chmod(path, 0o440) // a Secret mounted with fsGroup
+	if _, err := ledger.LoadOrCreateSecret(path); err != nil {
+		t.Fatalf("group-readable key refused: %v", err)
+	}
 }

@@ -14,8 +14,10 @@ import (
 // LoadOrCreateSecret reads the HMAC key from path, creating it (32 random
 // bytes, hex, mode 0600, in a directory created 0700) if it does not exist.
 // The file holds hex text so operators can move it into a Kubernetes Secret.
-// A key file readable by group or others is refused: whoever reads it can
-// test guesses of payloads and dimension values against the ledger.
+// A key file that others can read, or that its group can write, is refused:
+// whoever reads it can test guesses of payloads and dimension values against
+// the ledger. Group read is allowed because Kubernetes mounts Secrets that
+// way when a pod sets fsGroup.
 func LoadOrCreateSecret(path string) ([]byte, error) {
 	key, err := ReadKeyFile(path)
 	if err == nil {
@@ -54,14 +56,14 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 }
 
 // ReadKeyFile reads a key file holding hex text (surrounding whitespace
-// ignored) and refuses one that group or others can read.
+// ignored) and refuses one that others can read or its group can write.
 func ReadKeyFile(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading key file: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("key file %s has mode %04o; it must not be readable by group or others (chmod 600)", path, fi.Mode().Perm())
+	if fi.Mode().Perm()&0o027 != 0 {
+		return nil, fmt.Errorf("key file %s has mode %04o; others must not read it nor its group write it (chmod 600)", path, fi.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -69,11 +69,18 @@ func TestOperatorEndToEnd(t *testing.T) {
 	defer upstream.Close()
 
 	data := filepath.Join(t.TempDir(), "data")
+	caOut := filepath.Join(t.TempDir(), "shared", "ca.crt")
 	extra := "auth:\n  agents: [{token_sha256: '" + sha("agent-tok") + "', namespace: default, agent_id: bot}]\n" +
 		"  admins: [{token_sha256: '" + sha("admin-tok") + "', name: alice}]\n" +
-		"proxy:\n  upstreams: {adyen: '" + upstream.URL + "'}\n" +
+		"proxy:\n  upstreams: {adyen: '" + upstream.URL + "'}\n  ca_export_path: '" + caOut + "'\n" +
 		"policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100000000\n"
 	s := startServe(t, data, extra)
+	// serve exported the proxy CA for other containers: the same
+	// certificate "ratchet ca export" prints, and no key.
+	exported, err := os.ReadFile(caOut)
+	if err != nil || !bytes.HasPrefix(exported, []byte("-----BEGIN CERTIFICATE-----")) || bytes.Contains(exported, []byte("PRIVATE")) {
+		t.Fatalf("exported CA: %v %s", err, exported)
+	}
 	cs, err := mcp.Connect(context.Background(), s.mcp, "agent-tok", "test")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,14 @@ func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs prox
 	ca, err := proxy.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
 	if err != nil {
 		return nil, err
+	}
+	if p := cfg.Proxy.CAExportPath; p != "" {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, fmt.Errorf("exporting the proxy CA: %w", err)
+		}
+		if err := os.WriteFile(p, ca.PEM(), 0o644); err != nil {
+			return nil, fmt.Errorf("exporting the proxy CA: %w", err)
+		}
 	}
 	window, _ := time.ParseDuration(cfg.Proxy.DedupeWindow)
 	timeout, _ := time.ParseDuration(cfg.Proxy.UpstreamTimeout)

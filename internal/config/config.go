@@ -91,12 +91,15 @@ type Proxy struct {
 	Namespace string `yaml:"namespace"`
 	// UpstreamTimeout bounds a vendor call (default 60s); a call that runs
 	// out is reported unknown.
-	UpstreamTimeout string            `yaml:"upstream_timeout"`
-	Upstreams       map[string]string `yaml:"upstreams"`
-	DedupeWindow    string            `yaml:"dedupe_window"`
-	AllowHosts      []string          `yaml:"allow_hosts"`
-	MaxBodyBytes    int64             `yaml:"max_body_bytes"`
-	CurrencyMicros  map[string]int64  `yaml:"currency_micros"`
+	UpstreamTimeout string `yaml:"upstream_timeout"`
+	// CAExportPath, when set, is where serve writes the proxy CA's
+	// certificate (PEM) on start, for other containers to trust.
+	CAExportPath   string            `yaml:"ca_export_path"`
+	Upstreams      map[string]string `yaml:"upstreams"`
+	DedupeWindow   string            `yaml:"dedupe_window"`
+	AllowHosts     []string          `yaml:"allow_hosts"`
+	MaxBodyBytes   int64             `yaml:"max_body_bytes"`
+	CurrencyMicros map[string]int64  `yaml:"currency_micros"`
 }
 
 // Ledger selects the storage backend.

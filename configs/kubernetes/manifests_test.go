@@ -1,0 +1,187 @@
+// Package kubernetes_test checks that the example Kubernetes manifests are
+// consistent: every volume, Secret key, ConfigMap key, port and path they
+// refer to exists, and the embedded Ratchet config is valid.
+package kubernetes_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratchet-mcp/ratchet/internal/config"
+)
+
+type obj = map[string]any
+
+func get(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(obj)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func list(v any) []any { l, _ := v.([]any); return l }
+func str(v any) string { s, _ := v.(string); return s }
+
+func named(items []any, name string) obj {
+	for _, it := range items {
+		if m, ok := it.(obj); ok && m["name"] == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// mountOf returns the volume mounted at the directory holding p.
+func mountOf(t *testing.T, container obj, p string) string {
+	t.Helper()
+	for _, m := range list(container["volumeMounts"]) {
+		mp := str(get(m, "mountPath"))
+		if p == mp || strings.HasPrefix(p, mp+"/") {
+			return str(get(m, "name"))
+		}
+	}
+	t.Fatalf("container %s mounts nothing at %s", container["name"], p)
+	return ""
+}
+
+func envOf(container obj, name string) obj { return named(list(container["env"]), name) }
+
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSidecarManifests(t *testing.T) {
+	b, err := os.ReadFile("ratchet-sidecar.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]obj{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d obj
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		docs[str(d["kind"])+"/"+str(get(d, "metadata", "name"))] = d
+	}
+	secret, cm, pvc := docs["Secret/ratchet-secrets"], docs["ConfigMap/ratchet-config"], docs["PersistentVolumeClaim/ratchet-ledger"]
+	dep := docs["Deployment/checkout-agent"]
+	if secret == nil || cm == nil || pvc == nil || dep == nil {
+		t.Fatalf("missing documents: %v", docs)
+	}
+	spec := get(dep, "spec", "template", "spec")
+	volumes := list(get(spec, "volumes"))
+	rc := named(list(get(spec, "initContainers")), "ratchet")
+	app := named(list(get(spec, "containers")), "agent")
+	if rc == nil || app == nil || rc["restartPolicy"] != "Always" {
+		t.Fatalf("ratchet must be a native sidecar (init container, restartPolicy Always): %v", rc)
+	}
+	if get(dep, "spec", "replicas") != 1 || get(dep, "spec", "strategy", "type") != "Recreate" {
+		t.Fatal("a Badger ledger on one PVC allows one replica, replaced with Recreate")
+	}
+
+	// The config: mounted from the ConfigMap, and valid.
+	args := list(rc["args"])
+	cfgPath := ""
+	for i, a := range args {
+		if a == "--config" {
+			cfgPath = str(args[i+1])
+		}
+	}
+	vol := named(volumes, mountOf(t, rc, cfgPath))
+	if str(get(vol, "configMap", "name")) != "ratchet-config" {
+		t.Fatalf("config volume %v", vol)
+	}
+	raw := str(get(cm, "data", path.Base(cfgPath)))
+	cfg, err := config.Parse(strings.NewReader(raw), "configmap ratchet.yaml")
+	if err != nil {
+		t.Fatalf("embedded config: %v", err)
+	}
+
+	// Ports and probes line up with the config's listeners.
+	ports := map[string]string{}
+	for _, p := range list(rc["ports"]) {
+		ports[str(get(p, "name"))] = strings.TrimSpace(yamlString(get(p, "containerPort")))
+	}
+	for name, addr := range map[string]string{"mcp": cfg.Listen.MCP, "admin": cfg.Listen.Admin, "proxy": cfg.Listen.Proxy} {
+		if ports[name] != port(t, addr) {
+			t.Errorf("port %s: container %s, config %s", name, ports[name], addr)
+		}
+	}
+	for probe, want := range map[string]string{"startupProbe": "/readyz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+		if get(rc, probe, "httpGet", "path") != want || get(rc, probe, "httpGet", "port") != "admin" {
+			t.Errorf("%s: %v", probe, rc[probe])
+		}
+	}
+	// A listener beyond loopback needs tokens, or serve refuses to start.
+	if !loopback(t, cfg.Listen.Admin) && len(cfg.Auth.Admins) == 0 {
+		t.Error("admin listens beyond loopback without auth.admins")
+	}
+	if !loopback(t, cfg.Listen.MCP) && len(cfg.Auth.Agents) == 0 {
+		t.Error("MCP listens beyond loopback without auth.agents")
+	}
+
+	// Secrets: the HMAC key file is a key of the mounted Secret.
+	vol = named(volumes, mountOf(t, rc, cfg.HMACKeyPath()))
+	if str(get(vol, "secret", "secretName")) != "ratchet-secrets" || get(secret, "stringData", path.Base(cfg.HMACKeyPath())) == nil {
+		t.Fatalf("hmac key volume %v", vol)
+	}
+	// The ledger is on the PVC.
+	vol = named(volumes, mountOf(t, rc, cfg.DataDir))
+	if str(get(vol, "persistentVolumeClaim", "claimName")) != "ratchet-ledger" {
+		t.Fatalf("ledger volume %v", vol)
+	}
+	// The app goes through the proxy and trusts the CA Ratchet exports.
+	if v := str(get(envOf(app, "HTTPS_PROXY"), "value")); !strings.HasSuffix(v, ":"+port(t, cfg.Listen.Proxy)) {
+		t.Errorf("HTTPS_PROXY %q", v)
+	}
+	if v := str(get(envOf(app, "RATCHET_MCP_URL"), "value")); !strings.Contains(v, ":"+port(t, cfg.Listen.MCP)+"/mcp") {
+		t.Errorf("RATCHET_MCP_URL %q", v)
+	}
+	caVol := mountOf(t, rc, cfg.Proxy.CAExportPath)
+	if mountOf(t, app, cfg.Proxy.CAExportPath) != caVol || get(named(volumes, caVol), "emptyDir") == nil {
+		t.Error("the CA must be exported to an emptyDir the app mounts")
+	}
+	if !strings.Contains(str(get(envOf(app, "SSL_CERT_DIR"), "value")), path.Dir(cfg.Proxy.CAExportPath)) ||
+		str(get(envOf(app, "NODE_EXTRA_CA_CERTS"), "value")) != cfg.Proxy.CAExportPath {
+		t.Error("the app does not trust the exported CA")
+	}
+	ref := get(envOf(app, "RATCHET_TOKEN"), "valueFrom", "secretKeyRef")
+	if str(get(ref, "name")) != "ratchet-secrets" || get(secret, "stringData", str(get(ref, "key"))) == nil {
+		t.Errorf("agent token ref %v", ref)
+	}
+}
+
+func loopback(t *testing.T, addr string) bool {
+	t.Helper()
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := net.ParseIP(h)
+	return h == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+func yamlString(v any) string {
+	b, _ := yaml.Marshal(v)
+	return string(b)
+}
