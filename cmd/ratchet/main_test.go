@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,5 +73,35 @@ func TestCAExport(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, "ca", "ca.key"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("ca key: %v %v", fi, err)
+	}
+}
+
+func TestServeStartupErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	cases := map[string]struct{ config, want string }{
+		"port in use": {"listen: {mcp: '" + busy.Addr().String() + "', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n",
+			"listening for MCP on " + busy.Addr().String()},
+		"unreadable key": {"listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\nsecrets: {hmac_key_file: '" + dir + "/bad.key'}\n",
+			"bad.key"},
+		"invalid config": {"listen: {mcp: '127.0.0.1:0'}\npolicies:\n  - match: 'a.*'\n    ceilings: [{name: x, limit_count: -1, window: 1h, per: global}]\n",
+			"c.yaml:4: policies[0].ceilings[0].limit_count"},
+		"open admin": {"listen: {mcp: '127.0.0.1:0', admin: '0.0.0.0:0', proxy: '127.0.0.1:0'}\n",
+			"no auth.admins are configured"},
+	}
+	writeFile(t, dir+"/bad.key", "not hex\n")
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := dir + "/c.yaml"
+			writeFile(t, cfg, c.config)
+			code, _, errs := runArgs(t, "", "serve", "--config", cfg, "--data-dir", t.TempDir())
+			if code == 0 || !strings.Contains(errs, c.want) {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+		})
 	}
 }

@@ -1,0 +1,41 @@
+package metrics
+
+import (
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+func TestEffectTypeLabelsAreCapped(t *testing.T) {
+	m := New()
+	for i := range maxEffectTypes + 50 {
+		m.Begin(fmt.Sprintf("agent.invented%d", i), ledger.DecisionExecute, time.Millisecond)
+	}
+	m.Begin("agent.invented0", ledger.DecisionDenied, time.Millisecond) // a known type keeps its label
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	b, _ := io.ReadAll(rec.Body)
+	text := string(b)
+	if !strings.Contains(text, `ratchet_decisions_total{decision="execute",effect_type="other"} 50`) ||
+		!strings.Contains(text, `ratchet_decisions_total{decision="denied",effect_type="agent.invented0"} 1`) {
+		t.Fatalf("labels not capped as expected:\n%s", grep(text, "ratchet_decisions_total"))
+	}
+	if n := strings.Count(text, "ratchet_decisions_total{"); n != maxEffectTypes+2 {
+		t.Fatalf("%d series", n)
+	}
+}
+
+func grep(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) && len(out) < 5 {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
