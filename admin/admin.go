@@ -12,6 +12,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -223,15 +224,23 @@ func (a *api) budgets(w http.ResponseWriter, r *http.Request, _ string) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"budgets": list})
 }
 
-// decodeBody decodes a JSON body strictly; an empty body is {}.
+// decodeBody decodes a JSON body strictly; an empty body is {}. The body
+// is read whole first, so an oversized one is a 413 whatever it holds.
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return &apiError{http.StatusRequestEntityTooLarge, string(ledger.CodeInvalidArgument), "body over 64 KiB"}
 		}
+		return &apiError{http.StatusBadRequest, string(ledger.CodeInvalidArgument), "reading the body: " + err.Error()}
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return &apiError{http.StatusBadRequest, string(ledger.CodeInvalidArgument), "body is not the expected JSON object: " + err.Error()}
 	}
 	return nil
