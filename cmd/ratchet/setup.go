@@ -105,7 +105,7 @@ func openStore(cfg *config.Config, log *slog.Logger) (*badgerstore.Store, error)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
-	bo := &badgerstore.Options{Logger: log}
+	bo := &badgerstore.Options{Logger: log, MinFreeBytes: cfg.Ledger.MinFreeBytes}
 	if f := cfg.Secrets.EncryptionKeyFile; f != "" {
 		var err error
 		if bo.EncryptionKey, err = ledger.ReadKeyFile(f); err != nil {

@@ -108,6 +108,10 @@ type Ledger struct {
 	Backend string `yaml:"backend"`
 	DSNEnv  string `yaml:"dsn_env"`
 	DSNFile string `yaml:"dsn_file"`
+	// MinFreeBytes is the free disk space below which the Badger ledger
+	// refuses writes (answering unavailable) instead of risking a crash;
+	// default 64 MiB, negative turns the check off.
+	MinFreeBytes int64 `yaml:"min_free_bytes"`
 }
 
 // Default returns the configuration used when there is no file.

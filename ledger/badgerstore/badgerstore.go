@@ -9,6 +9,14 @@
 //
 // Badger allows one process per directory. A second Open of a directory in
 // use fails at once with ErrLocked rather than waiting.
+//
+// Disk trouble: Badger writes through memory-mapped, sparse files, so on a
+// full disk a write may fault (SIGBUS) instead of returning an error, and it
+// needs room to flush and compact. The store therefore checks the filesystem before every write: below
+// Options.MinFreeBytes free, or on a read-only filesystem, Update refuses
+// with ErrDiskFull without touching Badger, and succeeds again once space
+// is back. The engine answers such refusals as unavailable and readiness
+// probes turn red.
 package badgerstore
 
 import (
@@ -20,12 +28,17 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 // ErrLocked means another process has the data directory open.
 var ErrLocked = errors.New("data directory is locked by another process")
+
+// ErrDiskFull means the data directory's filesystem is full (below the
+// configured floor) or read-only; nothing was written.
+var ErrDiskFull = errors.New("the ledger's disk is full or read-only")
 
 // Options tunes Open. The zero value is valid.
 type Options struct {
@@ -38,11 +51,16 @@ type Options struct {
 	// InMemory keeps everything in memory (benchmarks of the engine alone);
 	// nothing is durable.
 	InMemory bool
+	// MinFreeBytes is the free space below which writes are refused; zero
+	// means 64 MiB, negative turns the check off.
+	MinFreeBytes int64
 }
 
 // Store is a ledger.Store on Badger.
 type Store struct {
-	db *badger.DB
+	db      *badger.DB
+	dir     string
+	minFree int64
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -71,12 +89,40 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("opening ledger in %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes}
+	if st.minFree == 0 {
+		st.minFree = 64 << 20
+	}
+	if opts.InMemory {
+		st.minFree = -1
+	}
+	return st, nil
 }
 
 // Update implements ledger.Store.
 func (s *Store) Update(fn func(ledger.Txn) error) error {
+	if err := s.checkDisk(); err != nil {
+		return err
+	}
 	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+}
+
+// checkDisk refuses writes on a full or read-only filesystem.
+func (s *Store) checkDisk() error {
+	if s.minFree < 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.dir, &st); err != nil {
+		return fmt.Errorf("checking the ledger's disk: %w", err)
+	}
+	if st.Flags&unix.ST_RDONLY != 0 {
+		return fmt.Errorf("%w: %s is read-only", ErrDiskFull, s.dir)
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < s.minFree {
+		return fmt.Errorf("%w: %d bytes free in %s, below the floor of %d", ErrDiskFull, free, s.dir, s.minFree)
+	}
+	return nil
 }
 
 // View implements ledger.Store.

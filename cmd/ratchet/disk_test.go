@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// TestDiskFull runs the real binary on a small tmpfs, fills the disk under
+// it, and checks that begins answer an error (never execute without a
+// durable record), /readyz turns red, and service resumes once space is
+// freed. Mounting needs root, which this project's machines and CI have.
+func TestDiskFull(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	data := filepath.Join(mnt, "data")
+	s := startServe(t, data, "ledger: {min_free_bytes: 134217728}\n") // 128 MiB floor
+	cs, err := mcp.Connect(context.Background(), s.mcp, "", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	beginKey := func(key string) (map[string]any, bool) {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect",
+			Arguments: map[string]any{"idempotency_key": key, "effect_type": "email.send"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.StructuredContent.(map[string]any), res.IsError
+	}
+	ready := func() int {
+		resp, err := http.Get(s.admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if out, isErr := beginKey("before"); isErr || out["decision"] != "execute" || ready() != 200 {
+		t.Fatalf("before: %v", out)
+	}
+
+	// Fill the disk until less than the floor is free.
+	var st unix.Statfs_t
+	unix.Statfs(mnt, &st)
+	free := int64(st.Bavail) * int64(st.Bsize)
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, free-64<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, isErr := beginKey("during")
+	if !isErr || out["error"].(map[string]any)["code"] != "unavailable" {
+		t.Fatalf("begin on a full disk: %v", out)
+	}
+	if code := ready(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz on a full disk: %d", code)
+	}
+
+	// Space comes back: service resumes, and the refused begin left nothing.
+	os.Remove(filler)
+	deadline := time.Now().Add(10 * time.Second)
+	for ready() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz stayed red after space was freed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out, isErr := beginKey("during"); isErr || out["decision"] != "execute" {
+		t.Fatalf("after space returned: %v", out)
+	}
+	if out, _ := beginKey("before"); out["decision"] != "in_flight" {
+		t.Fatalf("the earlier effect was lost: %v", out)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-s.done; err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
