@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short lint fmt clean
+.PHONY: all build run test test-short bench lint fmt clean
 
 all: lint test
 
@@ -23,6 +23,11 @@ test:
 
 test-short:
 	$(GO) test -count=1 ./...
+
+# Throughput and latency against baselines measured in the same run, with a
+# million-effect ledger; rewrites BENCHMARKS.md (about 5 minutes on 2 cores).
+bench:
+	$(GO) run ./internal/benchreport -out BENCHMARKS.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -359,15 +359,37 @@ func (e *Engine) effectByKey(r Reader, ns, idemKey string) (*effectRec, error) {
 // effectByID loads an effect; a namespace other than "" must match, and a
 // mismatch is reported as not found so namespaces cannot probe each other.
 func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
-	var rec effectRec
-	if err := getJSON(r, key("e", id), &rec); err != nil {
-		return nil, err
+	rec := cachedEffect(r, id)
+	if rec == nil {
+		rec = &effectRec{}
+		if err := getJSON(r, key("e", id), rec); err != nil {
+			return nil, err
+		}
+		rec.stored = rec.State
+		if t, ok := r.(*opTxn); ok && t.cache != nil {
+			t.cache.put(id, rec.clone())
+		}
 	}
 	if ns != "" && rec.Namespace != ns {
 		return nil, ErrNotFound
 	}
-	rec.stored = rec.State
-	return &rec, nil
+	return rec, nil
+}
+
+// cachedEffect returns a writable copy of an effect this writer op, or an
+// earlier one, wrote; nil when it must be read from the store.
+func cachedEffect(r Reader, id string) *effectRec {
+	t, ok := r.(*opTxn)
+	if !ok || t.cache == nil {
+		return nil
+	}
+	if rec, ok := t.recs[id]; ok {
+		if rec == nil {
+			return nil // deleted by this op: the store read answers not found
+		}
+		return rec.clone()
+	}
+	return t.cache.get(id)
 }
 
 // putEffect writes an effect and, on first write, its indexes.
@@ -415,5 +437,23 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 		}
 		rec.RetainedAt = time.Time{}
 	}
-	return setJSON(t, key("e", rec.EffectID), rec)
+	if err := setJSON(t, key("e", rec.EffectID), rec); err != nil {
+		return err
+	}
+	t.remember(rec)
+	return nil
+}
+
+// remember notes a record this op wrote, for the writer's cache.
+func (t *opTxn) remember(rec *effectRec) {
+	if t.cache == nil {
+		return
+	}
+	if t.recs == nil {
+		t.recs = map[string]*effectRec{}
+	}
+	if rec == nil {
+		return
+	}
+	t.recs[rec.EffectID] = rec.clone()
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"time"
@@ -171,7 +172,7 @@ func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error)
 		}
 		u := &ceilingUse{c: c, key: key("c", in.req.Namespace, c.Name, scope, run)}
 		u.rec = &counterRec{}
-		if err := getJSON(t, u.key, u.rec); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := getCounter(t, u.key, u.rec); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
 		u.rec.Namespace, u.rec.Ceiling, u.rec.Per, u.rec.Scope, u.rec.RunID = in.req.Namespace, c.Name, c.Per, scope, run
@@ -199,7 +200,7 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 			r.Amount = u.amount
 		}
 		u.rec.add(u.c, now, start, end, r.Amount, r.Count)
-		if err := setJSON(t, u.key, u.rec); err != nil {
+		if err := t.Set(u.key, u.rec.encode()); err != nil {
 			return nil, err
 		}
 		res = append(res, r)
@@ -237,7 +238,7 @@ func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterR
 		r := &rec.Reservations[i]
 		k := []byte(r.Counter)
 		var c counterRec
-		if err := getJSON(t, k, &c); err != nil {
+		if err := getCounter(t, k, &c); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				continue
 			}
@@ -248,9 +249,91 @@ func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterR
 			continue
 		}
 		c.adjust(r.Bucket, da, dc)
-		if err := setJSON(t, k, &c); err != nil {
+		if err := t.Set(k, c.encode()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Counters are the hottest records (every begin reads and writes each
+// applicable one), so they use a compact binary encoding rather than JSON:
+// a version byte, the strings as length-prefixed bytes, then varints.
+const counterVersion = 1
+
+func (r *counterRec) encode() []byte {
+	b := make([]byte, 0, 64+len(r.Buckets)*20)
+	b = append(b, counterVersion)
+	for _, s := range []string{r.Namespace, r.Ceiling, r.Per, r.Scope, r.RunID, r.Unit, r.Window} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendVarint(b, r.Limit)
+	b = binary.AppendUvarint(b, uint64(len(r.Buckets)))
+	for _, k := range r.Buckets {
+		b = binary.AppendVarint(b, k.Start)
+		b = binary.AppendVarint(b, k.End)
+		b = binary.AppendVarint(b, k.Amount)
+		b = binary.AppendVarint(b, k.Count)
+	}
+	return b
+}
+
+var errBadCounter = errors.New("ledger: corrupt ceiling counter record")
+
+func decodeCounter(b []byte, r *counterRec) error {
+	if len(b) == 0 || b[0] != counterVersion {
+		return errBadCounter
+	}
+	b = b[1:]
+	str := func() (string, bool) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return "", false
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s, true
+	}
+	num := func() (int64, bool) {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	for _, p := range []*string{&r.Namespace, &r.Ceiling, &r.Per, &r.Scope, &r.RunID, &r.Unit, &r.Window} {
+		s, ok := str()
+		if !ok {
+			return errBadCounter
+		}
+		*p = s
+	}
+	var ok bool
+	if r.Limit, ok = num(); !ok {
+		return errBadCounter
+	}
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return errBadCounter
+	}
+	b = b[k:]
+	r.Buckets = make([]bucket, n)
+	for i := range r.Buckets {
+		for _, p := range []*int64{&r.Buckets[i].Start, &r.Buckets[i].End, &r.Buckets[i].Amount, &r.Buckets[i].Count} {
+			if *p, ok = num(); !ok {
+				return errBadCounter
+			}
+		}
+	}
+	return nil
+}
+
+func getCounter(r Reader, k []byte, c *counterRec) error {
+	b, err := r.Get(k)
+	if err != nil {
+		return err
+	}
+	return decodeCounter(b, c)
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -113,5 +114,20 @@ func TestBucketsAreConservative(t *testing.T) {
 	}
 	if satAdd(1<<62, 1<<62) < 0 {
 		t.Fatal("saturating add overflowed")
+	}
+}
+
+func TestCounterCodec(t *testing.T) {
+	r := &counterRec{Namespace: "shop", Ceiling: "daily", Per: "dimension:counterparty", Scope: "abc", RunID: "r1",
+		Unit: "micros", Limit: 500, Window: "24h", Buckets: []bucket{{1, 2, 3, 4}, {-5, 1 << 62, 0, 9}}}
+	var got counterRec
+	if err := decodeCounter(r.encode(), &got); err != nil || fmt.Sprint(got) != fmt.Sprint(*r) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	b := r.encode()
+	for i := range len(b) {
+		if err := decodeCounter(b[:i], &got); err == nil {
+			t.Fatalf("a record cut to %d bytes decoded", i)
+		}
 	}
 }

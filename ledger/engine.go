@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -95,6 +94,7 @@ type Engine struct {
 	maxBatch int
 	ids      idGen
 	obs      Observer
+	cache    *recCache // nil unless the store is exclusive; writer only
 
 	ops     chan *op
 	stop    chan struct{}
@@ -142,13 +142,16 @@ func New(opts Options) (*Engine, error) {
 		e.clock = systemClock{}
 	}
 	if e.log == nil {
-		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		e.log = slog.New(slog.DiscardHandler)
 	}
 	if e.maxBatch <= 0 {
 		e.maxBatch = 256
 	}
 	if e.obs == nil {
 		e.obs = nopObserver{}
+	}
+	if x, ok := opts.Store.(Exclusive); ok && x.Exclusive() {
+		e.cache = newRecCache(1 << 16)
 	}
 	e.wg.Add(1)
 	go e.writer()
@@ -278,12 +281,14 @@ func (e *Engine) commit(batch []*op) []*op {
 	now := e.clock.Now()
 	results := make([]opResult, 0, len(batch))
 	err := e.store.Update(func(tx Txn) error {
+		results = results[:0] // a store may retry the whole transaction
 		size := 0
+		states := map[State]int64{}
 		for _, o := range batch {
 			if size > batchBytes {
 				break
 			}
-			t := &opTxn{tx: tx}
+			t := &opTxn{tx: tx, cache: e.cache}
 			v, err := o.fn(t, now)
 			if err == nil {
 				n, ferr := t.flush()
@@ -291,14 +296,27 @@ func (e *Engine) commit(batch []*op) []*op {
 					return ferr
 				}
 				size += n
+				for st, d := range t.states {
+					states[st] += d
+				}
+				for id, r := range t.recs {
+					e.cache.put(id, r)
+				}
 			}
 			results = append(results, opResult{v, err})
 		}
-		return nil
+		if len(states) == 0 {
+			return nil
+		}
+		return applyStateCounts(tx, states)
 	})
 	if err != nil {
 		// Nothing of the batch was written: every op in it, including any
-		// not yet run, gets the same error.
+		// not yet run, gets the same error, and the cache, which may hold
+		// records of this batch, is dropped.
+		if e.cache != nil {
+			e.cache.clear()
+		}
 		uerr := &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err}
 		e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
 		for _, o := range batch {
@@ -318,6 +336,9 @@ type opTxn struct {
 	tx     Txn
 	writes map[string][]byte // nil value: delete
 	order  []string
+	states map[State]int64 // effects moved between states, applied per batch
+	cache  *recCache
+	recs   map[string]*effectRec // records this op wrote, for the cache
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

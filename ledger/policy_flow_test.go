@@ -249,4 +249,15 @@ func TestNamespacesIsolate(t *testing.T) {
 	if err != nil || len(page.Effects) != 3 {
 		t.Fatalf("shop list: %d %v", len(page.Effects), err)
 	}
+	// Groups are per namespace: blog can neither unwind nor see shop's.
+	g := email("g1", "grouper")
+	g.Namespace, g.GroupKey = "shop", "trip"
+	h.beginWant(g, ledger.DecisionExecute)
+	_, err = h.eng.Unwind(ctx, ledger.UnwindRequest{Namespace: "blog", GroupKey: "trip"})
+	wantCode(t, err, ledger.CodeGroupNotFound)
+	g.Namespace, g.IdempotencyKey = "shop", "g2"
+	h.beginWant(g, ledger.DecisionExecute) // still active for shop
+	if p, _ := h.eng.List(ctx, ledger.Filter{Namespace: "blog", GroupKey: "trip"}); len(p.Effects) != 0 {
+		t.Fatalf("blog lists shop's group: %+v", p.Effects)
+	}
 }

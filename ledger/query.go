@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 )
 
@@ -136,7 +137,7 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 	err := e.view(func(r Reader) error {
 		return r.Scan(pfx, nil, func(_, val []byte) (bool, error) {
 			var c counterRec
-			if err := decodeJSON(val, &c); err != nil {
+			if err := decodeCounter(val, &c); err != nil {
 				return false, err
 			}
 			cc, ok := e.policy.ceiling(c.Ceiling)
@@ -162,18 +163,35 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 // same write as every transition so that reading it costs one key.
 var stateCountsKey = key("m", "states")
 
+// moveStateCount records that one effect moved between states. The deltas
+// of an op are kept with its writes and applied once per batch.
 func moveStateCount(t *opTxn, from, to State) error {
-	counts := map[State]int64{}
-	if err := getJSON(t, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
-		return err
+	if t.states == nil {
+		t.states = map[State]int64{}
 	}
 	if from != "" {
-		counts[from] = max(0, counts[from]-1)
+		t.states[from]--
 	}
 	if to != "" {
-		counts[to]++
+		t.states[to]++
 	}
-	return setJSON(t, stateCountsKey, counts)
+	return nil
+}
+
+// applyStateCounts adds a batch's deltas to the stored counts.
+func applyStateCounts(tx Txn, delta map[State]int64) error {
+	counts := map[State]int64{}
+	if err := getJSON(tx, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	for st, d := range delta {
+		counts[st] = max(0, counts[st]+d)
+	}
+	b, err := json.Marshal(counts)
+	if err != nil {
+		return err
+	}
+	return tx.Set(stateCountsKey, b)
 }
 
 // StateCounts returns how many stored effects are in each state. A pending

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+)
+
+// result is one measured configuration.
+type result struct {
+	perSec   float64 // operations (pairs or records) per second
+	p50, p99 time.Duration
+	ops      int
+	extra    string
+}
+
+// latencies collects per-call latencies from many goroutines.
+type latencies struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) pct(p float64) time.Duration {
+	if len(l.all) == 0 {
+		return 0
+	}
+	slices.Sort(l.all)
+	return l.all[min(len(l.all)-1, int(float64(len(l.all))*p))]
+}
+
+// baseline is the disk's physical limit for this workload: callers append
+// 200-byte records to one file through a single writer that fsyncs each
+// batch once (group commit), answering every caller after its fsync.
+func baseline(dir string, callers int, d time.Duration) (result, error) {
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("baseline-%d.log", callers)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.Close()
+	type req struct{ done chan struct{} }
+	reqs := make(chan req, 4096)
+	stop := make(chan struct{})
+	go func() {
+		rec := make([]byte, 200)
+		var batch []req
+		for {
+			select {
+			case r := <-reqs:
+				batch = append(batch[:0], r)
+			case <-stop:
+				return
+			}
+		drain:
+			for {
+				select {
+				case r := <-reqs:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			buf := make([]byte, 0, len(batch)*len(rec))
+			for range batch {
+				buf = append(buf, rec...)
+			}
+			f.Write(buf)
+			f.Sync()
+			for _, r := range batch {
+				close(r.done)
+			}
+		}
+	}()
+	var n atomic.Int64
+	var lat latencies
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			var mine []time.Duration
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				r := req{done: make(chan struct{})}
+				reqs <- r
+				<-r.done
+				mine = append(mine, time.Since(t0))
+				n.Add(1)
+			}
+			lat.add(mine)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stop)
+	return result{perSec: float64(n.Load()) / elapsed.Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+}
+
+func i64(v int64) *int64 { return &v }
+
+// benchRules is the benchmark policy: a global spend ceiling and a
+// per-counterparty ceiling, both large enough never to refuse, so every
+// begin reads and writes both hot counters.
+func benchRules() []ledger.Rule {
+	return []ledger.Rule{{Match: "bench.*", Ceilings: []ledger.Ceiling{
+		{Name: "global-spend", LimitMicros: i64(1 << 60), Window: "24h", Per: "global"},
+		{Name: "per-counterparty", LimitMicros: i64(1 << 60), Window: "24h", Per: "dimension:counterparty"},
+	}}}
+}
+
+// openEngine opens an engine on dir.
+func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
+	t0 := time.Now()
+	st, err := badgerstore.Open(dir, &badgerstore.Options{MinFreeBytes: -1, NoSync: !sync})
+	if err != nil {
+		return nil, 0, err
+	}
+	secret := make([]byte, 32)
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		st.Close()
+		return nil, 0, err
+	}
+	return eng, time.Since(t0), nil
+}
+
+var keySeq atomic.Int64
+
+// pairs runs callers that each begin and report distinct effects for d,
+// or until limit pairs are done when limit > 0.
+func pairs(eng *ledger.Engine, callers int, d time.Duration, limit int64) result {
+	ctx := context.Background()
+	var n atomic.Int64
+	var lat latencies
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range callers {
+		wg.Go(func() {
+			var mine []time.Duration
+			cost := int64(1000)
+			for time.Now().Before(deadline) && (limit == 0 || n.Load() < limit) {
+				k := keySeq.Add(1)
+				t0 := time.Now()
+				res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint("bench:", k), EffectType: "bench.charge",
+					AgentID: "bench", EstimatedCostMicros: &cost, Payload: []byte(`{"amount":1000,"currency":"usd"}`),
+					Dimensions: map[string]string{"counterparty": fmt.Sprint("acct_", (int(k)+c)%50)}})
+				mine = append(mine, time.Since(t0))
+				if err != nil || res.Decision != ledger.DecisionExecute {
+					panic(fmt.Sprint("begin: ", err, res))
+				}
+				if _, err := eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded,
+					Result: []byte(`{"id":"pi_1"}`)}); err != nil {
+					panic(err)
+				}
+				n.Add(1)
+			}
+			lat.add(mine)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	return result{perSec: float64(n.Load()) / elapsed.Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type scaleResult struct {
+	preloaded int
+	preload   time.Duration
+	open      time.Duration
+	loaded    result
+	rssMiB    float64
+}
+
+// benchScale fills a ledger with n effects, then measures opening it, the
+// engine at 64 callers on it, and the resident memory of a real
+// "ratchet serve" on it under load.
+func benchScale(dir string, n int, d time.Duration) (scaleResult, error) {
+	var out scaleResult
+	ledgerDir := filepath.Join(dir, "ledger")
+	// The preload is not what is measured, so it runs without fsync.
+	eng, _, err := openEngine(ledgerDir, false)
+	if err != nil {
+		return out, err
+	}
+	t0 := time.Now()
+	r := pairs(eng, 64, time.Hour, int64(n))
+	out.preload, out.preloaded = time.Since(t0), r.ops
+	if err := eng.Close(context.Background()); err != nil {
+		return out, err
+	}
+	eng, open, err := openEngine(ledgerDir, true)
+	if err != nil {
+		return out, err
+	}
+	out.open = open
+	out.loaded = pairs(eng, 64, d, 0)
+	if err := eng.Close(context.Background()); err != nil {
+		return out, err
+	}
+	out.rssMiB, err = serveRSS(dir, d)
+	return out, err
+}
+
+var mcpURLRe = regexp.MustCompile(`mcp=(http://\S+/mcp)`)
+
+// serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
+// the process's resident set size.
+func serveRSS(dir string, d time.Duration) (float64, error) {
+	bin := filepath.Join(dir, "ratchet")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("building ratchet: %v %s", err, out)
+	}
+	cfg := filepath.Join(dir, "bench.yaml")
+	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--data-dir", dir)
+	stderr, _ := cmd.StderrPipe()
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(syscall.SIGTERM)
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := mcpURLRe.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-urlc:
+	case <-time.After(60 * time.Second):
+		return 0, fmt.Errorf("ratchet serve did not start")
+	}
+	_, err := mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+			"idempotency_key": fmt.Sprint("rss:", k), "effect_type": "bench.charge"}})
+		if err != nil || res.IsError {
+			return fmt.Errorf("begin: %v %v", err, res)
+		}
+		_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
+			"effect_id": res.StructuredContent.(map[string]any)["effect_id"], "outcome": "succeeded"}})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
+

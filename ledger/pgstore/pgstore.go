@@ -1,0 +1,313 @@
+// Package pgstore is a ledger.Store on PostgreSQL (and databases that speak
+// its protocol, such as CockroachDB), so that every sidecar of a fleet
+// dedupes against the same keys and spends against the same ceilings.
+//
+// Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
+// schema of its own (Options.Schema, default "ratchet"), created and
+// migrated by Open from the SQL files embedded under migrations/, in
+// order, each once, recorded in schema_migrations. Migrations run under a
+// transaction-scoped advisory lock, so replicas starting together migrate
+// once.
+//
+// Concurrency. Each Update (one batch of the engine's decisions) is one
+// SERIALIZABLE transaction. Two replicas that read and write the same keys
+// (a key's effect, a hot ceiling counter) cannot both commit; the loser gets
+// a serialization failure and Update re-runs the whole batch from the
+// start, up to a bound, so agents never see those failures. The engine
+// answers only after COMMIT, with synchronous_commit as the server sets it
+// (on by default). Reads and writes are one statement each; batching many
+// decisions per transaction is what amortises the commit.
+//
+// The store never sees payloads or dimension values: like Badger it only
+// holds what the engine writes, which is hashes of those.
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configures Open. The zero value is valid.
+type Options struct {
+	// Schema holds Ratchet's tables (default "ratchet").
+	Schema string
+	// MaxConns bounds the pool (default 8).
+	MaxConns int32
+	// MaxRetries bounds how often a batch is re-run after a serialization
+	// failure (default 50).
+	MaxRetries int
+}
+
+// Store is a ledger.Store on PostgreSQL.
+type Store struct {
+	pool    *pgxpool.Pool
+	retries int
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects to dsn, creates the schema if needed and migrates it.
+func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = "ratchet"
+	}
+	if !schemaRe.MatchString(schema) {
+		return nil, fmt.Errorf("postgres schema %q must be a lowercase identifier", schema)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the postgres DSN: %w", err) // never echo the DSN: it may hold a password
+	}
+	cfg.MaxConns = opts.MaxConns
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 8
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to postgres: %w", err)
+	}
+	s := &Store{pool: pool, retries: opts.MaxRetries}
+	if s.retries == 0 {
+		s.retries = 50
+	}
+	if err := s.migrate(ctx, schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate applies the embedded migrations not yet recorded.
+func (s *Store) migrate(ctx context.Context, schema string) error {
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('ratchet-migrate:' || $1))", schema); err != nil {
+			return fmt.Errorf("locking for migration: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
+			return fmt.Errorf("creating schema %s: %w", schema, err)
+		}
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+			return fmt.Errorf("creating schema_migrations: %w", err)
+		}
+		for _, f := range files {
+			base := strings.TrimPrefix(f, "migrations/")
+			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+			if err != nil {
+				return fmt.Errorf("migration %s has no version number", base)
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", v).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+			sql, _ := migrations.ReadFile(f)
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return fmt.Errorf("migration %s: %w", base, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// retryable reports whether err is a serialization failure or deadlock,
+// after which the whole transaction may simply be run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// Update implements ledger.Store: fn runs in one SERIALIZABLE transaction,
+// re-run from the start after a serialization failure.
+func (s *Store) Update(fn func(ledger.Txn) error) error {
+	ctx := context.Background()
+	var err error
+	for attempt := range s.retries {
+		if err = s.try(ctx, fn); err == nil || !retryable(err) {
+			return err
+		}
+		// Back off a little, with jitter, so colliding replicas spread out.
+		time.Sleep(time.Duration(rand.IntN(1+attempt*200)) * time.Microsecond)
+	}
+	return fmt.Errorf("postgres: gave up after %d serialization retries: %w", s.retries, err)
+}
+
+func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		return fmt.Errorf("postgres begin: %w", err)
+	}
+	t := &txn{ctx: ctx, tx: tx}
+	ferr := fn(t)
+	if t.failed != nil { // a statement failed: the transaction is void
+		tx.Rollback(ctx)
+		return t.failed
+	}
+	if ferr != nil {
+		tx.Rollback(ctx)
+		return ferr
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres commit: %w", err)
+	}
+	return nil
+}
+
+// View implements ledger.Store with a read-only snapshot.
+func (s *Store) View(fn func(ledger.Reader) error) error {
+	ctx := context.Background()
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		t := &txn{ctx: ctx, tx: tx}
+		err := fn(t)
+		if t.failed != nil {
+			return t.failed
+		}
+		return err
+	})
+}
+
+// Close implements ledger.Store.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// txn is one transaction. The first statement error is kept: PostgreSQL
+// voids the transaction on any error, so the batch is retried or failed as
+// a whole, never committed with a hole in it.
+type txn struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	failed error
+}
+
+func (t *txn) fail(err error) error {
+	if t.failed == nil {
+		t.failed = err
+	}
+	return err
+}
+
+func (t *txn) Get(k []byte) ([]byte, error) {
+	var v []byte
+	err := t.tx.QueryRow(t.ctx, "SELECT v FROM kv WHERE k = $1", k).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ledger.ErrNotFound
+	}
+	if err != nil {
+		return nil, t.fail(fmt.Errorf("postgres get: %w", err))
+	}
+	return v, nil
+}
+
+func (t *txn) Set(k, v []byte) error {
+	if _, err := t.tx.Exec(t.ctx, "INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, v); err != nil {
+		return t.fail(fmt.Errorf("postgres set: %w", err))
+	}
+	return nil
+}
+
+func (t *txn) Delete(k []byte) error {
+	if _, err := t.tx.Exec(t.ctx, "DELETE FROM kv WHERE k = $1", k); err != nil {
+		return t.fail(fmt.Errorf("postgres delete: %w", err))
+	}
+	return nil
+}
+
+// scanPage is how many rows one scan query fetches.
+const scanPage = 512
+
+func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) error {
+	from := prefix
+	if start != nil && string(start) > string(prefix) {
+		from = start
+	}
+	end := prefixEnd(prefix)
+	inclusive := true
+	for {
+		op := ">="
+		if !inclusive {
+			op = ">"
+		}
+		q := "SELECT k, v FROM kv WHERE k " + op + " $1"
+		args := []any{from}
+		if end != nil {
+			q += " AND k < $2"
+			args = append(args, end)
+		}
+		rows, err := t.tx.Query(t.ctx, q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
+		if err != nil {
+			return t.fail(fmt.Errorf("postgres scan: %w", err))
+		}
+		var ks, vs [][]byte
+		for rows.Next() {
+			var k, v []byte
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return t.fail(fmt.Errorf("postgres scan: %w", err))
+			}
+			ks, vs = append(ks, k), append(vs, v)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return t.fail(fmt.Errorf("postgres scan: %w", err))
+		}
+		for i := range ks {
+			more, err := fn(ks[i], vs[i])
+			if err != nil || !more {
+				return err
+			}
+		}
+		if len(ks) < scanPage {
+			return nil
+		}
+		from, inclusive = ks[len(ks)-1], false
+	}
+}
+
+// prefixEnd is the smallest key greater than every key with prefix, or nil
+// if there is none (a prefix of only 0xff bytes).
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
