@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 func email(key, agent string) ledger.BeginRequest {
@@ -298,10 +297,7 @@ func TestBackgroundReaperAndClose(t *testing.T) {
 	h := newHarness(t, testRules())
 	// Restart with the background reaper on.
 	h.eng.Close(context.Background())
-	store, err := badgerstore.Open(h.dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := h.openStore()
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: 5 * time.Millisecond, PurgeInterval: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -1,17 +1,78 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
+
+// The whole suite runs once per backend: on Badger in this process, then
+// (TestMain) on PostgreSQL in a child run of the same test binary with
+// RATCHET_TEST_BACKEND=postgres, each harness in a fresh schema.
+var testBackend = os.Getenv("RATCHET_TEST_BACKEND")
+
+// pgDSN is the server for the PostgreSQL run: RATCHET_TEST_PG_DSN, default
+// the local server with trust auth and database test.
+func pgDSN() string {
+	if d := os.Getenv("RATCHET_TEST_PG_DSN"); d != "" {
+		return d
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	fuzzing := flag.Lookup("test.fuzz").Value.String() != "" || flag.Lookup("test.bench").Value.String() != ""
+	if testBackend == "" && code == 0 && !fuzzing {
+		code = runPostgresSuite()
+	}
+	os.Exit(code)
+}
+
+func runPostgresSuite() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err == nil {
+		err = conn.Ping(ctx)
+		conn.Close(ctx)
+	}
+	if err != nil {
+		if os.Getenv("RATCHET_REQUIRE_PG") != "" {
+			fmt.Println("FAIL: the PostgreSQL suite is required (RATCHET_REQUIRE_PG) but no server answers:", err)
+			return 1
+		}
+		fmt.Println("PostgreSQL suite skipped: no server answers (set RATCHET_TEST_PG_DSN):", err)
+		return 0
+	}
+	fmt.Println("=== the same suite on the PostgreSQL backend")
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "RATCHET_TEST_BACKEND=postgres")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return 1
+	}
+	return 0
+}
 
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct {
@@ -65,6 +126,7 @@ type harness struct {
 	opts   badgerstore.Options
 	defs   ledger.Defaults
 	logger *slog.Logger
+	schema string // postgres only
 }
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
@@ -75,6 +137,11 @@ func newHarness(t testing.TB, rules []ledger.Rule) *harness {
 		t.Fatal(err)
 	}
 	h.secret = secret
+	if testBackend == "postgres" {
+		var b [6]byte
+		rand.Read(b[:])
+		h.schema = "t_" + hex.EncodeToString(b[:])
+	}
 	h.open()
 	t.Cleanup(func() {
 		if h.eng != nil {
@@ -82,16 +149,72 @@ func newHarness(t testing.TB, rules []ledger.Rule) *harness {
 				t.Errorf("close: %v", err)
 			}
 		}
+		if h.schema != "" {
+			conn, err := pgx.Connect(context.Background(), pgDSN())
+			if err == nil {
+				conn.Exec(context.Background(), "DROP SCHEMA "+h.schema+" CASCADE")
+				conn.Close(context.Background())
+			}
+		}
 	})
 	return h
 }
 
-func (h *harness) open() {
+// openStore opens the backend under test.
+func (h *harness) openStore() ledger.Store {
 	h.t.Helper()
+	if h.schema != "" {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return st
+	}
 	st, err := badgerstore.Open(h.dir+"/ledger", &h.opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	return st
+}
+
+// stored returns every byte the backend keeps: the data dir's files, or
+// every key and value of the PostgreSQL table.
+func (h *harness) stored(t testing.TB) []byte {
+	t.Helper()
+	var all bytes.Buffer
+	if h.schema != "" {
+		conn, err := pgx.Connect(context.Background(), pgDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		rows, err := conn.Query(context.Background(), "SELECT k, v FROM "+h.schema+".kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k, v []byte
+			rows.Scan(&k, &v)
+			all.Write(k)
+			all.Write(v)
+		}
+		rows.Close()
+		return all.Bytes()
+	}
+	filepath.Walk(h.dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			b, _ := os.ReadFile(p)
+			all.Write(b)
+		}
+		return nil
+	})
+	return all.Bytes()
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	st := h.openStore()
+	var err error
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
 		Defaults: h.defs, Logger: h.logger, ReapInterval: -1, PurgeInterval: -1})
 	if err != nil {

@@ -24,6 +24,9 @@ func runBackup(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	if cfg.Ledger.Backend != "badger" {
+		return errors.New("backup covers the embedded Badger ledger; back up a PostgreSQL ledger with the database's own tools (pg_dump)")
+	}
 	st, err := openStore(cfg, nil)
 	if err != nil {
 		return err
@@ -47,6 +50,9 @@ func runRestore(_ context.Context, args []string, stdin io.Reader, _, stderr io.
 	cfg, err := cf.load()
 	if err != nil {
 		return err
+	}
+	if cfg.Ledger.Backend != "badger" {
+		return errors.New("restore covers the embedded Badger ledger; restore a PostgreSQL ledger with the database's own tools")
 	}
 	st, err := openStore(cfg, nil)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
 // commonFlags are the flags every long-running command takes.
@@ -79,16 +81,28 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 
 // openEngine opens the configured ledger.
 func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*ledger.Engine, error) {
-	if cfg.Ledger.Backend != "badger" {
-		return nil, fmt.Errorf("ledger backend %q is not available in this build; use badger", cfg.Ledger.Backend)
-	}
 	secret, err := ledger.LoadOrCreateSecret(cfg.HMACKeyPath())
 	if err != nil {
 		return nil, err
 	}
-	store, err := openStore(cfg, log)
-	if err != nil {
-		return nil, err
+	var store ledger.Store
+	switch cfg.Ledger.Backend {
+	case "postgres":
+		// Every replica of a fleet must share the HMAC key (mount the same
+		// Secret): fingerprints, dimension hashes and vendor keys derive
+		// from it.
+		dsn, err := postgresDSN(cfg)
+		if err != nil {
+			return nil, err
+		}
+		store, err = pgstore.Open(context.Background(), dsn, &pgstore.Options{Schema: cfg.Ledger.Schema})
+		if err != nil {
+			return nil, err
+		}
+	default:
+		if store, err = openStore(cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
 		Defaults: cfg.LedgerDefaults(), Logger: log, Observer: obs})
@@ -97,6 +111,23 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 		return nil, err
 	}
 	return eng, nil
+}
+
+// postgresDSN reads the DSN from the environment variable or file the
+// config names; it is a secret, so never from the config itself or a flag.
+func postgresDSN(cfg *config.Config) (string, error) {
+	if cfg.Ledger.DSNEnv != "" {
+		dsn := os.Getenv(cfg.Ledger.DSNEnv)
+		if dsn == "" {
+			return "", fmt.Errorf("ledger.dsn_env names %s, which is empty", cfg.Ledger.DSNEnv)
+		}
+		return dsn, nil
+	}
+	b, err := os.ReadFile(cfg.Ledger.DSNFile)
+	if err != nil {
+		return "", fmt.Errorf("reading ledger.dsn_file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // openStore opens the Badger ledger in the data dir, with encryption at

@@ -19,7 +19,6 @@ type result struct {
 	perSec   float64 // operations (pairs or records) per second
 	p50, p99 time.Duration
 	ops      int
-	extra    string
 }
 
 // latencies collects per-call latencies from many goroutines.

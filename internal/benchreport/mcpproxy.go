@@ -222,4 +222,3 @@ func benchProxy(dir string, d time.Duration) (map[string]result, error) {
 	}
 	return out, nil
 }
-

@@ -113,4 +113,3 @@ func serveRSS(dir string, d time.Duration) (float64, error) {
 	}
 	return 0, fmt.Errorf("no VmRSS")
 }
-

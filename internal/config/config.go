@@ -108,6 +108,8 @@ type Ledger struct {
 	Backend string `yaml:"backend"`
 	DSNEnv  string `yaml:"dsn_env"`
 	DSNFile string `yaml:"dsn_file"`
+	// Schema holds Ratchet's PostgreSQL tables (default "ratchet").
+	Schema string `yaml:"schema"`
 	// MinFreeBytes is the free disk space below which the Badger ledger
 	// refuses writes (answering unavailable) instead of risking a crash;
 	// default 64 MiB, negative turns the check off.

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// testPG returns the PostgreSQL server for fleet tests, skipping (or, with
+// RATCHET_REQUIRE_PG, failing) when none answers.
+func testPG(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("RATCHET_TEST_PG_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err == nil {
+		err = conn.Ping(ctx)
+		conn.Close(ctx)
+	}
+	if err != nil {
+		if os.Getenv("RATCHET_REQUIRE_PG") != "" {
+			t.Fatalf("PostgreSQL required (RATCHET_REQUIRE_PG) but unreachable: %v", err)
+		}
+		t.Skipf("PostgreSQL suite skipped: no server answers (set RATCHET_TEST_PG_DSN): %v", err)
+	}
+	return dsn
+}
+
+// TestFleetOnPostgres runs three "ratchet serve" processes on one
+// PostgreSQL ledger, as a fleet of sidecars would, with 30 clients spread
+// over them beginning the same keys and spending against one ceiling.
+func TestFleetOnPostgres(t *testing.T) {
+	dsn := testPG(t)
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "fleet_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), dsn); err == nil {
+			conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			conn.Close(context.Background())
+		}
+	})
+	t.Setenv("RATCHET_PG_DSN", dsn)
+	shared := t.TempDir()
+	extra := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
+		"secrets: {hmac_key_file: '" + filepath.Join(shared, "hmac.key") + "'}\n" +
+		"policies:\n  - match: 'fleet.*'\n    approval_threshold_micros: 100000000\n    ceilings:\n" +
+		"      - {name: fleet-spend, limit_micros: 20000000, window: 24h, per: global}\n" +
+		"  - match: 'wire.*'\n    approval_threshold_micros: 100000000\n"
+	var servers []*server
+	for i := range 3 {
+		servers = append(servers, startServe(t, filepath.Join(t.TempDir(), fmt.Sprint("data", i)), extra))
+	}
+
+	const keys = 40 // 40 keys of 1 unit against a ceiling of 20
+	var mu sync.Mutex
+	executes := map[string]int{}
+	total := 0
+	var wg sync.WaitGroup
+	for c := range 30 {
+		wg.Go(func() {
+			cs, err := mcp.Connect(context.Background(), servers[c%3].mcp, "", "fleet")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cs.Close()
+			rng := mrand.New(mrand.NewPCG(uint64(c), 9))
+			for _, k := range rng.Perm(keys) {
+				key := fmt.Sprint("inv:", k)
+				res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+					"idempotency_key": key, "effect_type": "fleet.charge", "estimated_cost_micros": 1_000_000}})
+				if err != nil || res.IsError {
+					t.Errorf("begin via server %d: %v %+v", c%3, err, res)
+					return
+				}
+				out := res.StructuredContent.(map[string]any)
+				if out["decision"] != "execute" {
+					continue
+				}
+				mu.Lock()
+				executes[key]++
+				total++
+				mu.Unlock()
+				cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
+					"effect_id": out["effect_id"], "outcome": "succeeded"}})
+			}
+		})
+	}
+	wg.Wait()
+	for key, n := range executes {
+		if n != 1 {
+			t.Errorf("key %s executed %d times across the fleet", key, n)
+		}
+	}
+	if total != 20 {
+		t.Errorf("%d executes against a ceiling of 20 units: want the ceiling filled exactly, never exceeded", total)
+	}
+
+	// An approval granted through process A is honoured by process B.
+	a, err := mcp.Connect(context.Background(), servers[0].mcp, "", "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	big := map[string]any{"idempotency_key": "big", "effect_type": "wire.send", "estimated_cost_micros": 150_000_000}
+	req := callTool(t, a, "ratchet_begin_effect", big)
+	if req["decision"] != "approval_required" {
+		t.Fatalf("big: %v", req)
+	}
+	if _, err := (&admin.Client{URL: servers[0].admin}).Decide(context.Background(), req["approval_id"].(string), true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	bcs, err := mcp.Connect(context.Background(), servers[1].mcp, "", "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bcs.Close()
+	if got := callTool(t, bcs, "ratchet_begin_effect", big); got["decision"] != "execute" {
+		t.Fatalf("via B after A's approval: %v", got)
+	}
+	c, err := mcp.Connect(context.Background(), servers[2].mcp, "", "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := callTool(t, c, "ratchet_begin_effect", big); got["decision"] != "in_flight" {
+		t.Fatalf("via C: %v", got)
+	}
+}
