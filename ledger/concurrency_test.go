@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
 func TestSameKeyManyGoroutines(t *testing.T) {
@@ -172,5 +173,69 @@ func assertStateCounts(t testing.TB, h *harness) {
 		if got[st] != want[st] {
 			t.Fatalf("state counts %v, listing %v", got, want)
 		}
+	}
+}
+
+// TestEnginesSharingOneStore runs three engines on one PostgreSQL ledger,
+// as three sidecars would, with concurrent callers on each spending against
+// one global ceiling: no caller may see a serialization failure (they are
+// retried inside Ratchet), keys dedupe across engines, and the ceiling
+// holds. Badger allows one process per ledger, so this runs on PostgreSQL.
+func TestEnginesSharingOneStore(t *testing.T) {
+	if testBackend != "postgres" {
+		t.Skip("only a shared store (PostgreSQL) has several engines")
+	}
+	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "shared", LimitMicros: i64(3000), Window: "24h", Per: "global"}}}}
+	h := newHarness(t, rules)
+	// One try per batch: the ledger lock must keep replicas from ever
+	// conflicting, not merely retry until they stop.
+	var engines []*ledger.Engine
+	for range 3 {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema, MaxRetries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		engines = append(engines, e)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	executes := map[string]int{}
+	for g := range 48 {
+		wg.Go(func() {
+			eng := engines[g%3]
+			for i := range 30 {
+				key := "k" + itoa(int64(i)) + "-" + itoa(int64(g%16)) // shared across engines
+				res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: key, EffectType: "shared.spend", EstimatedCostMicros: i64(3)})
+				if err != nil {
+					t.Errorf("engine %d: %v", g%3, err)
+					return
+				}
+				if res.Decision == ledger.DecisionExecute {
+					mu.Lock()
+					executes[key]++
+					mu.Unlock()
+					if _, err := eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded}); err != nil {
+						t.Errorf("report: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for k, n := range executes {
+		if n != 1 {
+			t.Errorf("key %s executed %d times", k, n)
+		}
+		total += n
+	}
+	if got := budgetsByName(t, h)["shared"]; got != int64(total*3) || got > 3000 {
+		t.Fatalf("ceiling counted %d for %d executes", got, total)
 	}
 }

@@ -97,8 +97,17 @@ func main() {
 	w("\nPass-through ratio %.2f (target ≥ 0.9); effect POST ratio %.2f of the bare proxy's POSTs (target ≥ 0.6).\n\n",
 		pr["ratchet GET"].perSec/pr["bare GET"].perSec, pr["ratchet POST"].perSec/pr["bare POST"].perSec)
 
+	w("## 4. Shared ledger on PostgreSQL\n\n64 callers, the same workload as section 1, on the local PostgreSQL (synchronous commit on). \"Three engines\" are three engines in this process, each with its own connection pool and writer, sharing the database as three sidecars would. The naive design runs every call as its own transaction against an idempotency table and one budget row.\n\n")
+	if pgr, err := benchPG(*dur); err != nil {
+		w("Skipped: %v\n\n", err)
+	} else {
+		w("| design | pairs/s | begin p99 |\n|---|---|---|\n| Ratchet, one engine | %.0f | %s |\n| Ratchet, three engines | %.0f | %s |\n| naive: a transaction per call | %.0f | %s |\n\n",
+			pgr.one.perSec, ms(pgr.one.p99), pgr.three.perSec, ms(pgr.three.p99), pgr.naive.perSec, ms(pgr.naive.p99))
+		w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 5).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
+	}
+
 	if *scaleN > 0 {
-		w("## 4. Scale\n\n")
+		w("## 5. Scale\n\n")
 		sr, err := benchScale(filepath.Join(dir, "scale"), *scaleN, *dur)
 		if err != nil {
 			fail(err)

@@ -10,10 +10,16 @@
 // once.
 //
 // Concurrency. Each Update (one batch of the engine's decisions) is one
-// SERIALIZABLE transaction. Two replicas that read and write the same keys
-// (a key's effect, a hot ceiling counter) cannot both commit; the loser gets
-// a serialization failure and Update re-runs the whole batch from the
-// start, up to a bound, so agents never see those failures. The engine
+// SERIALIZABLE transaction, run while its connection holds an advisory lock
+// on the ledger (taken before BEGIN, so the snapshot is fresh), so the
+// batches of all replicas commit one after another. Every batch touches the same hot keys (a global ceiling's
+// counter, the per-state counts), and without the lock replicas under load
+// livelock on serialization failures (measured: a batch exhausted 50
+// retries with three replicas at 64 callers). With it, the fleet behaves
+// as one writer with group commit per replica. SERIALIZABLE stays on as a
+// safety net: a serialization failure still re-runs the whole batch, so
+// agents never see one. Letting replicas write in parallel needs the hot
+// counters split into slots summed on read; that is the next step. The engine
 // answers only after COMMIT, with synchronous_commit as the server sets it
 // (on by default). Reads and writes are one statement each; batching many
 // decisions per transaction is what amortises the commit.
@@ -27,6 +33,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"math/rand/v2"
 	"regexp"
@@ -60,6 +67,7 @@ type Options struct {
 type Store struct {
 	pool    *pgxpool.Pool
 	retries int
+	lock    int64 // advisory lock key of this ledger (schema)
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -91,7 +99,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
-	s := &Store{pool: pool, retries: opts.MaxRetries}
+	h := fnv.New64a()
+	h.Write([]byte("ratchet-ledger:" + schema))
+	s := &Store{pool: pool, retries: opts.MaxRetries, lock: int64(h.Sum64())}
 	if s.retries == 0 {
 		s.retries = 50
 	}
@@ -167,7 +177,20 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 }
 
 func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres connection: %w", err)
+	}
+	defer conn.Release()
+	// The lock is taken before BEGIN: a SERIALIZABLE transaction's
+	// snapshot is fixed at its first statement, so locking inside it would
+	// leave a batch that waited working on a stale snapshot. The lock is
+	// the session's and ends with it if the connection dies.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", s.lock); err != nil {
+		return fmt.Errorf("postgres ledger lock: %w", err)
+	}
+	defer conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", s.lock)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
 	if err != nil {
 		return fmt.Errorf("postgres begin: %w", err)
 	}
