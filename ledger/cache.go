@@ -65,3 +65,9 @@ func (r *effectRec) clone() *effectRec {
 type Exclusive interface {
 	Exclusive() bool
 }
+
+// Compactor is implemented by stores that reclaim space in the background
+// after deletions (Badger's value log); Purge calls it after purging.
+type Compactor interface {
+	Compact() error
+}

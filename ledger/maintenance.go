@@ -35,7 +35,13 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // attention. A purged key is forgotten, so a later begin with it is new.
 // It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
-	return e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
+	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
+	if c, ok := e.store.(Compactor); ok && n > 0 && err == nil {
+		if cerr := c.Compact(); cerr != nil {
+			e.log.Warn("reclaiming space after purge", "err", cerr)
+		}
+	}
+	return n, err
 }
 
 // sweep walks a time index up to and including cutoff(now) and applies fn to each effect
