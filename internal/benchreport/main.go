@@ -85,7 +85,7 @@ func main() {
 		floor.perSec, ms(floor.p50), ms(floor.p99), rmcp.perSec, ms(rmcp.p50), ms(rmcp.p99))
 	w("Ratio %.2f of the floor (target ≥ 0.9).\n\n", rmcp.perSec/floor.perSec)
 
-	w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report.\n\n")
+	w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report. Bare and Ratchet are measured alternately, twice each; the best run of each is shown.\n\n")
 	pr, err := benchProxy(filepath.Join(dir, "proxy"), *dur)
 	if err != nil {
 		fail(err)
@@ -119,7 +119,7 @@ func main() {
 		w("| RSS of `ratchet serve` on that ledger under MCP load | %.0f MiB | < 512 MiB |\n", sr.rssMiB)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
 	}
-	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 5)
+	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 4)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
 		fail(err)
 	}

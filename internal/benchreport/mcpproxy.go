@@ -206,19 +206,25 @@ func benchProxy(dir string, d time.Duration) (map[string]result, error) {
 			return r
 		}
 	}
+	// Bare and Ratchet alternate, twice; each keeps its best run, so drift
+	// on a shared machine favours neither.
 	out := map[string]result{}
-	for _, c := range []struct {
-		name string
-		mk   func(int64) *http.Request
-	}{
-		{"bare GET", get(bare.URL)}, {"ratchet GET", get(rp.URL + "/stripe")},
-		{"bare POST", post(bare.URL)}, {"ratchet POST", post(rp.URL + "/stripe")},
-	} {
-		r, err := httpLoad(16, d, c.mk)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", c.name, err)
+	for range 2 {
+		for _, c := range []struct {
+			name string
+			mk   func(int64) *http.Request
+		}{
+			{"bare GET", get(bare.URL)}, {"ratchet GET", get(rp.URL + "/stripe")},
+			{"bare POST", post(bare.URL)}, {"ratchet POST", post(rp.URL + "/stripe")},
+		} {
+			r, err := httpLoad(16, d, c.mk)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			if r.perSec > out[c.name].perSec {
+				out[c.name] = r
+			}
 		}
-		out[c.name] = r
 	}
 	return out, nil
 }
