@@ -202,3 +202,36 @@ func TestSecretFile(t *testing.T) {
 		t.Fatalf("group-readable key refused: %v", err)
 	}
 }
+
+func TestPurgeCleansCountersAndGroups(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	for i, cp := range []string{"acct_a", "acct_b"} {
+		r := pay("c"+itoa(int64(i)), cp, 1_000_000)
+		r.GroupKey = "trip"
+		res := h.beginWant(r, ledger.DecisionExecute)
+		h.report(res.EffectID, ledger.OutcomeSucceeded)
+	}
+	llm := ledger.BeginRequest{IdempotencyKey: "l1", EffectType: "llm.call", RunID: "run1", EstimatedCostMicros: i64(5)}
+	h.report(h.beginWant(llm, ledger.DecisionExecute).EffectID, ledger.OutcomeSucceeded)
+	before, _ := h.eng.Budgets(ctx, "")
+	if len(before) != 4 { // global, two counterparties, one run
+		t.Fatalf("budgets before: %+v", before)
+	}
+	h.clock.Advance(25 * time.Hour) // every 24h window has emptied; the run window never does
+	if _, err := h.eng.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := h.eng.Budgets(ctx, "")
+	if len(after) != 1 || after[0].Name != "run-budget" || after[0].Counted != 5 {
+		t.Fatalf("budgets after: %+v", after)
+	}
+	// Once retention takes the group's last step, the group goes too.
+	h.clock.Advance(720 * time.Hour)
+	if n, err := h.eng.Purge(ctx); err != nil || n != 3 {
+		t.Fatalf("purged %d, %v", n, err)
+	}
+	_, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip"})
+	wantCode(t, err, ledger.CodeGroupNotFound)
+	assertStateCounts(t, h)
+}

@@ -36,6 +36,9 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
 	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
+	if err == nil {
+		err = e.purgeCounters(ctx)
+	}
 	if c, ok := e.store.(Compactor); ok && n > 0 && err == nil {
 		if cerr := c.Compact(); cerr != nil {
 			e.log.Warn("reclaiming space after purge", "err", cerr)
@@ -119,6 +122,23 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	}
 	if rec.GroupKey != "" {
 		del = append(del, key("m", rec.Namespace, rec.GroupKey, rec.EffectID))
+		// The group goes with its last step.
+		last := true
+		err := t.Scan(prefix("m", rec.Namespace, rec.GroupKey), nil, func(k, _ []byte) (bool, error) {
+			if id := lastPart(k); id != rec.EffectID {
+				if v, written := t.writes[string(k)]; !written || v != nil { // not deleted by this op
+					last = false
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if last {
+			del = append(del, key("g", rec.Namespace, rec.GroupKey))
+		}
 	}
 	if rec.Approval != nil {
 		del = append(del, key("a", rec.Approval.ApprovalID))
@@ -135,4 +155,66 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 		t.recs[rec.EffectID] = nil
 	}
 	return moveStateCount(t, rec.State, "")
+}
+
+// purgeCounters deletes ceiling counters with nothing left in their window
+// (a counterparty seen once, an agent gone), so that scopes do not
+// accumulate forever. A counter for a run window never empties by time and
+// is kept. Each deletion re-checks the counter inside the writer.
+func (e *Engine) purgeCounters(ctx context.Context) error {
+	var dead [][]byte
+	err := e.view(func(r Reader) error {
+		now := e.clock.Now()
+		return r.Scan(prefix("c"), nil, func(k, v []byte) (bool, error) {
+			var c counterRec
+			if err := decodeCounter(v, &c); err != nil {
+				return false, err
+			}
+			if e.counterIdle(&c, now) {
+				dead = append(dead, k)
+			}
+			return true, nil
+		})
+	})
+	if err != nil || len(dead) == 0 {
+		return err
+	}
+	for len(dead) > 0 {
+		chunk := dead[:min(len(dead), sweepBatch)]
+		dead = dead[len(chunk):]
+		if _, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+			for _, k := range chunk {
+				var c counterRec
+				if err := getCounter(t, k, &c); err != nil {
+					if errors.Is(err, ErrNotFound) {
+						continue
+					}
+					return nil, err
+				}
+				if e.counterIdle(&c, now) {
+					if err := t.Delete(k); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return nil, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// counterIdle reports whether a counter counts nothing any more.
+func (e *Engine) counterIdle(c *counterRec, now time.Time) bool {
+	w, err := parseWindow(c.Window)
+	if err != nil || w == 0 {
+		return false // a run window, or one no longer understood: keep it
+	}
+	for _, b := range c.Buckets {
+		if live(b, w, now) && (b.Amount != 0 || b.Count != 0) {
+			return false
+		}
+	}
+	return true
 }
