@@ -3,8 +3,6 @@ package ledger_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
@@ -29,14 +28,8 @@ import (
 // RATCHET_TEST_BACKEND=postgres, each harness in a fresh schema.
 var testBackend = os.Getenv("RATCHET_TEST_BACKEND")
 
-// pgDSN is the server for the PostgreSQL run: RATCHET_TEST_PG_DSN, default
-// the local server with trust auth and database test.
-func pgDSN() string {
-	if d := os.Getenv("RATCHET_TEST_PG_DSN"); d != "" {
-		return d
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// pgDSN is the server for the PostgreSQL run.
+func pgDSN() string { return pgtest.DSNOrDefault() }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -49,15 +42,8 @@ func TestMain(m *testing.M) {
 }
 
 func runPostgresSuite() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgDSN())
-	if err == nil {
-		err = conn.Ping(ctx)
-		conn.Close(ctx)
-	}
-	if err != nil {
-		if os.Getenv("RATCHET_REQUIRE_PG") != "" {
+	if err := pgtest.Reachable(pgDSN()); err != nil {
+		if pgtest.Required() {
 			fmt.Println("FAIL: the PostgreSQL suite is required (RATCHET_REQUIRE_PG) but no server answers:", err)
 			return 1
 		}
@@ -138,22 +124,13 @@ func newHarness(t testing.TB, rules []ledger.Rule) *harness {
 	}
 	h.secret = secret
 	if testBackend == "postgres" {
-		var b [6]byte
-		rand.Read(b[:])
-		h.schema = "t_" + hex.EncodeToString(b[:])
+		h.schema = pgtest.Schema(t, pgDSN(), "t_") // dropped after the engine closes (cleanups run last first)
 	}
 	h.open()
 	t.Cleanup(func() {
 		if h.eng != nil {
 			if err := h.eng.Close(context.Background()); err != nil {
 				t.Errorf("close: %v", err)
-			}
-		}
-		if h.schema != "" {
-			conn, err := pgx.Connect(context.Background(), pgDSN())
-			if err == nil {
-				conn.Exec(context.Background(), "DROP SCHEMA "+h.schema+" CASCADE")
-				conn.Close(context.Background())
 			}
 		}
 	})

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 // runBackup is "ratchet backup --data-dir D > file": Badger's own backup
@@ -14,20 +16,7 @@ import (
 // are not in it: keep them with your other secrets, since a restored ledger
 // needs the same HMAC key to recognise its keys and dimensions.
 func runBackup(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	var cf commonFlags
-	cf.register(fs)
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	cfg, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if cfg.Ledger.Backend != "badger" {
-		return errors.New("backup covers the embedded Badger ledger; back up a PostgreSQL ledger with the database's own tools (pg_dump)")
-	}
-	st, err := openStore(cfg, nil)
+	st, err := openOffline("backup", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -41,20 +30,7 @@ func runBackup(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 // runRestore is "ratchet restore --data-dir D < file", into a data dir
 // whose ledger is empty, so a restore never merges two histories.
 func runRestore(_ context.Context, args []string, stdin io.Reader, _, stderr io.Writer) error {
-	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
-	var cf commonFlags
-	cf.register(fs)
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	cfg, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if cfg.Ledger.Backend != "badger" {
-		return errors.New("restore covers the embedded Badger ledger; restore a PostgreSQL ledger with the database's own tools")
-	}
-	st, err := openStore(cfg, nil)
+	st, err := openOffline("restore", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -70,4 +46,22 @@ func runRestore(_ context.Context, args []string, stdin io.Reader, _, stderr io.
 		return fmt.Errorf("restoring backup: %w", err)
 	}
 	return nil
+}
+
+// openOffline parses an offline command's flags and opens its Badger ledger.
+func openOffline(verb string, args []string, stderr io.Writer) (*badgerstore.Store, error) {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	var cf commonFlags
+	cf.register(fs)
+	if err := parse(fs, args, stderr); err != nil {
+		return nil, err
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Ledger.Backend != "badger" {
+		return nil, fmt.Errorf("%s covers the embedded Badger ledger; use the database's own tools (pg_dump) for PostgreSQL", verb)
+	}
+	return openStore(cfg, nil)
 }

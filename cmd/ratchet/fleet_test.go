@@ -2,61 +2,25 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
-
-// testPG returns the PostgreSQL server for fleet tests, skipping (or, with
-// RATCHET_REQUIRE_PG, failing) when none answers.
-func testPG(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("RATCHET_TEST_PG_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err == nil {
-		err = conn.Ping(ctx)
-		conn.Close(ctx)
-	}
-	if err != nil {
-		if os.Getenv("RATCHET_REQUIRE_PG") != "" {
-			t.Fatalf("PostgreSQL required (RATCHET_REQUIRE_PG) but unreachable: %v", err)
-		}
-		t.Skipf("PostgreSQL suite skipped: no server answers (set RATCHET_TEST_PG_DSN): %v", err)
-	}
-	return dsn
-}
 
 // TestFleetOnPostgres runs three "ratchet serve" processes on one
 // PostgreSQL ledger, as a fleet of sidecars would, with 30 clients spread
 // over them beginning the same keys and spending against one ceiling.
 func TestFleetOnPostgres(t *testing.T) {
-	dsn := testPG(t)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "fleet_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(context.Background(), dsn); err == nil {
-			conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			conn.Close(context.Background())
-		}
-	})
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "fleet_")
 	t.Setenv("RATCHET_PG_DSN", dsn)
 	shared := t.TempDir()
 	extra := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +

@@ -41,6 +41,39 @@ func (l *latencies) pct(p float64) time.Duration {
 	return l.all[min(len(l.all)-1, int(float64(len(l.all))*p))]
 }
 
+// load runs callers that each repeat op (given a fresh sequence number)
+// until d has passed or, when limit > 0, limit operations are done, and
+// measures the rate and each op's latency. The first error stops a caller
+// and is returned.
+func load(callers int, d time.Duration, limit int64, op func(k int64) error) (result, error) {
+	var n atomic.Int64
+	var lat latencies
+	var firstErr atomic.Value
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			var mine []time.Duration
+			for time.Now().Before(deadline) && (limit == 0 || n.Load() < limit) {
+				t0 := time.Now()
+				if err := op(keySeq.Add(1)); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					break
+				}
+				mine = append(mine, time.Since(t0))
+				n.Add(1)
+			}
+			lat.add(mine)
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return result{}, err
+	}
+	return result{perSec: float64(n.Load()) / time.Since(start).Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+}
+
 // baseline is the disk's physical limit for this workload: callers append
 // 200-byte records to one file through a single writer that fsyncs each
 // batch once (group commit), answering every caller after its fsync.
@@ -83,29 +116,14 @@ func baseline(dir string, callers int, d time.Duration) (result, error) {
 			}
 		}
 	}()
-	var n atomic.Int64
-	var lat latencies
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range callers {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				r := req{done: make(chan struct{})}
-				reqs <- r
-				<-r.done
-				mine = append(mine, time.Since(t0))
-				n.Add(1)
-			}
-			lat.add(mine)
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	r, err := load(callers, d, 0, func(int64) error {
+		q := req{done: make(chan struct{})}
+		reqs <- q
+		<-q.done
+		return nil
+	})
 	close(stop)
-	return result{perSec: float64(n.Load()) / elapsed.Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+	return r, err
 }
 
 func i64(v int64) *int64 { return &v }
@@ -139,38 +157,27 @@ func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
 var keySeq atomic.Int64
 
 // pairs runs callers that each begin and report distinct effects for d,
-// or until limit pairs are done when limit > 0.
+// or until limit pairs are done when limit > 0; the latencies are of the
+// begins. A refusal is a bug in the benchmark and stops it.
 func pairs(eng *ledger.Engine, callers int, d time.Duration, limit int64) result {
 	ctx := context.Background()
-	var n atomic.Int64
 	var lat latencies
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for c := range callers {
-		wg.Go(func() {
-			var mine []time.Duration
-			cost := int64(1000)
-			for time.Now().Before(deadline) && (limit == 0 || n.Load() < limit) {
-				k := keySeq.Add(1)
-				t0 := time.Now()
-				res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint("bench:", k), EffectType: "bench.charge",
-					AgentID: "bench", EstimatedCostMicros: &cost, Payload: []byte(`{"amount":1000,"currency":"usd"}`),
-					Dimensions: map[string]string{"counterparty": fmt.Sprint("acct_", (int(k)+c)%50)}})
-				mine = append(mine, time.Since(t0))
-				if err != nil || res.Decision != ledger.DecisionExecute {
-					panic(fmt.Sprint("begin: ", err, res))
-				}
-				if _, err := eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded,
-					Result: []byte(`{"id":"pi_1"}`)}); err != nil {
-					panic(err)
-				}
-				n.Add(1)
-			}
-			lat.add(mine)
-		})
+	cost := int64(1000)
+	r, err := load(callers, d, limit, func(k int64) error {
+		t0 := time.Now()
+		res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint("bench:", k), EffectType: "bench.charge",
+			AgentID: "bench", EstimatedCostMicros: &cost, Payload: []byte(`{"amount":1000,"currency":"usd"}`),
+			Dimensions: map[string]string{"counterparty": fmt.Sprint("acct_", k%50)}})
+		lat.add([]time.Duration{time.Since(t0)})
+		if err != nil || res.Decision != ledger.DecisionExecute {
+			return fmt.Errorf("begin: %v %+v", err, res)
+		}
+		_, err = eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded, Result: []byte(`{"id":"pi_1"}`)})
+		return err
+	})
+	if err != nil {
+		fail(err)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	return result{perSec: float64(n.Load()) / elapsed.Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}
+	r.p50, r.p99 = lat.pct(0.5), lat.pct(0.99)
+	return r
 }

@@ -10,8 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -37,41 +35,22 @@ func noopServer() *sdk.Server {
 // mcpPairs runs sessions that each make "pairs" of tool calls for d.
 func mcpPairs(url string, sessions int, d time.Duration, pair func(ctx context.Context, cs *sdk.ClientSession, k int64) error) (result, error) {
 	ctx := context.Background()
-	var cs []*sdk.ClientSession
+	pool := make(chan *sdk.ClientSession, sessions)
 	for range sessions {
 		c, err := mcp.Connect(ctx, url, "", "bench")
 		if err != nil {
 			return result{}, err
 		}
 		defer c.Close()
-		cs = append(cs, c)
+		pool <- c
 	}
-	var n atomic.Int64
-	var lat latencies
-	var firstErr atomic.Value
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, c := range cs {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				if err := pair(ctx, c, keySeq.Add(1)); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				mine = append(mine, time.Since(t0))
-				n.Add(1)
-			}
-			lat.add(mine)
-		})
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	return result{perSec: float64(n.Load()) / time.Since(start).Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+	// Each caller takes a session and keeps it, so every session is used by
+	// exactly one caller at a time.
+	return load(sessions, d, 0, func(k int64) error {
+		c := <-pool
+		defer func() { pool <- c }()
+		return pair(ctx, c, k)
+	})
 }
 
 // benchMCP measures the floor and Ratchet alternately, twice each, and
@@ -133,39 +112,18 @@ func httpLoad(clients int, d time.Duration, mk func(k int64) *http.Request) (res
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var n atomic.Int64
-	var lat latencies
-	var firstErr atomic.Value
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range clients {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				resp, err := hc.Do(mk(keySeq.Add(1)))
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("status %d (%s)", resp.StatusCode, resp.Header.Get("Ratchet-Decision")))
-					return
-				}
-				mine = append(mine, time.Since(t0))
-				n.Add(1)
-			}
-			lat.add(mine)
-		})
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	return result{perSec: float64(n.Load()) / time.Since(start).Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+	return load(clients, d, 0, func(k int64) error {
+		resp, err := hc.Do(mk(k))
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d (%s)", resp.StatusCode, resp.Header.Get("Ratchet-Decision"))
+		}
+		return nil
+	})
 }
 
 // benchProxy measures a bare ReverseProxy and Ratchet's proxy against the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +16,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
+// pgDSN is the server benchmarked: RATCHET_TEST_PG_DSN, or the local one.
 func pgDSN() string {
 	if d := os.Getenv("RATCHET_TEST_PG_DSN"); d != "" {
 		return d
@@ -109,41 +109,24 @@ func naivePG(ctx context.Context, schema string, d time.Duration) (result, error
 			return result{}, err
 		}
 	}
-	var n atomic.Int64
 	var lat latencies
-	var firstErr atomic.Value
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range 64 {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(deadline) {
-				k := fmt.Sprint("naive:", keySeq.Add(1))
-				t0 := time.Now()
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "INSERT INTO naive_keys VALUES ($1, 'pending') ON CONFLICT DO NOTHING", k); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, "UPDATE naive_budget SET counted = counted + 1000 WHERE name = 'global' AND counted + 1000 <= lim")
-					return err
-				})
-				mine = append(mine, time.Since(t0))
-				if err == nil {
-					_, err = pool.Exec(ctx, "UPDATE naive_keys SET state = 'succeeded' WHERE k = $1", k)
-				}
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				n.Add(1)
+	r, err := load(64, d, 0, func(k int64) error {
+		key := fmt.Sprint("naive:", k)
+		t0 := time.Now()
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO naive_keys VALUES ($1, 'pending') ON CONFLICT DO NOTHING", key); err != nil {
+				return err
 			}
-			lat.add(mine)
+			_, err := tx.Exec(ctx, "UPDATE naive_budget SET counted = counted + 1000 WHERE name = 'global' AND counted + 1000 <= lim")
+			return err
 		})
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	return result{perSec: float64(n.Load()) / time.Since(start).Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+		lat.add([]time.Duration{time.Since(t0)})
+		if err != nil {
+			return err
+		}
+		_, err = pool.Exec(ctx, "UPDATE naive_keys SET state = 'succeeded' WHERE k = $1", key)
+		return err
+	})
+	r.p50, r.p99 = lat.pct(0.5), lat.pct(0.99)
+	return r, err
 }

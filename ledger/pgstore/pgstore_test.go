@@ -3,55 +3,19 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
-func testDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("RATCHET_TEST_PG_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		if os.Getenv("RATCHET_REQUIRE_PG") != "" {
-			t.Fatalf("PostgreSQL required but unreachable: %v", err)
-		}
-		t.Skipf("PostgreSQL suite skipped: no server answers (set RATCHET_TEST_PG_DSN): %v", err)
-	}
-	conn.Close(ctx)
-	return dsn
-}
-
-func freshSchema(t *testing.T, dsn string) string {
-	t.Helper()
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "s_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(context.Background(), dsn); err == nil {
-			conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			conn.Close(context.Background())
-		}
-	})
-	return schema
-}
-
 func TestConcurrentOpensMigrateOnce(t *testing.T) {
-	dsn := testDSN(t)
-	schema := freshSchema(t, dsn)
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "s_")
 	var wg sync.WaitGroup
 	for range 5 {
 		wg.Go(func() {
@@ -77,8 +41,8 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 }
 
 func TestScanPagesInOrder(t *testing.T) {
-	dsn := testDSN(t)
-	s, err := Open(context.Background(), dsn, &Options{Schema: freshSchema(t, dsn)})
+	dsn := pgtest.DSN(t)
+	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
 	if err != nil {
 		t.Fatal(err)
 	}
