@@ -21,8 +21,9 @@
 // agents never see one. Letting replicas write in parallel needs the hot
 // counters split into slots summed on read; that is the next step. The engine
 // answers only after COMMIT, with synchronous_commit as the server sets it
-// (on by default). Reads and writes are one statement each; batching many
-// decisions per transaction is what amortises the commit.
+// (on by default). Each read is one statement; a batch's writes go
+// together in one round trip at commit; batching many decisions per
+// transaction is what amortises the commit.
 //
 // The store never sees payloads or dimension values: like Badger it only
 // holds what the engine writes, which is hashes of those.
@@ -196,6 +197,9 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 	}
 	t := &txn{ctx: ctx, tx: tx}
 	ferr := fn(t)
+	if ferr == nil {
+		t.flush()
+	}
 	if t.failed != nil { // a statement failed: the transaction is void
 		tx.Rollback(ctx)
 		return t.failed
@@ -229,13 +233,20 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// txn is one transaction. The first statement error is kept: PostgreSQL
-// voids the transaction on any error, so the batch is retried or failed as
-// a whole, never committed with a hole in it.
+// txn is one transaction. Writes are buffered and sent together, in one
+// round trip (a pgx batch), before a scan and at commit; reads consult the
+// buffer first, so a transaction always sees its own writes, then what the
+// transaction already read. The first
+// statement error is kept: PostgreSQL voids the transaction on any error,
+// so the batch is retried or failed as a whole, never committed with a
+// hole in it.
 type txn struct {
-	ctx    context.Context
-	tx     pgx.Tx
-	failed error
+	ctx     context.Context
+	tx      pgx.Tx
+	failed  error
+	pending map[string][]byte // nil value: delete
+	order   []string
+	read    map[string][]byte // what this transaction read; nil value: absent
 }
 
 func (t *txn) fail(err error) error {
@@ -246,27 +257,73 @@ func (t *txn) fail(err error) error {
 }
 
 func (t *txn) Get(k []byte) ([]byte, error) {
+	if v, ok := t.pending[string(k)]; ok {
+		if v == nil {
+			return nil, ledger.ErrNotFound
+		}
+		return v, nil
+	}
+	if v, ok := t.read[string(k)]; ok {
+		if v == nil {
+			return nil, ledger.ErrNotFound
+		}
+		return v, nil
+	}
 	var v []byte
 	err := t.tx.QueryRow(t.ctx, "SELECT v FROM kv WHERE k = $1", k).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ledger.ErrNotFound
-	}
-	if err != nil {
+		err, v = ledger.ErrNotFound, nil
+	} else if err != nil {
 		return nil, t.fail(fmt.Errorf("postgres get: %w", err))
 	}
-	return v, nil
+	// Under the ledger lock nobody else writes, so a value read once holds
+	// for the rest of the transaction (its own writes are checked first).
+	if t.read == nil {
+		t.read = map[string][]byte{}
+	}
+	t.read[string(k)] = v
+	return v, err
 }
 
 func (t *txn) Set(k, v []byte) error {
-	if _, err := t.tx.Exec(t.ctx, "INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, v); err != nil {
-		return t.fail(fmt.Errorf("postgres set: %w", err))
+	if v == nil {
+		v = []byte{}
 	}
+	t.put(string(k), v)
 	return nil
 }
 
 func (t *txn) Delete(k []byte) error {
-	if _, err := t.tx.Exec(t.ctx, "DELETE FROM kv WHERE k = $1", k); err != nil {
-		return t.fail(fmt.Errorf("postgres delete: %w", err))
+	t.put(string(k), nil)
+	return nil
+}
+
+func (t *txn) put(k string, v []byte) {
+	if t.pending == nil {
+		t.pending = map[string][]byte{}
+	}
+	if _, ok := t.pending[k]; !ok {
+		t.order = append(t.order, k)
+	}
+	t.pending[k] = v
+}
+
+// flush sends the buffered writes in one round trip.
+func (t *txn) flush() error {
+	if len(t.order) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	for _, k := range t.order {
+		if v := t.pending[k]; v == nil {
+			b.Queue("DELETE FROM kv WHERE k = $1", []byte(k))
+		} else {
+			b.Queue("INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", []byte(k), v)
+		}
+	}
+	t.pending, t.order = nil, nil
+	if err := t.tx.SendBatch(t.ctx, &b).Close(); err != nil {
+		return t.fail(fmt.Errorf("postgres write: %w", err))
 	}
 	return nil
 }
@@ -275,6 +332,9 @@ func (t *txn) Delete(k []byte) error {
 const scanPage = 512
 
 func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) error {
+	if err := t.flush(); err != nil { // the scan must see this transaction's writes
+		return err
+	}
 	from := prefix
 	if start != nil && string(start) > string(prefix) {
 		from = start
