@@ -116,7 +116,7 @@ func main() {
 		w("| measure | figure | target |\n|---|---|---|\n")
 		w("| engine pairs/s at 64 callers, %d effects vs empty | %.0f vs %.0f (%.0f%%) | within 20%% |\n", sr.preloaded, sr.loaded.perSec, empty64.perSec, 100*sr.loaded.perSec/empty64.perSec)
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 2 ms |\n", ms(sr.loaded.p99))
-		w("| RSS of `ratchet serve` on that ledger under MCP load | %.0f MiB | < 512 MiB |\n", sr.rssMiB)
+		w("| RSS of `ratchet serve` on that ledger under MCP load | %.0f MiB (%.0f anonymous, %.0f file-backed) | < 512 MiB |\n", sr.rssMiB, sr.anonMiB, sr.fileMiB)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
 	}
 	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 4)

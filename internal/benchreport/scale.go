@@ -22,6 +22,8 @@ type scaleResult struct {
 	open      time.Duration
 	loaded    result
 	rssMiB    float64
+	anonMiB   float64 // of which anonymous (heap, stacks)
+	fileMiB   float64 // of which file-backed pages of mapped ledger files
 }
 
 // benchScale fills a ledger with n effects, then measures opening it, the
@@ -50,18 +52,18 @@ func benchScale(dir string, n int, d time.Duration) (scaleResult, error) {
 	if err := eng.Close(context.Background()); err != nil {
 		return out, err
 	}
-	out.rssMiB, err = serveRSS(dir, d)
+	out.rssMiB, out.anonMiB, out.fileMiB, err = serveRSS(dir, d)
 	return out, err
 }
 
 var mcpURLRe = regexp.MustCompile(`mcp=(http://\S+/mcp)`)
 
 // serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
-// the process's resident set size.
-func serveRSS(dir string, d time.Duration) (float64, error) {
+// the process's resident set size: total, anonymous and file-backed.
+func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
 	bin := filepath.Join(dir, "ratchet")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building ratchet: %v %s", err, out)
+		return 0, 0, 0, fmt.Errorf("building ratchet: %v %s", err, out)
 	}
 	cfg := filepath.Join(dir, "bench.yaml")
 	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
@@ -69,7 +71,7 @@ func serveRSS(dir string, d time.Duration) (float64, error) {
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = nil
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Signal(syscall.SIGTERM)
@@ -86,7 +88,7 @@ func serveRSS(dir string, d time.Duration) (float64, error) {
 	select {
 	case url = <-urlc:
 	case <-time.After(60 * time.Second):
-		return 0, fmt.Errorf("ratchet serve did not start")
+		return 0, 0, 0, fmt.Errorf("ratchet serve did not start")
 	}
 	_, err := mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
 		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
@@ -99,17 +101,21 @@ func serveRSS(dir string, d time.Duration) (float64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
+	mib := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 {
 			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024, nil
+			mib[f[0]] = kb / 1024
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS")
+	if mib["VmRSS:"] == 0 {
+		return 0, 0, 0, fmt.Errorf("no VmRSS")
+	}
+	return mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"], nil
 }

@@ -73,7 +73,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	// Memory is bounded for a sidecar: two memtables instead of five, and
+	// Memory is bounded for a sidecar: two memtables of 32 MiB instead of
+	// five of 64, three compactors instead of four (each builds tables in
+	// memory), and
 	// 64 MiB of block cache and 32 MiB of index cache instead of Badger's
 	// 256 MiB and unbounded defaults (measured: a million effects took the
 	// server past 600 MiB with the defaults). Values over 512 bytes (effect
@@ -86,7 +88,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithDetectConflicts(false).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
+		WithMemTableSize(32 << 20).
 		WithNumMemtables(2).
+		WithNumCompactors(3).
 		WithBlockCacheSize(64 << 20).
 		WithIndexCacheSize(32 << 20).
 		WithValueThreshold(512).
