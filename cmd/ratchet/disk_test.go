@@ -12,8 +12,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
-
-	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // TestDiskFull runs the real binary on a small tmpfs, fills the disk under
@@ -28,11 +26,7 @@ func TestDiskFull(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
 	data := filepath.Join(mnt, "data")
 	s := startServe(t, data, "ledger: {min_free_bytes: 134217728}\n") // 128 MiB floor
-	cs, err := mcp.Connect(context.Background(), s.mcp, "", "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connect(t, s.mcp)
 	beginKey := func(key string) (map[string]any, bool) {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect",
 			Arguments: map[string]any{"idempotency_key": key, "effect_type": "email.send"}})

@@ -79,11 +79,7 @@ func TestFleetOnPostgres(t *testing.T) {
 	}
 
 	// An approval granted through process A is honoured by process B.
-	a, err := mcp.Connect(context.Background(), servers[0].mcp, "", "fleet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := connect(t, servers[0].mcp)
 	big := map[string]any{"idempotency_key": "big", "effect_type": "wire.send", "estimated_cost_micros": 150_000_000}
 	req := callTool(t, a, "ratchet_begin_effect", big)
 	if req["decision"] != "approval_required" {
@@ -92,19 +88,11 @@ func TestFleetOnPostgres(t *testing.T) {
 	if _, err := (&admin.Client{URL: servers[0].admin}).Decide(context.Background(), req["approval_id"].(string), true, "ok"); err != nil {
 		t.Fatal(err)
 	}
-	bcs, err := mcp.Connect(context.Background(), servers[1].mcp, "", "fleet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bcs.Close()
+	bcs := connect(t, servers[1].mcp)
 	if got := callTool(t, bcs, "ratchet_begin_effect", big); got["decision"] != "execute" {
 		t.Fatalf("via B after A's approval: %v", got)
 	}
-	c, err := mcp.Connect(context.Background(), servers[2].mcp, "", "fleet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := connect(t, servers[2].mcp)
 	if got := callTool(t, c, "ratchet_begin_effect", big); got["decision"] != "in_flight" {
 		t.Fatalf("via C: %v", got)
 	}

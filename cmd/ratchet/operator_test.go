@@ -21,7 +21,6 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
-	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 func sha(s string) string {
@@ -81,11 +80,7 @@ func TestOperatorEndToEnd(t *testing.T) {
 	if err != nil || !bytes.HasPrefix(exported, []byte("-----BEGIN CERTIFICATE-----")) || bytes.Contains(exported, []byte("PRIVATE")) {
 		t.Fatalf("exported CA: %v %s", err, exported)
 	}
-	cs, err := mcp.Connect(context.Background(), s.mcp, "agent-tok", "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connect(t, s.mcp, "agent-tok")
 	pay := map[string]any{"idempotency_key": "inv:big", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
 	a := callTool(t, cs, "ratchet_begin_effect", pay)
 	if a["decision"] != "approval_required" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // TestPrivacyEndToEnd drives the real binary with marker strings in
@@ -39,10 +36,7 @@ func TestPrivacyEndToEnd(t *testing.T) {
 		"  admins: [{token_sha256: '"+sha(adminTok)+"', name: alice}]\n"+
 		"proxy:\n  upstreams: {stripe: '"+upstream.URL+"'}\n")
 
-	cs, err := mcp.Connect(context.Background(), s.mcp, agentTok, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := connect(t, s.mcp, agentTok)
 	r := callTool(t, cs, "ratchet_begin_effect", map[string]any{"idempotency_key": "priv:1", "effect_type": "email.send",
 		"payload": map[string]any{"body": payloadMark}, "dimensions": map[string]any{"recipient": dimMark}})
 	callTool(t, cs, "ratchet_report_effect", map[string]any{"effect_id": r["effect_id"], "outcome": "succeeded"})

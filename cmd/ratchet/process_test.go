@@ -19,6 +19,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // binary is the ratchet binary built once for the process tests.
@@ -117,10 +119,15 @@ func startServe(t *testing.T, dataDir string, extraConfig string) *server {
 	return s
 }
 
-func connect(t *testing.T, url string) *sdk.ClientSession {
+// connect opens an MCP session to url with token (may be empty), closed
+// when the test ends.
+func connect(t *testing.T, url string, token ...string) *sdk.ClientSession {
 	t.Helper()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).
-		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url}, nil)
+	tok := ""
+	if len(token) > 0 {
+		tok = token[0]
+	}
+	cs, err := mcp.Connect(context.Background(), url, tok, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
