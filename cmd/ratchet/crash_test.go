@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -39,6 +42,9 @@ type reportSeen struct {
 	outcome  ledger.Outcome
 	acked    bool
 }
+
+// pendingRe matches a non-zero count of pending effects in /metrics.
+var pendingRe = regexp.MustCompile(`ratchet_effects\{state="pending"\} [1-9]`)
 
 const (
 	crashKeys    = 40
@@ -78,9 +84,23 @@ func TestCrashRecovery(t *testing.T) {
 		wg.Wait()
 	}
 	// A last clean run: leases of killed runs expire (1 s) and the reaper
-	// records them.
+	// writes them down. Listings already show an expired lease as
+	// indeterminate, so wait on the persisted count that /metrics reports.
 	s := startServe(t, data, extra)
-	time.Sleep(2500 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(s.admin + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !pendingRe.Match(b) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper did not record the expired leases within 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
 
@@ -171,8 +191,21 @@ func readLedger(t *testing.T, data string) map[string]ledger.Effect {
 		t.Fatal(err)
 	}
 	out := map[string]ledger.Effect{}
+	listed := map[ledger.State]int64{}
 	for _, e := range page.Effects {
 		out[e.IdempotencyKey] = e
+		listed[e.State]++
+	}
+	// What is written down agrees with what is shown: every expiry was
+	// recorded, none is only a lazy view.
+	stored, err := eng.StateCounts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []ledger.State{ledger.StatePending, ledger.StateIndeterminate, ledger.StateSucceeded, ledger.StateFailed} {
+		if stored[st] != listed[st] {
+			t.Errorf("state %s: %d written down, %d listed", st, stored[st], listed[st])
+		}
 	}
 	budgets, _ := eng.Budgets(context.Background(), "")
 	for _, b := range budgets {
