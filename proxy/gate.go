@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -219,22 +220,25 @@ func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start 
 		kept.Body, kept.Omitted = nil, true
 	}
 	result, _ := json.Marshal(kept)
-	outcome := map[vendors.Result]ledger.Outcome{vendors.Succeeded: ledger.OutcomeSucceeded,
-		vendors.Failed: ledger.OutcomeFailed, vendors.Unknown: ledger.OutcomeUnknown}[o.Result]
-	p.report(ctx, c, outcome, result, o.VendorReference, o.Reason)
+	p.report(ctx, c, outcomes[o.Result], result, o.VendorReference, o.Reason)
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	return nil
 }
 
+// outcomes maps a vendor's classified answer to what is reported.
+var outcomes = map[vendors.Result]ledger.Outcome{vendors.Succeeded: ledger.OutcomeSucceeded,
+	vendors.Failed: ledger.OutcomeFailed, vendors.Unknown: ledger.OutcomeUnknown}
+
 // report records an outcome even if the caller has gone: the vendor may
 // have acted, so the ledger must hear of it.
 func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []byte, ref, reason string) {
-	if len(reason) > ledger.MaxTextLen {
-		reason = reason[:ledger.MaxTextLen]
-	}
-	if len(ref) > ledger.MaxIDLen {
+	// The vendor wrote these: a reason is cleaned and shortened, a reference
+	// that is not a plain id is dropped rather than altered. Either way the
+	// outcome itself is never refused over them.
+	reason = printable(reason, ledger.MaxTextLen)
+	if ref != printable(ref, ledger.MaxIDLen) {
 		ref = ""
 	}
 	_, err := p.eng.Report(context.WithoutCancel(ctx), ledger.ReportRequest{Namespace: p.opts.Namespace, EffectID: c.effectID,
@@ -245,6 +249,21 @@ func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []
 		return
 	}
 	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+}
+
+// printable returns s as text the ledger accepts: valid UTF-8, control
+// characters as spaces, at most max characters.
+func printable(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max])
+	}
+	return s
 }
 
 // replay answers a duplicate with the stored vendor response.

@@ -345,3 +345,22 @@ func TestAllowHostsTunnel(t *testing.T) {
 	}
 	r.Body.Close()
 }
+
+// TestOddVendorTextIsStillReported: what a vendor writes into its answer
+// (a refusal reason, an object id) reaches the ledger only as text the
+// ledger accepts, so the outcome is never lost over it.
+func TestOddVendorTextIsStillReported(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		// 600 two-byte characters: a cut at 1024 bytes would split one.
+		io.WriteString(w, `{"pspReference":"PSP\u0001X","resultCode":"Refused","refusalReason":"`+strings.Repeat("é", 600)+`"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, map[string]string{"adyen": up.URL}, nil)
+	resp := post(t, e.url+"/adyen/v71/payments", adyenPayment, nil)
+	readAll(t, resp)
+	effs := e.effects(t)
+	if len(effs) != 1 || effs[0].State != ledger.StateFailed || effs[0].VendorReference != "" || !strings.HasPrefix(effs[0].Error, "Refused: éé") {
+		t.Fatalf("the refusal was not recorded: %+v", effs)
+	}
+}
