@@ -440,20 +440,21 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	if err := setJSON(t, key("e", rec.EffectID), rec); err != nil {
 		return err
 	}
-	t.remember(rec)
+	t.remember(rec.EffectID, rec)
 	return nil
 }
 
-// remember notes a record this op wrote, for the writer's cache.
-func (t *opTxn) remember(rec *effectRec) {
+// remember notes a record this op wrote (nil: deleted), for the writer's
+// cache.
+func (t *opTxn) remember(id string, rec *effectRec) {
 	if t.cache == nil {
 		return
 	}
 	if t.recs == nil {
 		t.recs = map[string]*effectRec{}
 	}
-	if rec == nil {
-		return
+	if rec != nil {
+		rec = rec.clone()
 	}
-	t.recs[rec.EffectID] = rec.clone()
+	t.recs[id] = rec
 }

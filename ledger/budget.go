@@ -208,14 +208,14 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 	return res, nil
 }
 
-// money reports whether the reservation's counter is a money one.
-func (r reservation) money(rec *counterRec) bool { return rec.Unit == "micros" }
+// money reports whether the counter counts micro-USD (else a count).
+func (r *counterRec) money() bool { return r.Unit == "micros" }
 
 // settle replaces what each money reservation holds with actual (report
 // succeeded with actual_cost_micros); count reservations are unchanged.
 func settle(t *opTxn, rec *effectRec, actual int64) error {
 	return adjustReservations(t, rec, func(r *reservation, c *counterRec) (int64, int64) {
-		if !r.money(c) {
+		if !c.money() {
 			return 0, 0
 		}
 		d := actual - r.Amount

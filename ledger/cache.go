@@ -58,16 +58,3 @@ func (r *effectRec) clone() *effectRec {
 	}
 	return &c
 }
-
-// Exclusive is implemented by stores that only this engine writes to (an
-// embedded database); the engine then caches what it wrote. A store shared
-// by several processes must not claim it.
-type Exclusive interface {
-	Exclusive() bool
-}
-
-// Compactor is implemented by stores that reclaim space in the background
-// after deletions (Badger's value log); Purge calls it after purging.
-type Compactor interface {
-	Compact() error
-}

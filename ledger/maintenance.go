@@ -148,12 +148,7 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 			return err
 		}
 	}
-	if t.cache != nil {
-		if t.recs == nil {
-			t.recs = map[string]*effectRec{}
-		}
-		t.recs[rec.EffectID] = nil
-	}
+	t.remember(rec.EffectID, nil)
 	return moveStateCount(t, rec.State, "")
 }
 

@@ -35,3 +35,16 @@ type Txn interface {
 	Set(key, val []byte) error
 	Delete(key []byte) error
 }
+
+// Exclusive is implemented by stores that only this engine writes to (an
+// embedded database); the engine then caches what it wrote. A store shared
+// by several processes must not claim it.
+type Exclusive interface {
+	Exclusive() bool
+}
+
+// Compactor is implemented by stores that reclaim space in the background
+// after deletions (Badger's value log); Purge calls it after purging.
+type Compactor interface {
+	Compact() error
+}

@@ -177,11 +177,11 @@ func unauthorized(format string, args ...any) error {
 // agentFor returns the agent_id a call acts as: the one its token fixes, or
 // the one it names.
 func agentFor(id Identity, claimed string) (string, error) {
-	if id.AgentID == "" || claimed == "" || claimed == id.AgentID {
-		if id.AgentID != "" {
-			return id.AgentID, nil
-		}
+	switch {
+	case id.AgentID == "":
 		return claimed, nil
+	case claimed == "" || claimed == id.AgentID:
+		return id.AgentID, nil
 	}
 	return "", unauthorized("agent_id %q does not match the agent your credentials belong to (%q); omit agent_id or send your own", claimed, id.AgentID)
 }
