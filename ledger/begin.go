@@ -25,8 +25,9 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	if err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
-		return e.begin(t, in, now)
+	v, err := e.enqueue(ctx, &op{
+		fn:    func(t *opTxn, now time.Time) (any, error) { return e.begin(t, in, now) },
+		reads: in.reads,
 	})
 	if err != nil {
 		return nil, err
@@ -36,6 +37,29 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	e.log.Info("begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
 		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
 	return res, nil
+}
+
+// reads names what a begin reads: its key and, once that is known, the
+// effect it points to; the agent's unreported expiries; its group; the
+// effect it compensates; its ceilings' counters.
+func (in *beginInput) reads(known knownFunc, _ time.Time) [][]byte {
+	req := &in.req
+	kk := key("k", req.Namespace, req.IdempotencyKey)
+	ks := [][]byte{kk, key("u", req.Namespace, req.AgentID)}
+	if id, ok := known(kk); ok && id != nil {
+		ks = append(ks, key("e", string(id)))
+	}
+	if req.CompensatesEffectID != "" {
+		ks = append(ks, key("e", req.CompensatesEffectID))
+	} else if req.GroupKey != "" {
+		ks = append(ks, key("g", req.Namespace, req.GroupKey))
+	}
+	for _, c := range in.pol.ceilings {
+		if k, _, _, ok := counterKey(c, in); ok {
+			ks = append(ks, k)
+		}
+	}
+	return ks
 }
 
 func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, error) {

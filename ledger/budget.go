@@ -158,19 +158,27 @@ func scopeOf(c *ceiling, in *beginInput) (string, bool) {
 	return "", true
 }
 
+// counterKey returns the key of c's counter for a begin, its scope and run,
+// and false when c does not apply (see scopeOf).
+func counterKey(c *ceiling, in *beginInput) (k []byte, scope, run string, ok bool) {
+	if scope, ok = scopeOf(c, in); !ok {
+		return nil, "", "", false
+	}
+	if c.window == 0 {
+		run = in.req.RunID
+	}
+	return key("c", in.req.Namespace, c.Name, scope, run), scope, run, true
+}
+
 // ceilingsFor loads every counter that applies to a begin.
 func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error) {
 	var uses []*ceilingUse
 	for _, c := range in.pol.ceilings {
-		scope, ok := scopeOf(c, in)
+		k, scope, run, ok := counterKey(c, in)
 		if !ok {
 			continue
 		}
-		run := ""
-		if c.window == 0 {
-			run = in.req.RunID
-		}
-		u := &ceilingUse{c: c, key: key("c", in.req.Namespace, c.Name, scope, run)}
+		u := &ceilingUse{c: c, key: k}
 		u.rec = &counterRec{}
 		if err := getCounter(t, u.key, u.rec); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err

@@ -105,9 +105,20 @@ type Engine struct {
 
 // op is one mutation queued for the writer.
 type op struct {
-	fn   func(t *opTxn, now time.Time) (any, error)
-	done chan opResult
+	fn func(t *opTxn, now time.Time) (any, error)
+	// reads, when set, names keys fn will read (see Prefetcher); nil for
+	// ops that are rare or read what cannot be known before they run.
+	reads func(known knownFunc, now time.Time) [][]byte
+	done  chan opResult
 }
+
+// knownFunc returns the value of a key prefetched in an earlier round (nil
+// when the key is absent) and whether it was prefetched at all.
+type knownFunc func(k []byte) ([]byte, bool)
+
+// prefetchRounds bounds how many dependent rounds of reads a batch
+// prefetches: a begin's idempotency key leads to its effect record.
+const prefetchRounds = 2
 
 type opResult struct {
 	val any
@@ -212,7 +223,12 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // submit queues fn for the writer and waits until its batch is durable.
 func (e *Engine) submit(ctx context.Context, fn func(t *opTxn, now time.Time) (any, error)) (any, error) {
-	o := &op{fn: fn, done: make(chan opResult, 1)}
+	return e.enqueue(ctx, &op{fn: fn})
+}
+
+// enqueue queues o for the writer and waits until its batch is durable.
+func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
+	o.done = make(chan opResult, 1)
 	e.closeMu.RLock()
 	if e.closed {
 		e.closeMu.RUnlock()
@@ -282,6 +298,11 @@ func (e *Engine) commit(batch []*op) []*op {
 	results := make([]opResult, 0, len(batch))
 	err := e.store.Update(func(tx Txn) error {
 		results = results[:0] // a store may retry the whole transaction
+		if p, ok := tx.(Prefetcher); ok {
+			if err := prefetch(p, batch, now); err != nil {
+				return err
+			}
+		}
 		size := 0
 		states := map[State]int64{}
 		for _, o := range batch {
@@ -328,6 +349,43 @@ func (e *Engine) commit(batch []*op) []*op {
 		batch[i].done <- r
 	}
 	return batch[len(results):]
+}
+
+// prefetch reads, in a few round trips, the keys a batch's ops say they
+// will read, so that their reads are answered from memory.
+func prefetch(p Prefetcher, batch []*op, now time.Time) error {
+	fetched := map[string][]byte{}
+	known := func(k []byte) ([]byte, bool) {
+		v, ok := fetched[string(k)]
+		return v, ok
+	}
+	want := [][]byte{stateCountsKey}
+	for range prefetchRounds {
+		asked := map[string]bool{string(stateCountsKey): true}
+		for _, o := range batch {
+			if o.reads == nil {
+				continue
+			}
+			for _, k := range o.reads(known, now) {
+				if _, ok := fetched[string(k)]; !ok && !asked[string(k)] {
+					asked[string(k)] = true
+					want = append(want, k)
+				}
+			}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		vals, err := p.Prefetch(want)
+		if err != nil {
+			return err
+		}
+		for i, k := range want {
+			fetched[string(k)] = vals[i]
+		}
+		want = want[:0]
+	}
+	return nil
 }
 
 // opTxn buffers one op's writes so that an op that fails leaves nothing

@@ -40,7 +40,8 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 	if err = checkNote("error", req.Error); err != nil {
 		return nil, err
 	}
-	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	ek := key("e", req.EffectID)
+	v, serr := e.enqueue(ctx, &op{fn: func(t *opTxn, now time.Time) (any, error) {
 		rec, err := e.effectByID(t, req.Namespace, req.EffectID)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
@@ -51,7 +52,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		o := outcome{state: outcomeState(req.Outcome), result: req.Result, vendorRef: req.VendorReference,
 			errText: req.Error, actual: req.ActualCostMicros}
 		return e.settleOutcome(t, rec, o, "report", now)
-	})
+	}, reads: func(knownFunc, time.Time) [][]byte { return [][]byte{ek} }})
 	if serr != nil {
 		return nil, serr
 	}

@@ -48,3 +48,12 @@ type Exclusive interface {
 type Compactor interface {
 	Compact() error
 }
+
+// Prefetcher is implemented by transactions whose reads are round trips to
+// a server. Before running a batch, the engine names the keys its ops will
+// read, and Prefetch fetches them together, so that later Gets of those
+// keys in the same transaction are answered from memory. It returns the
+// values in the order of keys, nil for a key that is absent.
+type Prefetcher interface {
+	Prefetch(keys [][]byte) ([][]byte, error)
+}

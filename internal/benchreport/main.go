@@ -21,7 +21,9 @@ func main() {
 	dur := flag.Duration("d", 4*time.Second, "how long each configuration runs")
 	scaleN := flag.Int("scale", 1_000_000, "effects preloaded for the scale section (0 skips it)")
 	out := flag.String("out", "BENCHMARKS.md", "report file")
+	only := flag.String("only", "", "run only this section (engine, mcp, proxy, pg or scale), print it and write no report")
 	flag.Parse()
+	run := func(section string) bool { return *only == "" || *only == section }
 	dir, err := os.MkdirTemp("", "ratchet-bench")
 	if err != nil {
 		fail(err)
@@ -45,68 +47,76 @@ func main() {
 		"Every ratio compares figures measured in the same run. SyncWrites is on in every figure unless labelled otherwise: "+
 		"an answer is given only after its write is durable.\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpu, runtime.Version(), *dur)
 
-	w("## 1. Engine: durable begin+report pairs\n\n")
-	w("Distinct keys; one policy with a global spend ceiling and a per-counterparty ceiling (50 counterparties); every effect declares cost and a dimension, so both hot counters are read and written on every begin. ")
-	w("The physical baseline is a loop appending 200-byte records to one file through a single writer that fsyncs each batch once (group commit), at the same concurrency. Ratio = engine pairs/s ÷ (baseline records/s ÷ 2).\n\n")
-	w("| callers | baseline records/s | engine pairs/s | begin p50 | begin p99 | ratio | target |\n|---|---|---|---|---|---|---|\n")
 	var empty64 result
-	for _, c := range []int{1, 16, 64} {
-		b, err := baseline(dir, c, *dur)
+	if run("engine") {
+		w("## 1. Engine: durable begin+report pairs\n\n")
+		w("Distinct keys; one policy with a global spend ceiling and a per-counterparty ceiling (50 counterparties); every effect declares cost and a dimension, so both hot counters are read and written on every begin. ")
+		w("The physical baseline is a loop appending 200-byte records to one file through a single writer that fsyncs each batch once (group commit), at the same concurrency. Ratio = engine pairs/s ÷ (baseline records/s ÷ 2).\n\n")
+		w("| callers | baseline records/s | engine pairs/s | begin p50 | begin p99 | ratio | target |\n|---|---|---|---|---|---|---|\n")
+		for _, c := range []int{1, 16, 64} {
+			b, err := baseline(dir, c, *dur)
+			if err != nil {
+				fail(err)
+			}
+			eng, _, err := openEngine(filepath.Join(dir, fmt.Sprint("engine-", c)), true)
+			if err != nil {
+				fail(err)
+			}
+			r := pairs(eng, c, *dur, 0)
+			eng.Close(context.Background())
+			target := ""
+			if c == 64 {
+				empty64 = r
+				target = "≥ 0.5, p99 ≤ 2 ms"
+			}
+			w("| %d | %.0f | %.0f | %s | %s | %.2f | %s |\n", c, b.perSec, r.perSec, ms(r.p50), ms(r.p99), r.perSec/(b.perSec/2), target)
+		}
+		eng, _, err := openEngine(filepath.Join(dir, "engine-nosync"), false)
 		if err != nil {
 			fail(err)
 		}
-		eng, _, err := openEngine(filepath.Join(dir, fmt.Sprint("engine-", c)), true)
-		if err != nil {
-			fail(err)
-		}
-		r := pairs(eng, c, *dur, 0)
+		ns := pairs(eng, 64, *dur, 0)
 		eng.Close(context.Background())
-		target := ""
-		if c == 64 {
-			empty64 = r
-			target = "≥ 0.5, p99 ≤ 2 ms"
+		w("\nFor reference only, labelled: with SyncWrites **off** (not durable; Ratchet never runs so), 64 callers: %.0f pairs/s, begin p99 %s.\n\n", ns.perSec, ms(ns.p99))
+	}
+
+	if run("mcp") {
+		w("## 2. MCP over streamable HTTP\n\n16 SDK client sessions; a pair is begin+report through Ratchet's tools, against a pair of calls to a no-op tool served by the same SDK with the same transport options and tool registration (the protocol floor). The two are measured alternately, twice each; the best run of each is shown.\n\n")
+		floor, rmcp, err := benchMCP(filepath.Join(dir, "mcp"), *dur)
+		if err != nil {
+			fail(err)
 		}
-		w("| %d | %.0f | %.0f | %s | %s | %.2f | %s |\n", c, b.perSec, r.perSec, ms(r.p50), ms(r.p99), r.perSec/(b.perSec/2), target)
-	}
-	eng, _, err := openEngine(filepath.Join(dir, "engine-nosync"), false)
-	if err != nil {
-		fail(err)
-	}
-	ns := pairs(eng, 64, *dur, 0)
-	eng.Close(context.Background())
-	w("\nFor reference only, labelled: with SyncWrites **off** (not durable; Ratchet never runs so), 64 callers: %.0f pairs/s, begin p99 %s.\n\n", ns.perSec, ms(ns.p99))
-
-	w("## 2. MCP over streamable HTTP\n\n16 SDK client sessions; a pair is begin+report through Ratchet's tools, against a pair of calls to a no-op tool served by the same SDK with the same transport options and tool registration (the protocol floor). The two are measured alternately, twice each; the best run of each is shown.\n\n")
-	floor, rmcp, err := benchMCP(filepath.Join(dir, "mcp"), *dur)
-	if err != nil {
-		fail(err)
-	}
-	w("| server | pairs/s | pair p50 | pair p99 |\n|---|---|---|---|\n| no-op tool (floor) | %.0f | %s | %s |\n| Ratchet begin+report | %.0f | %s | %s |\n\n",
-		floor.perSec, ms(floor.p50), ms(floor.p99), rmcp.perSec, ms(rmcp.p50), ms(rmcp.p99))
-	w("Ratio %.2f of the floor (target ≥ 0.9).\n\n", rmcp.perSec/floor.perSec)
-
-	w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report. Bare and Ratchet are measured alternately, twice each; the best run of each is shown.\n\n")
-	pr, err := benchProxy(filepath.Join(dir, "proxy"), *dur)
-	if err != nil {
-		fail(err)
-	}
-	w("| path | requests/s | p50 | p99 |\n|---|---|---|---|\n")
-	for _, k := range []string{"bare GET", "ratchet GET", "bare POST", "ratchet POST"} {
-		w("| %s | %.0f | %s | %s |\n", k, pr[k].perSec, ms(pr[k].p50), ms(pr[k].p99))
-	}
-	w("\nPass-through ratio %.2f (target ≥ 0.9); effect POST ratio %.2f of the bare proxy's POSTs (target ≥ 0.6).\n\n",
-		pr["ratchet GET"].perSec/pr["bare GET"].perSec, pr["ratchet POST"].perSec/pr["bare POST"].perSec)
-
-	w("## 4. Shared ledger on PostgreSQL\n\n64 callers, the same workload as section 1, on the local PostgreSQL (synchronous commit on). \"Three engines\" are three engines in this process, each with its own connection pool and writer, sharing the database as three sidecars would. The naive design runs every call as its own transaction against an idempotency table and one budget row.\n\n")
-	if pgr, err := benchPG(*dur); err != nil {
-		w("Skipped: %v\n\n", err)
-	} else {
-		w("| design | pairs/s | begin p99 |\n|---|---|---|\n| Ratchet, one engine | %.0f | %s |\n| Ratchet, three engines | %.0f | %s |\n| naive: a transaction per call | %.0f | %s |\n\n",
-			pgr.one.perSec, ms(pgr.one.p99), pgr.three.perSec, ms(pgr.three.p99), pgr.naive.perSec, ms(pgr.naive.p99))
-		w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 5).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
+		w("| server | pairs/s | pair p50 | pair p99 |\n|---|---|---|---|\n| no-op tool (floor) | %.0f | %s | %s |\n| Ratchet begin+report | %.0f | %s | %s |\n\n",
+			floor.perSec, ms(floor.p50), ms(floor.p99), rmcp.perSec, ms(rmcp.p50), ms(rmcp.p99))
+		w("Ratio %.2f of the floor (target ≥ 0.9).\n\n", rmcp.perSec/floor.perSec)
 	}
 
-	if *scaleN > 0 {
+	if run("proxy") {
+		w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report. Bare and Ratchet are measured alternately, twice each; the best run of each is shown.\n\n")
+		pr, err := benchProxy(filepath.Join(dir, "proxy"), *dur)
+		if err != nil {
+			fail(err)
+		}
+		w("| path | requests/s | p50 | p99 |\n|---|---|---|---|\n")
+		for _, k := range []string{"bare GET", "ratchet GET", "bare POST", "ratchet POST"} {
+			w("| %s | %.0f | %s | %s |\n", k, pr[k].perSec, ms(pr[k].p50), ms(pr[k].p99))
+		}
+		w("\nPass-through ratio %.2f (target ≥ 0.9); effect POST ratio %.2f of the bare proxy's POSTs (target ≥ 0.6).\n\n",
+			pr["ratchet GET"].perSec/pr["bare GET"].perSec, pr["ratchet POST"].perSec/pr["bare POST"].perSec)
+	}
+
+	if run("pg") {
+		w("## 4. Shared ledger on PostgreSQL\n\n64 callers, the same workload as section 1, on the local PostgreSQL (synchronous commit on). \"Three engines\" are three engines in this process, each with its own connection pool and writer, sharing the database as three sidecars would. The naive design runs every call as its own transaction against an idempotency table and one budget row.\n\n")
+		if pgr, err := benchPG(*dur); err != nil {
+			w("Skipped: %v\n\n", err)
+		} else {
+			w("| design | pairs/s | begin p99 |\n|---|---|---|\n| Ratchet, one engine | %.0f | %s |\n| Ratchet, three engines | %.0f | %s |\n| naive: a transaction per call | %.0f | %s |\n\n",
+				pgr.one.perSec, ms(pgr.one.p99), pgr.three.perSec, ms(pgr.three.p99), pgr.naive.perSec, ms(pgr.naive.p99))
+			w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 5).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
+		}
+	}
+
+	if *scaleN > 0 && run("scale") {
 		w("## 5. Scale\n\n")
 		sr, err := benchScale(filepath.Join(dir, "scale"), *scaleN, *dur)
 		if err != nil {
@@ -118,6 +128,9 @@ func main() {
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 2 ms |\n", ms(sr.loaded.p99))
 		w("| RSS of `ratchet serve` on that ledger under MCP load | %.0f MiB (%.0f anonymous, %.0f file-backed) | < 512 MiB |\n", sr.rssMiB, sr.anonMiB, sr.fileMiB)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
+	}
+	if *only != "" {
+		return
 	}
 	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 4)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {

@@ -21,9 +21,15 @@
 // agents never see one. Letting replicas write in parallel needs the hot
 // counters split into slots summed on read; that is the next step. The engine
 // answers only after COMMIT, with synchronous_commit as the server sets it
-// (on by default). Each read is one statement; a batch's writes go
-// together in one round trip at commit; batching many decisions per
-// transaction is what amortises the commit.
+// (on by default).
+//
+// Round trips. A batch costs a fixed handful whatever its size: the lock,
+// BEGIN, one or two prefetch queries (the engine names the keys its
+// decisions will read, see ledger.Prefetcher, and one
+// SELECT ... WHERE k = ANY($1) fetches them), then the writes (one DELETE
+// and one upsert over unnest'ed arrays), COMMIT and the unlock together in
+// one pipelined round trip. Reads the engine could not name in advance are
+// one statement each; a transaction remembers what it read.
 //
 // The store never sees payloads or dimension values: like Badger it only
 // holds what the engine writes, which is hashes of those.
@@ -186,39 +192,48 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 	// The lock is taken before BEGIN: a SERIALIZABLE transaction's
 	// snapshot is fixed at its first statement, so locking inside it would
 	// leave a batch that waited working on a stale snapshot. The lock is
-	// the session's and ends with it if the connection dies.
+	// the session's. (Lock and BEGIN cannot share a round trip: in one
+	// query string the lock would be part of the transaction.) The writes,
+	// COMMIT and the unlock go together in one round trip.
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", s.lock); err != nil {
+		s.abandon(ctx, conn)
 		return fmt.Errorf("postgres ledger lock: %w", err)
 	}
-	defer conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", s.lock)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
-	if err != nil {
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE"); err != nil {
+		s.abandon(ctx, conn)
 		return fmt.Errorf("postgres begin: %w", err)
 	}
-	t := &txn{ctx: ctx, tx: tx}
-	ferr := fn(t)
-	if ferr == nil {
-		t.flush()
+	t := &txn{ctx: ctx, q: conn}
+	err = fn(t)
+	if err == nil && t.failed == nil {
+		b := t.writes()
+		b.Queue("COMMIT")
+		b.Queue("SELECT pg_advisory_unlock($1)", s.lock)
+		if err = conn.SendBatch(ctx, b).Close(); err == nil {
+			return nil
+		}
+		err = fmt.Errorf("postgres commit: %w", err)
+	} else if t.failed != nil { // a statement failed: the transaction is void
+		err = t.failed
 	}
-	if t.failed != nil { // a statement failed: the transaction is void
-		tx.Rollback(ctx)
-		return t.failed
+	s.abandon(ctx, conn)
+	return err
+}
+
+// abandon rolls back whatever transaction conn is in and releases the
+// ledger lock; if even that fails, the connection is closed, which ends
+// both on the server, rather than returned to the pool holding the lock.
+func (s *Store) abandon(ctx context.Context, conn *pgxpool.Conn) {
+	if _, err := conn.Exec(ctx, "ROLLBACK; SELECT pg_advisory_unlock_all()"); err != nil {
+		conn.Conn().Close(ctx)
 	}
-	if ferr != nil {
-		tx.Rollback(ctx)
-		return ferr
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres commit: %w", err)
-	}
-	return nil
 }
 
 // View implements ledger.Store with a read-only snapshot.
 func (s *Store) View(fn func(ledger.Reader) error) error {
 	ctx := context.Background()
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		t := &txn{ctx: ctx, tx: tx}
+		t := &txn{ctx: ctx, q: tx}
 		err := fn(t)
 		if t.failed != nil {
 			return t.failed
@@ -233,6 +248,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// querier is what a txn sends its statements through: a pgx.Tx, or a
+// pooled connection whose transaction Update manages itself.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // txn is one transaction. Writes are buffered and sent together, in one
 // round trip (a pgx batch), before a scan and at commit; reads consult the
 // buffer first, so a transaction always sees its own writes, then what the
@@ -242,7 +265,7 @@ func (s *Store) Close() error {
 // hole in it.
 type txn struct {
 	ctx     context.Context
-	tx      pgx.Tx
+	q       querier
 	failed  error
 	pending map[string][]byte // nil value: delete
 	order   []string
@@ -270,7 +293,7 @@ func (t *txn) Get(k []byte) ([]byte, error) {
 		return v, nil
 	}
 	var v []byte
-	err := t.tx.QueryRow(t.ctx, "SELECT v FROM kv WHERE k = $1", k).Scan(&v)
+	err := t.q.QueryRow(t.ctx, "SELECT v FROM kv WHERE k = $1", k).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err, v = ledger.ErrNotFound, nil
 	} else if err != nil {
@@ -283,6 +306,53 @@ func (t *txn) Get(k []byte) ([]byte, error) {
 	}
 	t.read[string(k)] = v
 	return v, err
+}
+
+// Prefetch implements ledger.Prefetcher: one query reads every key not
+// already known to this transaction.
+func (t *txn) Prefetch(keys [][]byte) ([][]byte, error) {
+	if t.read == nil {
+		t.read = map[string][]byte{}
+	}
+	var ask [][]byte
+	for _, k := range keys {
+		_, pending := t.pending[string(k)]
+		_, read := t.read[string(k)]
+		if !pending && !read {
+			ask = append(ask, k)
+		}
+	}
+	if len(ask) > 0 {
+		rows, err := t.q.Query(t.ctx, "SELECT k, v FROM kv WHERE k = ANY($1)", ask)
+		if err != nil {
+			return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
+		}
+		got := map[string][]byte{}
+		for rows.Next() {
+			var k, v []byte
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
+			}
+			got[string(k)] = v
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
+		}
+		for _, k := range ask {
+			t.read[string(k)] = got[string(k)] // nil: absent
+		}
+	}
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		if v, ok := t.pending[string(k)]; ok {
+			vals[i] = v
+		} else {
+			vals[i] = t.read[string(k)]
+		}
+	}
+	return vals, nil
 }
 
 func (t *txn) Set(k, v []byte) error {
@@ -313,19 +383,33 @@ func (t *txn) flush() error {
 	if len(t.order) == 0 {
 		return nil
 	}
-	var b pgx.Batch
-	for _, k := range t.order {
-		if v := t.pending[k]; v == nil {
-			b.Queue("DELETE FROM kv WHERE k = $1", []byte(k))
-		} else {
-			b.Queue("INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", []byte(k), v)
-		}
-	}
-	t.pending, t.order = nil, nil
-	if err := t.tx.SendBatch(t.ctx, &b).Close(); err != nil {
+	if err := t.q.SendBatch(t.ctx, t.writes()).Close(); err != nil {
 		return t.fail(fmt.Errorf("postgres write: %w", err))
 	}
 	return nil
+}
+
+// writes takes the buffered writes as a batch of at most two statements,
+// whatever their number: the keys are distinct (the buffer holds one write
+// per key), so one upsert can carry them all.
+func (t *txn) writes() *pgx.Batch {
+	var dels, ks, vs [][]byte
+	for _, k := range t.order {
+		if v := t.pending[k]; v == nil {
+			dels = append(dels, []byte(k))
+		} else {
+			ks, vs = append(ks, []byte(k)), append(vs, v)
+		}
+	}
+	b := &pgx.Batch{}
+	if len(dels) > 0 {
+		b.Queue("DELETE FROM kv WHERE k = ANY($1)", dels)
+	}
+	if len(ks) > 0 {
+		b.Queue("INSERT INTO kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v", ks, vs)
+	}
+	t.pending, t.order = nil, nil
+	return b
 }
 
 // scanPage is how many rows one scan query fetches.
@@ -352,7 +436,7 @@ func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) err
 			q += " AND k < $2"
 			args = append(args, end)
 		}
-		rows, err := t.tx.Query(t.ctx, q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
+		rows, err := t.q.Query(t.ctx, q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
 		if err != nil {
 			return t.fail(fmt.Errorf("postgres scan: %w", err))
 		}

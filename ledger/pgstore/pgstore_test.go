@@ -95,3 +95,60 @@ func TestScanPagesInOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestPrefetchAndLockRelease(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "s_")
+	s, err := Open(context.Background(), dsn, &Options{Schema: schema, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx ledger.Txn) error {
+		tx.Set([]byte("a"), []byte("1"))
+		return tx.Set([]byte("empty"), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(func(tx ledger.Txn) error {
+		tx.Set([]byte("mine"), []byte("2"))
+		tx.Delete([]byte("a"))
+		vals, err := tx.(ledger.Prefetcher).Prefetch([][]byte{[]byte("a"), []byte("empty"), []byte("none"), []byte("mine"), []byte("empty")})
+		if err != nil {
+			return err
+		}
+		// Own writes win (a deleted key is absent); a stored empty value is
+		// present; a missing key is nil.
+		if vals[0] != nil || vals[1] == nil || len(vals[1]) != 0 || vals[2] != nil || string(vals[3]) != "2" || vals[4] == nil {
+			t.Errorf("prefetch = %q", vals)
+		}
+		if v, err := tx.Get([]byte("empty")); err != nil || len(v) != 0 {
+			t.Errorf("get after prefetch = %q, %v", v, err)
+		}
+		if _, err := tx.Get([]byte("none")); err != ledger.ErrNotFound {
+			t.Errorf("get of a prefetched absent key = %v", err)
+		}
+		return fmt.Errorf("the batch failed")
+	})
+	if err == nil {
+		t.Fatal("a failed batch committed")
+	}
+	// The failed batch released the ledger lock: another store (another
+	// replica) can commit, and so can this one on its only connection.
+	other, err := Open(context.Background(), dsn, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, st := range []*Store{other, s} {
+		if err := st.Update(func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.View(func(r ledger.Reader) error {
+		if v, err := r.Get([]byte("a")); err != nil || string(v) != "1" {
+			t.Errorf("a = %q, %v: the failed batch's delete leaked", v, err)
+		}
+		return nil
+	})
+}
