@@ -298,6 +298,10 @@ func (e *Engine) commit(batch []*op) []*op {
 	results := make([]opResult, 0, len(batch))
 	err := e.store.Update(func(tx Txn) error {
 		results = results[:0] // a store may retry the whole transaction
+		// A shared store may have made this batch wait for other
+		// replicas' (see pgstore): whatever arrived meanwhile joins it.
+		batch = e.take(batch)
+		now = e.clock.Now()
 		if p, ok := tx.(Prefetcher); ok {
 			if err := prefetch(p, batch, now); err != nil {
 				return err

@@ -2,8 +2,8 @@ package ledger
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
+	json "github.com/segmentio/encoding/json"
 	"sort"
 	"time"
 )
