@@ -193,17 +193,14 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 	// snapshot is fixed at its first statement, so locking inside it would
 	// leave a batch that waited working on a stale snapshot. The lock is
 	// the session's. (Lock and BEGIN cannot share a round trip: in one
-	// query string the lock would be part of the transaction.) The writes,
-	// COMMIT and the unlock go together in one round trip.
+	// query string the lock would be part of the transaction.) BEGIN goes
+	// with the batch's first statement, and the writes, COMMIT and the
+	// unlock go together in one round trip.
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", s.lock); err != nil {
 		s.abandon(ctx, conn)
 		return fmt.Errorf("postgres ledger lock: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE"); err != nil {
-		s.abandon(ctx, conn)
-		return fmt.Errorf("postgres begin: %w", err)
-	}
-	t := &txn{ctx: ctx, q: conn}
+	t := &txn{ctx: ctx, q: conn, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
 	err = fn(t)
 	if err == nil && t.failed == nil {
 		b := t.writes()
@@ -252,7 +249,6 @@ func (s *Store) Close() error {
 // pooled connection whose transaction Update manages itself.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -267,9 +263,45 @@ type txn struct {
 	ctx     context.Context
 	q       querier
 	failed  error
+	begin   string            // BEGIN not sent yet: it goes with the first statement
 	pending map[string][]byte // nil value: delete
 	order   []string
 	read    map[string][]byte // what this transaction read; nil value: absent
+}
+
+// query runs one query, preceded in the same round trip by BEGIN when the
+// transaction has not begun yet.
+func (t *txn) query(sql string, args ...any) (pgx.Rows, error) {
+	if t.begin == "" {
+		return t.q.Query(t.ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(t.begin)
+	b.Queue(sql, args...)
+	t.begin = ""
+	br := t.q.SendBatch(t.ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return batchRows{rows, br}, nil
+}
+
+// batchRows are the rows of a query sent in a batch; closing them closes
+// the batch.
+type batchRows struct {
+	pgx.Rows
+	br pgx.BatchResults
+}
+
+func (r batchRows) Close() {
+	r.Rows.Close()
+	r.br.Close()
 }
 
 func (t *txn) fail(err error) error {
@@ -292,8 +324,11 @@ func (t *txn) Get(k []byte) ([]byte, error) {
 		}
 		return v, nil
 	}
-	var v []byte
-	err := t.q.QueryRow(t.ctx, "SELECT v FROM kv WHERE k = $1", k).Scan(&v)
+	rows, err := t.query("SELECT v FROM kv WHERE k = $1", k)
+	if err != nil {
+		return nil, t.fail(fmt.Errorf("postgres get: %w", err))
+	}
+	v, err := pgx.CollectOneRow(rows, pgx.RowTo[[]byte])
 	if errors.Is(err, pgx.ErrNoRows) {
 		err, v = ledger.ErrNotFound, nil
 	} else if err != nil {
@@ -323,7 +358,7 @@ func (t *txn) Prefetch(keys [][]byte) ([][]byte, error) {
 		}
 	}
 	if len(ask) > 0 {
-		rows, err := t.q.Query(t.ctx, "SELECT k, v FROM kv WHERE k = ANY($1)", ask)
+		rows, err := t.query("SELECT k, v FROM kv WHERE k = ANY($1)", ask)
 		if err != nil {
 			return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
 		}
@@ -402,6 +437,10 @@ func (t *txn) writes() *pgx.Batch {
 		}
 	}
 	b := &pgx.Batch{}
+	if t.begin != "" {
+		b.Queue(t.begin)
+		t.begin = ""
+	}
 	if len(dels) > 0 {
 		b.Queue("DELETE FROM kv WHERE k = ANY($1)", dels)
 	}
@@ -436,7 +475,7 @@ func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) err
 			q += " AND k < $2"
 			args = append(args, end)
 		}
-		rows, err := t.q.Query(t.ctx, q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
+		rows, err := t.query(q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
 		if err != nil {
 			return t.fail(fmt.Errorf("postgres scan: %w", err))
 		}
