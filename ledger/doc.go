@@ -19,15 +19,19 @@
 // committed data and never wait for the writer.
 //
 // What limits it (measured on 2 cores, see BENCHMARKS.md): a begin+report
-// pair needs two commit cycles; a cycle of 64 ops costs about 1.5 ms of the
-// writer's own work (mostly JSON encoding of effect records; counters use a
-// binary encoding and recently written records are cached) plus about
-// 1.9 ms in Badger (about 2.9 µs per key on its write path, then two
-// syncs). Pipelining (deciding batch N+1 while N is synced, with Badger in
-// managed mode) was built and measured: no gain, because closed-loop
-// callers already fill each batch, and the two halves compete for the same
-// two cores. The next levers are fewer keys per decision and a cheaper
-// record encoding.
+// pair needs two commit cycles. At 64 closed-loop callers a batch holds
+// about 32 ops (half the callers are always between their answer and their
+// next call) and a cycle takes about 1.1 ms: 0.4 ms of the writer's own
+// work, then 0.7 ms in Badger (about 2.7 µs of CPU per key on its write
+// path, then two msyncs). The whole process uses about 80 µs of CPU per
+// pair, of which Badger's write path is a third, callers' validation and
+// hashing a sixth, garbage collection a tenth. Pipelining (deciding batch
+// N+1 while N is synced) was built twice and measured: first with Badger in
+// managed mode, then with Txn.CommitWith and an in-memory overlay of the
+// batch in flight. Neither gained: batches got smaller, so there were more
+// syncs, each costing kernel CPU on the same two cores, and the process
+// used more CPU for the same pairs. Both were reverted. The levers left are
+// fewer keys per decision (a pair writes nine) and smaller records.
 //
 // Storage is reached only through the narrow Store interface (ordered keys,
 // transactions), so a second backend can follow; badgerstore is the

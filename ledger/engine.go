@@ -294,65 +294,87 @@ func (e *Engine) take(batch []*op) []*op {
 // commit runs and commits as much of batch as fits and returns the ops left
 // for the next commit.
 func (e *Engine) commit(batch []*op) []*op {
-	now := e.clock.Now()
-	results := make([]opResult, 0, len(batch))
+	var results []opResult
 	err := e.store.Update(func(tx Txn) error {
-		results = results[:0] // a store may retry the whole transaction
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
+		// A store may also run fn again; the batch is decided afresh.
 		batch = e.take(batch)
-		now = e.clock.Now()
-		if p, ok := tx.(Prefetcher); ok {
-			if err := prefetch(p, batch, now); err != nil {
-				return err
-			}
-		}
-		size := 0
-		states := map[State]int64{}
-		for _, o := range batch {
-			if size > batchBytes {
-				break
-			}
-			t := &opTxn{tx: tx, cache: e.cache}
-			v, err := o.fn(t, now)
-			if err == nil {
-				n, ferr := t.flush()
-				if ferr != nil {
-					return ferr
-				}
-				size += n
-				for st, d := range t.states {
-					states[st] += d
-				}
-				for id, r := range t.recs {
-					e.cache.put(id, r)
-				}
-			}
-			results = append(results, opResult{v, err})
-		}
-		if len(states) == 0 {
-			return nil
-		}
-		return applyStateCounts(tx, states)
+		var err error
+		results, err = e.decideBatch(tx, batch)
+		return err
 	})
 	if err != nil {
-		// Nothing of the batch was written: every op in it, including any
-		// not yet run, gets the same error, and the cache, which may hold
-		// records of this batch, is dropped.
-		if e.cache != nil {
-			e.cache.clear()
-		}
-		uerr := &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err}
-		e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
-		for _, o := range batch {
-			o.done <- opResult{nil, uerr}
-		}
+		e.fail(batch, err)
 		return nil
 	}
+	answer(batch, results)
+	return batch[len(results):]
+}
+
+// decideBatch runs the ops of batch in order against tx, each seeing the writes
+// of those before it, until the batch's writes pass batchBytes, and returns
+// their results. Records the ops write enter the cache at once, so a batch
+// that is then not written must drop the cache (see fail). An error means
+// the whole batch must be abandoned.
+func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
+	now := e.clock.Now()
+	if p, ok := tx.(Prefetcher); ok {
+		if err := prefetch(p, batch, now); err != nil {
+			return nil, err
+		}
+	}
+	results := make([]opResult, 0, len(batch))
+	size := 0
+	states := map[State]int64{}
+	for _, o := range batch {
+		if size > batchBytes {
+			break
+		}
+		t := &opTxn{tx: tx, cache: e.cache}
+		v, err := o.fn(t, now)
+		if err == nil {
+			n, ferr := t.flush()
+			if ferr != nil {
+				return nil, ferr
+			}
+			size += n
+			for st, d := range t.states {
+				states[st] += d
+			}
+			for id, r := range t.recs {
+				e.cache.put(id, r)
+			}
+		}
+		results = append(results, opResult{v, err})
+	}
+	if len(states) > 0 {
+		if err := applyStateCounts(tx, states); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// answer tells each op of a durable batch its result.
+func answer(batch []*op, results []opResult) {
 	for i, r := range results {
 		batch[i].done <- r
 	}
-	return batch[len(results):]
+}
+
+// fail answers every op of a batch that was not written, including any not
+// yet run, with the same error, and drops the cache, which may hold records
+// of the batch.
+func (e *Engine) fail(batch []*op, err error) {
+	if e.cache != nil {
+		e.cache.clear()
+	}
+	uerr := &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err}
+	e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
+	for _, o := range batch {
+		o.done <- opResult{nil, uerr}
+	}
 }
 
 // prefetch reads, in a few round trips, the keys a batch's ops say they
