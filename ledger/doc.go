@@ -80,6 +80,11 @@
 //     unguessable, sorted by creation, monotonic within one engine.
 //   - The vendor idempotency key is derived from HMAC(secret, namespace,
 //     key, attempt, vendor) and shaped by package vendors.
+//   - A ledger is bound to its secret: the first open records a keyed hash
+//     of a constant, and New refuses another secret (ErrSecretMismatch)
+//     instead of silently treating every retry as a new action. On a shared
+//     ledger the check runs through the writer, so replicas started with
+//     different keys cannot both win.
 //
 // # Privacy
 //

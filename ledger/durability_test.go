@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -144,9 +145,7 @@ func snapshot(t *testing.T, h *harness, ids *idMap) string {
 
 func TestReopenBetweenEveryStep(t *testing.T) {
 	steady := newHarness(t, testRules())
-	reopened := newHarness(t, testRules())
-	reopened.secret = steady.secret
-	reopened.reopen()
+	reopened := newHarnessWithSecret(t, testRules(), steady.secret)
 	var a, b idMap
 	steps := scenario() // each run gets its own steps: they keep state
 	for i, st := range scenario() {
@@ -260,4 +259,30 @@ func (h *harness) logTo(w *bytes.Buffer) {
 	}
 	h.logger = slog.New(slog.NewJSONHandler(w, nil))
 	h.open()
+}
+
+func TestDifferentSecretIsRefused(t *testing.T) {
+	// A ledger opened with another secret (a replica given the wrong one, a
+	// restore next to a new key file) would take every retry for a new
+	// action: New refuses it, and the right secret still opens it.
+	h := newHarness(t, nil)
+	first := h.beginWant(ledger.BeginRequest{IdempotencyKey: "s:1", EffectType: "email.send"}, ledger.DecisionExecute)
+	if err := h.eng.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.eng = nil
+	st := h.openStore()
+	wrong := bytes.Repeat([]byte{7}, 32)
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: wrong, ReapInterval: -1, PurgeInterval: -1})
+	if !errors.Is(err, ledger.ErrSecretMismatch) || eng != nil {
+		t.Fatalf("New with another secret: %v", err)
+	}
+	if err := st.Close(); err != nil { // New left the store to its caller
+		t.Fatal(err)
+	}
+	h.open()
+	again := h.beginWant(ledger.BeginRequest{IdempotencyKey: "s:1", EffectType: "email.send"}, ledger.DecisionInFlight)
+	if again.EffectID != first.EffectID {
+		t.Fatalf("after reopening with the right secret: %+v", again)
+	}
 }

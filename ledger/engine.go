@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,6 +167,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	e.wg.Add(1)
 	go e.writer()
+	if err := e.checkSecret(); err != nil {
+		close(e.stop) // the caller still owns and closes the store
+		e.wg.Wait()
+		return nil, err
+	}
 	e.every(opts.ReapInterval, time.Second, "reap", e.Reap)
 	e.every(opts.PurgeInterval, time.Hour, "purge", e.Purge)
 	return e, nil
@@ -497,6 +503,36 @@ func (e *Engine) view(fn func(r Reader) error) error {
 		return &Error{Code: CodeUnavailable, Message: "the ledger could not be read; retry later", Err: err}
 	}
 	return nil
+}
+
+// secretCheckKey holds a keyed hash of a constant, written when the ledger
+// is first opened: it proves later opens use the same secret without
+// revealing anything about it.
+var secretCheckKey = key("m", "secret-check")
+
+// checkSecret records the secret's check value in a new ledger and refuses
+// a ledger written with another secret. It runs through the writer, so of
+// several replicas opening an empty shared ledger at once with different
+// secrets, one records its value and the others are refused.
+func (e *Engine) checkSecret() error {
+	want := []byte(keyedHash(e.secret, "ratchet-ledger-secret-check"))
+	_, err := e.submit(context.Background(), func(t *opTxn, _ time.Time) (any, error) {
+		got, err := t.Get(secretCheckKey)
+		if errors.Is(err, ErrNotFound) {
+			return nil, t.Set(secretCheckKey, want)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !hmac.Equal(got, want) {
+			return nil, fmt.Errorf("%w: mount the secret this ledger was created with (on every replica of a shared ledger the same one), or start a new ledger", ErrSecretMismatch)
+		}
+		return nil, nil
+	})
+	if err != nil && !errors.Is(err, ErrSecretMismatch) {
+		return fmt.Errorf("checking the ledger's secret: %w", err)
+	}
+	return err
 }
 
 // Ping proves the ledger is open and writable: it makes one durable write

@@ -109,9 +109,7 @@ func TestVendorKeyIsDeterministic(t *testing.T) {
 	// Two engines sharing a secret derive the same key for the same
 	// namespace, key and attempt; a different secret derives another.
 	h1 := newHarness(t, nil)
-	h2 := newHarness(t, nil)
-	h2.secret = h1.secret
-	h2.reopen()
+	h2 := newHarnessWithSecret(t, nil, h1.secret)
 	h3 := newHarness(t, nil)
 	req := ledger.BeginRequest{IdempotencyKey: "sq:1", EffectType: "square.payments.create", Vendor: "square"}
 	k1 := h1.begin(req).VendorIdempotencyKey

@@ -64,6 +64,11 @@ var (
 	ErrClosed                 = errors.New("ledger: engine closed")
 )
 
+// ErrSecretMismatch is returned by New when the ledger was first written
+// with a different HMAC secret: every fingerprint, dimension hash and vendor
+// key in it would stop matching, so retries would look like new actions.
+var ErrSecretMismatch = errors.New("ledger: this ledger was written with a different HMAC secret")
+
 // ErrNotFound is returned by a Store for a missing key.
 var ErrNotFound = errors.New("ledger: key not found")
 

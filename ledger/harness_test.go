@@ -117,12 +117,20 @@ type harness struct {
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: t.TempDir(), clock: newClock(), rules: rules}
-	secret, err := ledger.LoadOrCreateSecret(h.dir + "/hmac.key")
-	if err != nil {
-		t.Fatal(err)
+	return newHarnessWithSecret(t, rules, nil)
+}
+
+// newHarnessWithSecret is newHarness on a ledger keyed with secret; nil
+// means a new one.
+func newHarnessWithSecret(t testing.TB, rules []ledger.Rule, secret []byte) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: t.TempDir(), clock: newClock(), rules: rules, secret: secret}
+	if h.secret == nil {
+		var err error
+		if h.secret, err = ledger.LoadOrCreateSecret(h.dir + "/hmac.key"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	h.secret = secret
 	if testBackend == "postgres" {
 		h.schema = pgtest.Schema(t, pgDSN(), "t_") // dropped after the engine closes (cleanups run last first)
 	}

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 func runArgs(t *testing.T, stdin string, args ...string) (int, string, string) {
@@ -103,5 +106,29 @@ func TestServeStartupErrors(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
 		})
+	}
+}
+
+func TestServeRefusesAnotherSecret(t *testing.T) {
+	// A ledger created with one HMAC key, then served with a new one (the
+	// key file lost, or another replica's): serve must stop with a clear
+	// error rather than treat every retry as a new action.
+	data := t.TempDir()
+	st, err := badgerstore.Open(filepath.Join(data, "ledger"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: bytes.Repeat([]byte{1}, 32), ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	writeFile(t, cfg, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n")
+	code, _, errs := runArgs(t, "", "serve", "--config", cfg, "--data-dir", data)
+	if code == 0 || !strings.Contains(errs, "different HMAC secret") || !strings.Contains(errs, filepath.Join(data, "hmac.key")) {
+		t.Fatalf("exit %d: %s", code, errs)
 	}
 }

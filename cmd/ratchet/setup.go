@@ -108,6 +108,9 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 		Defaults: cfg.LedgerDefaults(), Logger: log, Observer: obs})
 	if err != nil {
 		store.Close()
+		if errors.Is(err, ledger.ErrSecretMismatch) {
+			err = fmt.Errorf("%w (the HMAC key in use is %s)", err, cfg.HMACKeyPath())
+		}
 		return nil, err
 	}
 	return eng, nil
