@@ -74,6 +74,18 @@ func TestBadBeginInput(t *testing.T) {
 	if err != nil || len(page.Effects) != 0 {
 		t.Fatalf("bad input left %d effects (%v)", len(page.Effects), err)
 	}
+	// The longest lease allowed is what MaxLeaseSeconds says: the default
+	// cap, or a policy's lower one.
+	if got := h.eng.MaxLeaseSeconds("email.send"); got != 3600 {
+		t.Fatalf("MaxLeaseSeconds(email.send) = %d", got)
+	}
+	if got := h.eng.MaxLeaseSeconds("sms.send"); got != 120 {
+		t.Fatalf("MaxLeaseSeconds(sms.send) = %d", got)
+	}
+	sms := ok()
+	sms.EffectType, sms.LeaseSeconds = "sms.send", 121
+	_, err = h.eng.Begin(ctx, sms)
+	wantCode(t, err, ledger.CodeInvalidArgument)
 	// The valid request itself works and unicode keys are counted in characters.
 	req := ok()
 	req.IdempotencyKey = strings.Repeat("é", 255)

@@ -208,7 +208,7 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 		return nil, invalidArg("lease_seconds", "must be > 0, got %d", req.LeaseSeconds)
 	}
 	in.pol = e.policy.forType(req.EffectType)
-	maxLease := minPositive(e.defaults.MaxLeaseSeconds, in.pol.maxLease)
+	maxLease := e.maxLease(&in.pol)
 	in.lease = req.LeaseSeconds
 	if in.lease == 0 {
 		in.lease = min(e.defaults.LeaseSeconds, maxLease)
@@ -220,4 +220,16 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	req.Payload = nil // never kept past this point
 	in.req = req
 	return in, nil
+}
+
+func (e *Engine) maxLease(pol *effectivePolicy) int {
+	return minPositive(e.defaults.MaxLeaseSeconds, pol.maxLease)
+}
+
+// MaxLeaseSeconds is the longest lease a begin of effectType may ask for
+// (defaults.max_lease_seconds, lowered by the policy). The proxy caps its
+// own lease with it.
+func (e *Engine) MaxLeaseSeconds(effectType string) int {
+	pol := e.policy.forType(effectType)
+	return e.maxLease(&pol)
 }

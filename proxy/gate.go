@@ -99,6 +99,15 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	}
 }
 
+// lease is how long a proxied call holds its key: the upstream timeout and
+// 15 s to report, capped at the policy's max_lease_seconds for the effect
+// type. Under a lower cap a call slower than the lease turns indeterminate
+// (retries are blocked, not repeated) until the proxy's late report
+// settles it.
+func (p *Proxy) lease(effectType string) int {
+	return min(int(math.Ceil(p.opts.UpstreamTimeout.Seconds()))+15, p.eng.MaxLeaseSeconds(effectType))
+}
+
 // beginRequest builds the begin for a gated request.
 func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
 	content := canonicalContent(v, r.Method, path, r.Header.Get("Content-Type"), body, e)
@@ -112,7 +121,7 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
 		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
 		GroupKey:     r.Header.Get(HeaderGroupKey),
-		LeaseSeconds: int(math.Ceil(p.opts.UpstreamTimeout.Seconds())) + 15,
+		LeaseSeconds: p.lease(e.EffectType),
 	}
 	if e.Counterparty != "" {
 		cp := e.Counterparty

@@ -59,6 +59,7 @@ import (
 type Engine interface {
 	Begin(context.Context, ledger.BeginRequest) (*ledger.BeginResult, error)
 	Report(context.Context, ledger.ReportRequest) (*ledger.Effect, error)
+	MaxLeaseSeconds(effectType string) int
 }
 
 // Request and response headers of the proxy's own protocol.

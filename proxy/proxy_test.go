@@ -29,6 +29,7 @@ func rules() []ledger.Rule {
 		{Match: "stripe.payment_intents.*", Ceilings: []ledger.Ceiling{{Name: "stripe-spend", LimitMicros: i64(50_000_000), Window: "24h", Per: "global"}}},
 		{Match: "square.payments.*", ApprovalThresholdMicros: i64(500_000_000)},
 		{Match: "adyen.payments.refund", Deny: true},
+		{Match: "adyen.payments.create", MaxLeaseSeconds: 3}, // below the proxy's 5 s timeout + 15 s
 	}
 }
 

@@ -163,6 +163,11 @@ func TestAdyenHeaderKeyAndPolicy(t *testing.T) {
 	if eff.State != ledger.StateSucceeded || eff.VendorReference != "993617895204576J" || *eff.EstimatedCostMicros != 10_800_000 {
 		t.Fatalf("adyen effect: %+v", eff)
 	}
+	// The policy caps this type's lease at 3 s, below the proxy's own
+	// (timeout + 15 s): the proxy asks for the cap instead of being refused.
+	if eff.LeaseExpiresAt == nil || eff.LeaseExpiresAt.Sub(eff.CreatedAt) != 3*time.Second {
+		t.Fatalf("adyen lease: %v from %v", eff.LeaseExpiresAt, eff.CreatedAt)
+	}
 	// A denied effect type: 403 in Adyen's error shape, upstream untouched.
 	resp = post(t, e.url+"/adyen/v71/payments/993617895204576J/refunds", `{"amount":{"currency":"EUR","value":500}}`, nil)
 	var ae struct {
