@@ -57,6 +57,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		return
 	}
 	req := p.beginRequest(r, v, path, body, e)
+	req.LeaseSeconds = p.lease(e.EffectType)
 	res, err := p.eng.Begin(r.Context(), req)
 	if err != nil {
 		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "code", ledger.CodeOf(err))
@@ -120,8 +121,7 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 	req := ledger.BeginRequest{
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
 		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
-		GroupKey:     r.Header.Get(HeaderGroupKey),
-		LeaseSeconds: p.lease(e.EffectType),
+		GroupKey: r.Header.Get(HeaderGroupKey),
 	}
 	if e.Counterparty != "" {
 		cp := e.Counterparty
