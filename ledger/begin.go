@@ -420,6 +420,7 @@ func cachedEffect(r Reader, id string) *effectRec {
 func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	first := rec.UpdatedAt.IsZero()
 	rec.UpdatedAt = now
+	retain := rec.retention(now) // before the stored state moves on
 	if first {
 		idx := [][]byte{
 			key("k", rec.Namespace, rec.IdempotencyKey),
@@ -449,23 +450,42 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 		}
 		rec.stored = rec.State
 	}
-	// Finished effects sit in the retention index under their finish time.
-	if rec.State.terminal() && rec.RetainedAt.IsZero() {
-		rec.RetainedAt = now
-		if err := t.Set(timeKey("t", now, rec.EffectID), nil); err != nil {
-			return err
+	if !retain.Equal(rec.RetainedAt) {
+		if !rec.RetainedAt.IsZero() {
+			if err := t.Delete(timeKey("t", rec.RetainedAt, rec.EffectID)); err != nil {
+				return err
+			}
 		}
-	} else if !rec.State.terminal() && !rec.RetainedAt.IsZero() {
-		if err := t.Delete(timeKey("t", rec.RetainedAt, rec.EffectID)); err != nil {
-			return err
+		if !retain.IsZero() {
+			if err := t.Set(timeKey("t", retain, rec.EffectID), nil); err != nil {
+				return err
+			}
 		}
-		rec.RetainedAt = time.Time{}
+		rec.RetainedAt = retain
 	}
 	if err := setJSON(t, key("e", rec.EffectID), rec); err != nil {
 		return err
 	}
 	t.remember(rec.EffectID, rec)
 	return nil
+}
+
+// retention is the time from which retention counts for rec, under which
+// it sits in the retention index, or zero while it must stay: a finished
+// effect from when it first finished; an approval request or an unused
+// grant from when it expires (nothing was done or reserved, and the next
+// begin would ask again anyway). Pending and indeterminate effects stay
+// until someone acts.
+func (r *effectRec) retention(now time.Time) time.Time {
+	switch {
+	case r.State.terminal() && r.stored.terminal() && !r.RetainedAt.IsZero():
+		return r.RetainedAt
+	case r.State.terminal():
+		return now
+	case (r.State == StateAwaitingApproval || r.State == StateApproved) && r.Approval != nil:
+		return r.Approval.ExpiresAt
+	}
+	return time.Time{}
 }
 
 // remember notes a record this op wrote (nil: deleted), for the writer's

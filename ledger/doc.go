@@ -73,9 +73,12 @@
 //   - Ceiling names are unique across the policy; a counter is identified
 //     by namespace, ceiling name and scope.
 //   - retry_after_seconds is the whole seconds left on the lease, at least 1.
-//   - Retention purges only finished effects (succeeded, failed, rejected,
-//     compensated); pending, indeterminate and awaiting ones stay until
-//     someone acts, however old. A purged key is forgotten.
+//   - Retention purges finished effects (succeeded, failed, rejected,
+//     compensated) and approval requests or unused grants once they have
+//     expired, each the retention after it finished or expired; pending
+//     and indeterminate ones stay until someone acts, however old. A purged
+//     key is forgotten. (Approval effects written before this rule existed
+//     enter the retention index only when next changed.)
 //   - Effect and approval ids are ULIDs (eff_/apr_ + 26 characters):
 //     unguessable, sorted by creation, monotonic within one engine.
 //   - The vendor idempotency key is derived from HMAC(secret, namespace,

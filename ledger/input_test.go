@@ -146,6 +146,48 @@ func TestRetentionPurge(t *testing.T) {
 	assertStateCounts(t, h)
 }
 
+func TestRetentionPurgesExpiredApprovals(t *testing.T) {
+	// An approval request nobody answered, and a grant the agent never
+	// used, are gone the retention after they expired (nothing was done or
+	// reserved); an answered-and-used one follows its effect.
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	asked := h.beginWant(pay("ask", "acct_a", 150_000_000), ledger.DecisionApprovalRequired)
+	granted := h.beginWant(pay("grant", "acct_b", 150_000_000), ledger.DecisionApprovalRequired)
+	h.clock.Advance(time.Hour)
+	if _, err := h.eng.Approve(ctx, granted.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	// The request expires 24h after it was made, the grant 24h after it
+	// was given; retention (720h) counts from there.
+	h.clock.Advance(23*time.Hour + 720*time.Hour - time.Second)
+	if n, err := h.eng.Purge(ctx); n != 0 || err != nil {
+		t.Fatalf("purged %d (%v) before retention ran out", n, err)
+	}
+	h.clock.Advance(time.Second)
+	if n, err := h.eng.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("purge = %d, %v; want the unanswered request", n, err)
+	}
+	if _, err := h.eng.Get(ctx, "", asked.EffectID, ""); err == nil {
+		t.Fatal("expired request still readable")
+	}
+	h.get(granted.EffectID)
+	h.clock.Advance(time.Hour)
+	if n, err := h.eng.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("purge = %d, %v; want the unused grant", n, err)
+	}
+	if _, err := h.eng.Approve(ctx, granted.ApprovalID, "alice", ""); ledger.CodeOf(err) != ledger.CodeApprovalNotFound {
+		t.Fatalf("approval of a purged effect: %v", err)
+	}
+	// A key whose request expired but was asked again moves with the new
+	// request; its key is new after the purge.
+	again := h.beginWant(pay("ask", "acct_a", 150_000_000), ledger.DecisionApprovalRequired)
+	if again.EffectID == asked.EffectID {
+		t.Fatal("a purged key reused its effect")
+	}
+	assertStateCounts(t, h)
+}
+
 func TestListFiltersAndPages(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()

@@ -29,11 +29,12 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Purge deletes finished effects (succeeded, failed, rejected, compensated)
-// whose last change is older than the retention, with their indexes. Pending,
-// indeterminate and awaiting effects are never purged: they need someone's
-// attention. A purged key is forgotten, so a later begin with it is new.
-// It returns how many effects it purged.
+// Purge deletes, with their indexes, finished effects (succeeded, failed,
+// rejected, compensated) that finished longer than the retention ago, and
+// approval requests and unused grants that expired longer than the
+// retention ago. Pending and indeterminate effects are never purged: they
+// need someone's attention. A purged key is forgotten, so a later begin
+// with it is new. It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
 	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
 	if err == nil {
@@ -106,8 +107,8 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 }
 
 func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
-	if !rec.State.terminal() || rec.RetainedAt.After(now.Add(-e.defaults.Retention)) {
-		return nil
+	if rec.RetainedAt.IsZero() || rec.RetainedAt.After(now.Add(-e.defaults.Retention)) {
+		return nil // not retained, or not yet due
 	}
 	del := [][]byte{
 		key("e", rec.EffectID),
