@@ -145,7 +145,13 @@ func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	secret := make([]byte, 32)
+	// The key sits where "ratchet serve --data-dir" of the parent looks for
+	// it, so the scale section's server opens the ledger with it.
+	secret, err := ledger.LoadOrCreateSecret(filepath.Join(filepath.Dir(dir), "hmac.key"))
+	if err != nil {
+		st.Close()
+		return nil, 0, err
+	}
 	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
 	if err != nil {
 		st.Close()

@@ -76,17 +76,23 @@ func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
 	defer cmd.Wait()
 	defer cmd.Process.Signal(syscall.SIGTERM)
 	urlc := make(chan string, 1)
+	exited := make(chan string, 1)
 	go func() {
+		var log []string
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			log = append(log, sc.Text())
 			if m := mcpURLRe.FindStringSubmatch(sc.Text()); m != nil {
 				urlc <- m[1]
 			}
 		}
+		exited <- strings.Join(log, "\n")
 	}()
 	var url string
 	select {
 	case url = <-urlc:
+	case log := <-exited:
+		return 0, 0, 0, fmt.Errorf("ratchet serve exited:\n%s", log)
 	case <-time.After(60 * time.Second):
 		return 0, 0, 0, fmt.Errorf("ratchet serve did not start")
 	}
