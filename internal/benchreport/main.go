@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -22,7 +23,18 @@ func main() {
 	scaleN := flag.Int("scale", 1_000_000, "effects preloaded for the scale section (0 skips it)")
 	out := flag.String("out", "BENCHMARKS.md", "report file")
 	only := flag.String("only", "", "run only this section (engine, mcp, proxy, pg or scale), print it and write no report")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	run := func(section string) bool { return *only == "" || *only == section }
 	dir, err := os.MkdirTemp("", "ratchet-bench")
 	if err != nil {
