@@ -31,6 +31,13 @@
 // one pipelined round trip. Reads the engine could not name in advance are
 // one statement each; a transaction remembers what it read.
 //
+// A commit's answer can be lost with its connection. The batch is then
+// reported failed (unavailable) although it may have committed; if it did,
+// a retried begin finds its effect (in_flight, then blocked once the lease
+// runs out) and never executes twice. An unlock that fails after a COMMIT
+// that succeeded does not fail the batch: the connection is closed instead,
+// which releases the lock.
+//
 // The store never sees payloads or dimension values: like Badger it only
 // holds what the engine writes, which is hashes of those.
 package pgstore
@@ -204,11 +211,23 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 	err = fn(t)
 	if err == nil && t.failed == nil {
 		b := t.writes()
+		commit := b.Len()
 		b.Queue("COMMIT")
 		b.Queue("SELECT pg_advisory_unlock($1)", s.lock)
-		if err = conn.SendBatch(ctx, b).Close(); err == nil {
+		br := conn.SendBatch(ctx, b)
+		for i := 0; i <= commit && err == nil; i++ {
+			_, err = br.Exec()
+		}
+		if err == nil {
+			// COMMIT succeeded: the batch is durable whatever happens to
+			// the unlock. A session that could not release the lock is
+			// closed, which releases it.
+			if err := br.Close(); err != nil {
+				conn.Conn().Close(ctx)
+			}
 			return nil
 		}
+		br.Close()
 		err = fmt.Errorf("postgres commit: %w", err)
 	} else if t.failed != nil { // a statement failed: the transaction is void
 		err = t.failed
