@@ -162,6 +162,10 @@ func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
 
 var keySeq atomic.Int64
 
+// keyPrefix starts every benchmark key; worker processes sharing a ledger
+// each get their own.
+var keyPrefix = "bench:"
+
 // pairs runs callers that each begin and report distinct effects for d,
 // or until limit pairs are done when limit > 0; the latencies are of the
 // begins. A refusal is a bug in the benchmark and stops it.
@@ -171,7 +175,7 @@ func pairs(eng *ledger.Engine, callers int, d time.Duration, limit int64) result
 	cost := int64(1000)
 	r, err := load(callers, d, limit, func(k int64) error {
 		t0 := time.Now()
-		res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint("bench:", k), EffectType: "bench.charge",
+		res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint(keyPrefix, k), EffectType: "bench.charge",
 			AgentID: "bench", EstimatedCostMicros: &cost, Payload: []byte(`{"amount":1000,"currency":"usd"}`),
 			Dimensions: map[string]string{"counterparty": fmt.Sprint("acct_", k%50)}})
 		lat.add([]time.Duration{time.Since(t0)})

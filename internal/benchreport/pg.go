@@ -1,7 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -58,32 +63,83 @@ func benchPG(d time.Duration) (pgResults, error) {
 		return out, err
 	}
 	out.one = pairs(eng, 64, d, 0)
-	var engines []*ledger.Engine
-	for range 2 {
-		e, err := open()
-		if err != nil {
-			return out, err
-		}
-		engines = append(engines, e)
-	}
-	engines = append(engines, eng)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i, e := range engines {
-		wg.Go(func() {
-			r := pairs(e, []int{22, 21, 21}[i], d, 0)
-			mu.Lock()
-			out.three.perSec += r.perSec
-			out.three.p99 = max(out.three.p99, r.p99)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	for _, e := range engines {
-		e.Close(ctx)
+	eng.Close(ctx)
+	if out.three, err = threeProcesses(schema, d); err != nil {
+		return out, err
 	}
 	out.naive, err = naivePG(ctx, schema, d)
 	return out, err
+}
+
+// workerResult is what a worker process reports.
+type workerResult struct {
+	PerSec float64       `json:"per_sec"`
+	P99    time.Duration `json:"p99"`
+}
+
+// threeProcesses runs three worker processes (this program with
+// -pg-worker), 22, 21 and 21 callers each, each its own engine with its own
+// pool and writer on the shared schema, as three sidecars would run, all
+// starting at the same moment; their rates add up.
+func threeProcesses(schema string, d time.Duration) (result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now().Add(2 * time.Second).UnixNano()
+	var out result
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for i, callers := range []int{22, 21, 21} {
+		wg.Go(func() {
+			arg := fmt.Sprintf("%s:%d:%s:%d:w%d", schema, callers, d, start, i)
+			b, err := exec.Command(self, "-pg-worker", arg).Output()
+			var r workerResult
+			if err == nil {
+				err = json.Unmarshal(b, &r)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmp.Or(firstErr, fmt.Errorf("worker %d: %w", i, err))
+				return
+			}
+			out.perSec += r.PerSec
+			out.p99 = max(out.p99, r.P99)
+		})
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+// pgWorker is one of threeProcesses' workers: arg is
+// schema:callers:duration:start-unix-nanos:key-prefix.
+func pgWorker(arg string) error {
+	parts := strings.Split(arg, ":")
+	if len(parts) != 5 {
+		return fmt.Errorf("-pg-worker %q: want schema:callers:duration:start:prefix", arg)
+	}
+	callers, err1 := strconv.Atoi(parts[1])
+	d, err2 := time.ParseDuration(parts[2])
+	start, err3 := strconv.ParseInt(parts[3], 10, 64)
+	if err := cmp.Or(err1, err2, err3); err != nil {
+		return fmt.Errorf("-pg-worker %q: %w", arg, err)
+	}
+	st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: parts[0]})
+	if err != nil {
+		return err
+	}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: make([]byte, 32), Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	defer eng.Close(context.Background())
+	keyPrefix = "bench:" + parts[4] + ":"
+	time.Sleep(time.Until(time.Unix(0, start)))
+	r := pairs(eng, callers, d, 0)
+	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99})
 }
 
 // naivePG is the design Ratchet's batching replaces: every call its own
