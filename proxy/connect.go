@@ -22,7 +22,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "ratchet: CONNECT needs host:port")
 		return
 	}
-	if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+	if v, ok := p.vendorFor(host); ok {
 		if p.opts.CA == nil || port != "443" {
 			refuse(w, http.StatusForbidden, "ratchet: cannot intercept "+r.Host)
 			return

@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -88,6 +89,12 @@ type Options struct {
 	DedupeWindow time.Duration
 	// UpstreamTimeout bounds a vendor call (default 60s).
 	UpstreamTimeout time.Duration
+	// InterceptHosts are more API hosts, per vendor, that the forward proxy
+	// intercepts and sends to that vendor's upstream, beyond the vendor's
+	// well-known hosts: Adyen's live hosts carry a per-merchant prefix
+	// ({prefix}-checkout-live.adyenpayments.com). Each vendor named needs an
+	// upstream.
+	InterceptHosts map[string][]string
 	// AllowHosts are non-vendor hosts the forward proxy may tunnel to:
 	// "host", "host:port" or "*.domain" (no port means 443).
 	AllowHosts []string
@@ -136,6 +143,7 @@ type Proxy struct {
 	opts      Options
 	upstreams map[string]*url.URL
 	vendors   map[string]vendors.Vendor
+	extra     map[string]vendors.Vendor // InterceptHosts, by host
 	pass      *httputil.ReverseProxy
 	log       *slog.Logger
 }
@@ -181,12 +189,47 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		}
 		p.upstreams[v.Name()], p.vendors[v.Name()] = u, v
 	}
+	p.extra = map[string]vendors.Vendor{}
+	for name, hosts := range opts.InterceptHosts {
+		v, ok := p.vendors[strings.ToLower(name)]
+		if !ok {
+			return nil, fmt.Errorf("proxy intercept_hosts %q: that vendor has no upstream", name)
+		}
+		for _, h := range hosts {
+			h = strings.ToLower(h)
+			if !hostRe.MatchString(h) {
+				return nil, fmt.Errorf("proxy intercept_hosts %s: %q is not a host name (no scheme, port or wildcard)", name, h)
+			}
+			if other, ok := p.vendorFor(h); ok && other != v {
+				return nil, fmt.Errorf("proxy intercept_hosts %s: %q is already %s's", name, h, other.Name())
+			}
+			p.extra[h] = v
+		}
+	}
 	p.pass = &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.Out.URL = pr.In.URL; pr.Out.Host = pr.In.Host },
 		Transport: opts.Transport,
 		ErrorLog:  slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 	return p, nil
+}
+
+// hostRe is a DNS host name: dot-separated labels of letters, digits and
+// inner hyphens.
+var hostRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// vendorFor returns the vendor whose traffic to host the forward proxy
+// intercepts: one of its well-known hosts or InterceptHosts, for a vendor
+// with an upstream.
+func (p *Proxy) vendorFor(host string) (vendors.Vendor, bool) {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if v, ok := p.extra[host]; ok {
+		return v, true
+	}
+	if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+		return v, true
+	}
+	return nil, false
 }
 
 // ServeHTTP dispatches reverse, forward and CONNECT requests.
@@ -196,7 +239,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.connect(w, r)
 	case r.URL.IsAbs(): // forward mode, plain HTTP
 		host := r.URL.Hostname()
-		if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+		if v, ok := p.vendorFor(host); ok {
 			p.vendor(w, r, v, r.URL.Path)
 			return
 		}

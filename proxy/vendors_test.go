@@ -369,3 +369,50 @@ func TestOddVendorTextIsStillReported(t *testing.T) {
 		t.Fatalf("the refusal was not recorded: %+v", effs)
 	}
 }
+
+func TestInterceptHostsInForwardMode(t *testing.T) {
+	// Adyen's live hosts carry the merchant's prefix, so they are named in
+	// InterceptHosts; the forward proxy then intercepts exactly those.
+	fake := &adyenFake{mode: "ok"}
+	up := httptest.NewServer(fake)
+	defer up.Close()
+	live := "acme-checkout-live.adyenpayments.com"
+	e := newEnv(t, map[string]string{"adyen": up.URL}, func(o *proxy.Options) {
+		o.InterceptHosts = map[string][]string{"adyen": {live}}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.ca.PEM())
+	proxyURL, _ := url.Parse(e.url)
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequest(http.MethodPost, "https://"+live+"/checkout/v71/payments", strings.NewReader(adyenPayment))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Ratchet-Idempotency-Key", "live:1")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != 1 {
+		t.Fatalf("live host: %d %v, %d upstream hits", resp.StatusCode, resp.Header, fake.hits.Load())
+	}
+	if _, ok := fake.keys.Load(resp.Header.Get("Ratchet-Vendor-Key")); !ok {
+		t.Fatal("the upstream did not receive Ratchet's key")
+	}
+	// Another merchant's live host is not named: refused, not tunnelled.
+	if resp, err := hc.Post("https://other-checkout-live.adyenpayments.com/checkout/v71/payments", "application/json", strings.NewReader(adyenPayment)); err == nil {
+		resp.Body.Close()
+		t.Fatal("an unnamed live host was reached")
+	}
+	// Misconfigurations are refused when the proxy is built.
+	for name, hosts := range map[string]map[string][]string{
+		"no upstream": {"square": {"sq.example.com"}},
+		"wildcard":    {"adyen": {"*.adyenpayments.com"}},
+		"with port":   {"adyen": {live + ":443"}},
+		"another's":   {"adyen": {"api.stripe.com"}},
+	} {
+		_, err := proxy.New(e.eng, proxy.Options{Upstreams: map[string]string{"adyen": up.URL, "stripe": up.URL}, InterceptHosts: hosts})
+		if err == nil {
+			t.Errorf("%s: InterceptHosts %v accepted", name, hosts)
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 // Adyen is the Checkout API (checkout-test.adyen.com and the live
 // endpoints, paths /v{N}/...). Live hosts carry a per-merchant prefix
 // ({prefix}-checkout-live.adyenpayments.com), so only the test host is
-// intercepted by the forward proxy; live traffic uses reverse mode.
+// known here; the forward proxy intercepts a live host once the operator
+// names it (proxy.intercept_hosts), and reverse mode needs nothing.
 //
 // Sources: https://docs.adyen.com/development-resources/api-idempotency —
 // header idempotency-key on POST, at most 64 characters, kept "for a

@@ -164,7 +164,8 @@ func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs prox
 	timeout, _ := time.ParseDuration(cfg.Proxy.UpstreamTimeout)
 	return proxy.New(eng, proxy.Options{
 		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: window,
-		UpstreamTimeout: timeout, AllowHosts: cfg.Proxy.AllowHosts, MaxBodyBytes: cfg.Proxy.MaxBodyBytes,
+		UpstreamTimeout: timeout, AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
+		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
 		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs,
 	})
 }

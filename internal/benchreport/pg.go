@@ -3,14 +3,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
 	"sync"
 	"time"
 

@@ -94,12 +94,15 @@ type Proxy struct {
 	UpstreamTimeout string `yaml:"upstream_timeout"`
 	// CAExportPath, when set, is where serve writes the proxy CA's
 	// certificate (PEM) on start, for other containers to trust.
-	CAExportPath   string            `yaml:"ca_export_path"`
-	Upstreams      map[string]string `yaml:"upstreams"`
-	DedupeWindow   string            `yaml:"dedupe_window"`
-	AllowHosts     []string          `yaml:"allow_hosts"`
-	MaxBodyBytes   int64             `yaml:"max_body_bytes"`
-	CurrencyMicros map[string]int64  `yaml:"currency_micros"`
+	CAExportPath string            `yaml:"ca_export_path"`
+	Upstreams    map[string]string `yaml:"upstreams"`
+	DedupeWindow string            `yaml:"dedupe_window"`
+	// InterceptHosts are more hosts per vendor for the forward proxy to
+	// intercept (Adyen live: {prefix}-checkout-live.adyenpayments.com).
+	InterceptHosts map[string][]string `yaml:"intercept_hosts"`
+	AllowHosts     []string            `yaml:"allow_hosts"`
+	MaxBodyBytes   int64               `yaml:"max_body_bytes"`
+	CurrencyMicros map[string]int64    `yaml:"currency_micros"`
 }
 
 // Ledger selects the storage backend.
@@ -287,7 +290,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var (
+	hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hostName  = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
 
 func (c *Config) problems() []Problem {
 	var probs []Problem
@@ -309,6 +315,16 @@ func (c *Config) problems() []Problem {
 	for _, v := range sortedKeys(c.Proxy.Upstreams) {
 		if u, err := url.Parse(c.Proxy.Upstreams[v]); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("proxy.upstreams."+v, "%q is not an http(s) URL", c.Proxy.Upstreams[v])
+		}
+	}
+	for _, v := range sortedKeys(c.Proxy.InterceptHosts) {
+		if _, ok := c.Proxy.Upstreams[v]; !ok {
+			add("proxy.intercept_hosts."+v, "has no proxy.upstreams.%s to send the intercepted traffic to", v)
+		}
+		for i, h := range c.Proxy.InterceptHosts[v] {
+			if !hostName.MatchString(h) {
+				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
+			}
 		}
 	}
 	if c.Defaults.LeaseSeconds < 0 {
