@@ -282,6 +282,9 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 		rec = e.newEffect(in, now)
 	}
 	rec.State = StateAwaitingApproval
+	if rec.Approval != nil { // its id still answers "superseded" until the effect is purged
+		rec.PriorApprovals = append(rec.PriorApprovals, rec.Approval.ApprovalID)
+	}
 	rec.Approval = &Approval{
 		ApprovalID: e.ids.next("apr_", now), EffectID: rec.EffectID, Namespace: rec.Namespace,
 		EffectType: rec.EffectType, AgentID: req.AgentID, RunID: req.RunID,

@@ -1,5 +1,7 @@
 package ledger
 
+import "slices"
+
 // recCache holds decoded effect records for the writer, so a report does
 // not decode the record its begin has just written. It is touched only by
 // the writer goroutine, only when the store says the engine is its sole
@@ -52,6 +54,7 @@ func (c *recCache) clear() {
 func (r *effectRec) clone() *effectRec {
 	c := *r
 	c.Reservations = append([]reservation(nil), r.Reservations...)
+	c.PriorApprovals = slices.Clip(r.PriorApprovals) // an append copies
 	if r.Approval != nil {
 		a := *r.Approval
 		c.Approval = &a

@@ -196,6 +196,31 @@ func (h *harness) stored(t testing.TB) []byte {
 	return all.Bytes()
 }
 
+// storedKeys lists the keys under prefix as stored, reading the backend
+// itself with the engine closed, then reopens the engine.
+func (h *harness) storedKeys(prefix string) []string {
+	h.t.Helper()
+	if err := h.eng.Close(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	st := h.openStore()
+	var keys []string
+	err := st.View(func(r ledger.Reader) error {
+		return r.Scan([]byte(prefix), nil, func(k, _ []byte) (bool, error) {
+			keys = append(keys, string(k))
+			return true, nil
+		})
+	})
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.open()
+	return keys
+}
+
 func (h *harness) open() {
 	h.t.Helper()
 	st := h.openStore()

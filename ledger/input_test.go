@@ -179,11 +179,30 @@ func TestRetentionPurgesExpiredApprovals(t *testing.T) {
 	if _, err := h.eng.Approve(ctx, granted.ApprovalID, "alice", ""); ledger.CodeOf(err) != ledger.CodeApprovalNotFound {
 		t.Fatalf("approval of a purged effect: %v", err)
 	}
-	// A key whose request expired but was asked again moves with the new
-	// request; its key is new after the purge.
+	// A key whose request expired is asked again: the old approval id
+	// answers "superseded" while the effect lives, and goes with it.
 	again := h.beginWant(pay("ask", "acct_a", 150_000_000), ledger.DecisionApprovalRequired)
 	if again.EffectID == asked.EffectID {
 		t.Fatal("a purged key reused its effect")
+	}
+	h.clock.Advance(25 * time.Hour)
+	third := h.beginWant(pay("ask", "acct_a", 150_000_000), ledger.DecisionApprovalRequired)
+	if third.EffectID != again.EffectID || third.ApprovalID == again.ApprovalID {
+		t.Fatalf("asked again: %+v", third)
+	}
+	_, err := h.eng.Approve(ctx, again.ApprovalID, "alice", "")
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+	h.clock.Advance(24*time.Hour + 720*time.Hour) // the third request's expiry, then the retention
+	if n, err := h.eng.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("purge = %d, %v", n, err)
+	}
+	for _, id := range []string{again.ApprovalID, third.ApprovalID} {
+		if _, err := h.eng.Approve(ctx, id, "alice", ""); ledger.CodeOf(err) != ledger.CodeApprovalNotFound {
+			t.Fatalf("approval %s after its effect was purged: %v", id, err)
+		}
+	}
+	if left := h.storedKeys("a\x00"); len(left) != 0 {
+		t.Fatalf("approval index entries left after every effect was purged: %q", left)
 	}
 	assertStateCounts(t, h)
 }

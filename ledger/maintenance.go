@@ -144,6 +144,9 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	if rec.Approval != nil {
 		del = append(del, key("a", rec.Approval.ApprovalID))
 	}
+	for _, id := range rec.PriorApprovals {
+		del = append(del, key("a", id))
+	}
 	for _, k := range del {
 		if err := t.Delete(k); err != nil {
 			return err

@@ -74,7 +74,10 @@ type effectRec struct {
 	// Dimensions maps each dimension name to the keyed hash of its value.
 	Dimensions   map[string]string `json:"dimensions,omitempty"`
 	Reservations []reservation     `json:"reservations,omitempty"`
-	GrantedAt    time.Time         `json:"granted_at,omitzero"`
+	// PriorApprovals are the ids of earlier approval requests of this
+	// effect, whose index entries go when it is purged.
+	PriorApprovals []string  `json:"prior_approvals,omitempty"`
+	GrantedAt      time.Time `json:"granted_at,omitzero"`
 	// UnreportedAt is set while the effect counts as an unreported expiry.
 	UnreportedAt time.Time `json:"unreported_at,omitzero"`
 	// RetainedAt is the time under which it sits in the retention index.
