@@ -38,10 +38,17 @@
 // cache flush even when the value log has nothing new, so a commit costs two
 // flushes (about 0.3 ms here, against 0.15 ms for one fdatasync). That is
 // the whole of a begin's latency at one caller. Getting to one flush needs
-// a log of Ratchet's own with Badger unsynced behind it; its checkpoint
-// must account for memtables Badger has rotated but not yet flushed, whose
-// WAL it never syncs, and for encryption at rest, which would have to cover
-// that log too. Until that is built carefully, durability comes first.
+// a log of Ratchet's own with Badger unsynced behind it. What that must get
+// right (Badger v4.9 read for this): with SyncWrites off Badger syncs
+// neither a rotated memtable's WAL nor a value log file it rotates away
+// from, so a checkpoint must fsync every .mem and .vlog file before the
+// log is cut; value log GC moves live values and then deletes the old file
+// without a sync, so it would have to stop (values kept in the LSM tree,
+// which the million-effect case measured badly) or be followed by such a
+// checkpoint before the delete, which Badger does not offer; and
+// encryption at rest would have to cover the log too. Until that is built
+// and crash-tested at the OS level, not only by kill -9, durability comes
+// first.
 //
 // Storage is reached only through the narrow Store interface (ordered keys,
 // transactions), so a second backend can follow; badgerstore is the
