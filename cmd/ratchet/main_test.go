@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -130,5 +132,21 @@ func TestServeRefusesAnotherSecret(t *testing.T) {
 	code, _, errs := runArgs(t, "", "serve", "--config", cfg, "--data-dir", data)
 	if code == 0 || !strings.Contains(errs, "different HMAC secret") || !strings.Contains(errs, filepath.Join(data, "hmac.key")) {
 		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	t.Setenv("GOMEMLIMIT", "")
+	limitMemory(slog.New(slog.DiscardHandler))
+	if got := debug.SetMemoryLimit(-1); got != defaultMemoryLimit {
+		t.Fatalf("limit %d without GOMEMLIMIT, want %d", got, defaultMemoryLimit)
+	}
+	debug.SetMemoryLimit(1 << 40)
+	t.Setenv("GOMEMLIMIT", "1TiB") // the runtime read it at start; an operator's value stands
+	limitMemory(slog.New(slog.DiscardHandler))
+	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
+		t.Fatalf("limit %d with GOMEMLIMIT set", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,6 +68,16 @@ func port(t *testing.T, addr string) string {
 	return p
 }
 
+// mib reads a MiB or Mi quantity ("400MiB", "512Mi").
+func mib(t *testing.T, q string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(q, "B"), "Mi"))
+	if err != nil || !strings.HasSuffix(strings.TrimSuffix(q, "B"), "Mi") {
+		t.Fatalf("%q is not a quantity in Mi", q)
+	}
+	return n
+}
+
 func TestSidecarManifests(t *testing.T) {
 	b, err := os.ReadFile("ratchet-sidecar.yaml")
 	if err != nil {
@@ -97,6 +108,13 @@ func TestSidecarManifests(t *testing.T) {
 	}
 	if get(dep, "spec", "replicas") != 1 || get(dep, "spec", "strategy", "type") != "Recreate" {
 		t.Fatal("a Badger ledger on one PVC allows one replica, replaced with Recreate")
+	}
+
+	// The Go runtime's soft limit sits below the container's hard one, so
+	// the collector works harder before the kernel kills the sidecar.
+	soft, hard := str(get(envOf(rc, "GOMEMLIMIT"), "value")), str(get(rc, "resources", "limits", "memory"))
+	if mib(t, soft) <= 0 || mib(t, soft) >= mib(t, hard) {
+		t.Fatalf("GOMEMLIMIT %q must be set below the memory limit %q", soft, hard)
 	}
 
 	// The config: mounted from the ConfigMap, and valid.

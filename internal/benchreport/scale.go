@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +24,14 @@ type scaleResult struct {
 	open      time.Duration
 	loaded    result
 	empty     result // the same section's empty ledger
-	rssMiB    float64
-	anonMiB   float64 // of which anonymous (heap, stacks)
-	fileMiB   float64 // of which file-backed pages of mapped ledger files
+	mem       memFigures
+}
+
+// memFigures are a process's resident memory in MiB: in all, anonymous
+// (Go heap, stacks, Badger's tables in memory) and file-backed (mapped
+// ledger files), and the Go heap in use as the process reports it.
+type memFigures struct {
+	rss, anon, file, heap float64
 }
 
 // benchScale fills a ledger with n effects, then measures opening it, the
@@ -69,18 +76,24 @@ func benchScale(dir string, n int, d time.Duration) (scaleResult, error) {
 	if err := eng.Close(context.Background()); err != nil {
 		return out, err
 	}
-	out.rssMiB, out.anonMiB, out.fileMiB, err = serveRSS(dir, d)
+	out.mem, err = serveRSS(dir, d)
 	return out, err
 }
 
-var mcpURLRe = regexp.MustCompile(`mcp=(http://\S+/mcp)`)
+var (
+	mcpURLRe   = regexp.MustCompile(`mcp=(http://\S+/mcp)`)
+	adminURLRe = regexp.MustCompile(`admin=(http://\S+)`)
+	heapRe     = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
+)
 
 // serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
-// the process's resident set size: total, anonymous and file-backed.
-func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
+// the process's resident set size (total, anonymous and file-backed) and,
+// from its metrics, its Go heap in use.
+func serveRSS(dir string, d time.Duration) (memFigures, error) {
+	var out memFigures
 	bin := filepath.Join(dir, "ratchet")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
-		return 0, 0, 0, fmt.Errorf("building ratchet: %v %s", err, out)
+	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
+		return out, fmt.Errorf("building ratchet: %v %s", err, b)
 	}
 	cfg := filepath.Join(dir, "bench.yaml")
 	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
@@ -88,30 +101,32 @@ func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = nil
 	if err := cmd.Start(); err != nil {
-		return 0, 0, 0, err
+		return out, err
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Signal(syscall.SIGTERM)
-	urlc := make(chan string, 1)
+	urls := make(chan [2]string, 1)
 	exited := make(chan string, 1)
 	go func() {
 		var log []string
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			log = append(log, sc.Text())
-			if m := mcpURLRe.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
+			m, a := mcpURLRe.FindStringSubmatch(sc.Text()), adminURLRe.FindStringSubmatch(sc.Text())
+			if m != nil && a != nil {
+				urls <- [2]string{m[1], a[1]}
 			}
 		}
 		exited <- strings.Join(log, "\n")
 	}()
-	var url string
+	var url, admin string
 	select {
-	case url = <-urlc:
+	case u := <-urls:
+		url, admin = u[0], u[1]
 	case log := <-exited:
-		return 0, 0, 0, fmt.Errorf("ratchet serve exited:\n%s", log)
+		return out, fmt.Errorf("ratchet serve exited:\n%s", log)
 	case <-time.After(60 * time.Second):
-		return 0, 0, 0, fmt.Errorf("ratchet serve did not start")
+		return out, fmt.Errorf("ratchet serve did not start")
 	}
 	_, err := mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
 		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
@@ -124,11 +139,11 @@ func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
 		return err
 	})
 	if err != nil {
-		return 0, 0, 0, err
+		return out, err
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 	if err != nil {
-		return 0, 0, 0, err
+		return out, err
 	}
 	mib := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
@@ -138,7 +153,18 @@ func serveRSS(dir string, d time.Duration) (rss, anon, file float64, _ error) {
 		}
 	}
 	if mib["VmRSS:"] == 0 {
-		return 0, 0, 0, fmt.Errorf("no VmRSS")
+		return out, fmt.Errorf("no VmRSS")
 	}
-	return mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"], nil
+	out.rss, out.anon, out.file = mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"]
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	m, _ := io.ReadAll(resp.Body)
+	if h := heapRe.FindSubmatch(m); h != nil {
+		v, _ := strconv.ParseFloat(string(h[1]), 64)
+		out.heap = v / (1 << 20)
+	}
+	return out, nil
 }
