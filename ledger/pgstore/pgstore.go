@@ -1,6 +1,14 @@
-// Package pgstore is a ledger.Store on PostgreSQL (and databases that speak
-// its protocol, such as CockroachDB), so that every sidecar of a fleet
-// dedupes against the same keys and spends against the same ceilings.
+// Package pgstore is a ledger.Store on PostgreSQL, so that every sidecar of
+// a fleet dedupes against the same keys and spends against the same
+// ceilings.
+//
+// Other databases that speak PostgreSQL's protocol work if they have its
+// advisory locks and SERIALIZABLE isolation. CockroachDB has SERIALIZABLE
+// (and serialization failures are retried as on PostgreSQL) but no advisory
+// locks, so Open refuses it with ErrNoAdvisoryLocks rather than run
+// replicas without the lock that keeps them from livelocking; supporting it
+// needs a lock of another kind (a lock row taken FOR UPDATE in a
+// transaction of its own). Not built, nor tested against CockroachDB.
 //
 // Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
 // schema of its own (Options.Schema, default "ratchet"), created and
@@ -144,6 +152,9 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 	sort.Strings(files)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('ratchet-migrate:' || $1))", schema); err != nil {
+			if noAdvisoryLocks(err) {
+				return fmt.Errorf("%w: %w", ErrNoAdvisoryLocks, err)
+			}
 			return fmt.Errorf("locking for migration: %w", err)
 		}
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
@@ -175,6 +186,17 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 		}
 		return nil
 	})
+}
+
+// ErrNoAdvisoryLocks means the database lacks PostgreSQL's advisory locks,
+// which the store uses to migrate once and to order replicas' batches.
+var ErrNoAdvisoryLocks = errors.New("the database has no PostgreSQL advisory locks, which the shared ledger needs (CockroachDB, for one, has none)")
+
+// noAdvisoryLocks reports whether err says the advisory lock functions do
+// not exist or are not supported.
+func noAdvisoryLocks(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "0A000") && strings.Contains(pe.Message, "advisory")
 }
 
 // retryable reports whether err is a serialization failure or deadlock,

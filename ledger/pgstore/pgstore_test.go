@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -151,4 +152,22 @@ func TestPrefetchAndLockRelease(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestNoAdvisoryLocksIsNamed(t *testing.T) {
+	// What PostgreSQL-protocol databases without advisory locks answer
+	// (an unknown function, or an unsupported feature) is recognised; other
+	// errors are not.
+	for err, want := range map[error]bool{
+		&pgconn.PgError{Code: "42883", Message: "unknown function: pg_advisory_xact_lock()"}:                                   true,
+		&pgconn.PgError{Code: "0A000", Message: "pg_advisory_xact_lock is not supported"}:                                      true,
+		fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "42883", Message: "function pg_advisory_lock(bigint) does not exist"}): true,
+		&pgconn.PgError{Code: "42883", Message: "function foo() does not exist"}:                                               false,
+		&pgconn.PgError{Code: "40001", Message: "could not serialize access"}:                                                  false,
+		fmt.Errorf("connection refused"): false,
+	} {
+		if noAdvisoryLocks(err) != want {
+			t.Errorf("noAdvisoryLocks(%v) = %v", err, !want)
+		}
+	}
 }
