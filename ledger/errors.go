@@ -61,16 +61,20 @@ var (
 	ErrApprovalNotFound       = &Error{Code: CodeApprovalNotFound}
 	ErrInvalidStateTransition = &Error{Code: CodeInvalidStateTransition}
 	ErrUnavailable            = &Error{Code: CodeUnavailable}
-	ErrClosed                 = errors.New("ledger: engine closed")
 )
 
-// ErrSecretMismatch is returned by New when the ledger was first written
-// with a different HMAC secret: every fingerprint, dimension hash and vendor
-// key in it would stop matching, so retries would look like new actions.
-var ErrSecretMismatch = errors.New("ledger: this ledger was written with a different HMAC secret")
-
-// ErrNotFound is returned by a Store for a missing key.
-var ErrNotFound = errors.New("ledger: key not found")
+// Errors that carry no code.
+var (
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("ledger: engine closed")
+	// ErrSecretMismatch is returned by New when the ledger was first
+	// written with a different HMAC secret: every fingerprint, dimension
+	// hash and vendor key in it would stop matching, so retries would look
+	// like new actions.
+	ErrSecretMismatch = errors.New("ledger: this ledger was written with a different HMAC secret")
+	// ErrNotFound is returned by a Store for a missing key.
+	ErrNotFound = errors.New("ledger: key not found")
+)
 
 // CodeOf returns the Code of err, or CodeInternal for errors the engine did
 // not classify.
