@@ -163,7 +163,11 @@ func New(opts Options) (*Engine, error) {
 		e.obs = nopObserver{}
 	}
 	if x, ok := opts.Store.(Exclusive); ok && x.Exclusive() {
-		e.cache = newRecCache(1 << 16)
+		// 4096 records hold every effect in flight even at thousands of
+		// decisions a second; a report that comes later decodes its record
+		// once. A larger cache only gives the collector more live heap to
+		// mark: 65536 raised begin p99 at 64 callers by about a third.
+		e.cache = newRecCache(1 << 12)
 	}
 	e.wg.Add(1)
 	go e.writer()
