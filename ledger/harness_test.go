@@ -64,6 +64,9 @@ func runPostgresSuite() int {
 type fakeClock struct {
 	mu sync.Mutex
 	t  time.Time
+	// back, when set, steps the clock back by that much right after the
+	// next reading (once).
+	back time.Duration
 }
 
 func newClock() *fakeClock {
@@ -73,7 +76,17 @@ func newClock() *fakeClock {
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.t
+	now := c.t
+	c.t, c.back = c.t.Add(-c.back), 0
+	return now
+}
+
+// stepBackAfterNextReading makes the clock jump back by d just after it
+// is next read.
+func (c *fakeClock) stepBackAfterNextReading(d time.Duration) {
+	c.mu.Lock()
+	c.back = d
+	c.mu.Unlock()
 }
 
 func (c *fakeClock) Advance(d time.Duration) {

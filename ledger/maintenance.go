@@ -17,11 +17,13 @@ const sweepBatch = 256
 // many effects it expired. The background reaper calls it every
 // Options.ReapInterval.
 func (e *Engine) Reap(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) error {
+	n, err := e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
-			return nil
+			return false, nil
 		}
-		return e.expireLease(t, rec)
+		return true, e.expireLease(t, rec)
+	}, func(rec *effectRec, at time.Time) bool {
+		return rec.State == StatePending && rec.LeaseExpiresAt.Equal(at)
 	})
 	if n > 0 {
 		e.obs.Expired(n)
@@ -36,7 +38,8 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // need someone's attention. A purged key is forgotten, so a later begin
 // with it is new. It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect)
+	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
+		func(rec *effectRec, at time.Time) bool { return rec.RetainedAt.Equal(at) })
 	if err == nil {
 		err = e.purgeCounters(ctx)
 	}
@@ -49,9 +52,13 @@ func (e *Engine) Purge(ctx context.Context) (int, error) {
 }
 
 // sweep walks a time index up to and including cutoff(now) and applies fn to each effect
-// in batches through the writer. fn must itself remove the index entry.
+// in batches through the writer, counting the effects fn acted on. fn must
+// itself remove the index entry when it acts. An entry fn declined is
+// dropped if the effect no longer owns it (owns says which), and kept if it
+// does: it was due by the scan's clock but not by the writer's (the clock
+// stepped back), and the next sweep will see it again.
 func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) time.Time,
-	fn func(t *opTxn, rec *effectRec, now time.Time) error) (int, error) {
+	fn func(t *opTxn, rec *effectRec, now time.Time) (bool, error), owns func(rec *effectRec, at time.Time) bool) (int, error) {
 	total := 0
 	for {
 		until := cutoff(e.clock.Now())
@@ -68,10 +75,12 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 		if err != nil || len(keys) == 0 {
 			return total, err
 		}
+		kept := 0
 		v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
 			n := 0
+			kept = 0
 			for _, k := range keys {
-				_, id, ok := timeKeyParts(k)
+				at, id, ok := timeKeyParts(k)
 				if !ok {
 					continue
 				}
@@ -85,14 +94,19 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 				if err != nil {
 					return nil, err
 				}
-				if err := fn(t, rec, now); err != nil {
+				acted, err := fn(t, rec, now)
+				switch {
+				case err != nil:
 					return nil, err
+				case acted:
+					n++
+				case owns(rec, at):
+					kept++
+				default:
+					if err := t.Delete(k); err != nil {
+						return nil, err
+					}
 				}
-				// An entry the effect no longer owns is dropped.
-				if err := t.Delete(k); err != nil {
-					return nil, err
-				}
-				n++
 			}
 			return n, nil
 		})
@@ -100,15 +114,18 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 			return total, err
 		}
 		total += v.(int)
+		if kept == len(keys) {
+			return total, nil // nothing here is due by the writer's clock yet
+		}
 		if len(keys) < sweepBatch {
 			return total, nil
 		}
 	}
 }
 
-func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
+func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 	if rec.RetainedAt.IsZero() || rec.RetainedAt.After(now.Add(-e.defaults.Retention)) {
-		return nil // not retained, or not yet due
+		return false, nil // not retained, or not yet due
 	}
 	del := [][]byte{
 		key("e", rec.EffectID),
@@ -135,7 +152,7 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 			return true, nil
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if last {
 			del = append(del, key("g", rec.Namespace, rec.GroupKey))
@@ -149,11 +166,11 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	}
 	for _, k := range del {
 		if err := t.Delete(k); err != nil {
-			return err
+			return false, err
 		}
 	}
 	t.remember(rec.EffectID, nil)
-	return moveStateCount(t, rec.State, "")
+	return true, moveStateCount(t, rec.State, "")
 }
 
 // purgeCounters deletes ceiling counters with nothing left in their window

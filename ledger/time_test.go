@@ -69,3 +69,42 @@ func TestLeaseBoundaries(t *testing.T) {
 		t.Fatalf("late report: %s", eff.State)
 	}
 }
+
+func TestSweepKeepsWhatTheClockStepBackMadeEarly(t *testing.T) {
+	// The reaper scans for leases due by the clock, then the writer checks
+	// them by the clock again. If the clock steps back in between, the
+	// writer declines, and the lease must stay in the index for the next
+	// sweep rather than be dropped (the effect would stay pending forever
+	// and never count against its agent). The same holds for retention.
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	a := h.beginWant(ledger.BeginRequest{IdempotencyKey: "sb:1", EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 60}, ledger.DecisionExecute)
+	done := h.beginWant(ledger.BeginRequest{IdempotencyKey: "sb:2", EffectType: "sms.send", AgentID: "bot"}, ledger.DecisionExecute)
+	h.report(done.EffectID, ledger.OutcomeSucceeded)
+	h.clock.Advance(2 * time.Minute)
+	h.clock.stepBackAfterNextReading(90 * time.Second) // the scan sees the lease due, the writer does not
+	if n, err := h.eng.Reap(ctx); err != nil || n != 0 {
+		t.Fatalf("reap across the step back = %d, %v", n, err)
+	}
+	h.clock.Advance(time.Minute)
+	if n, err := h.eng.Reap(ctx); err != nil || n != 1 {
+		t.Fatalf("reap once the lease is due again = %d, %v; want the lease expired", n, err)
+	}
+	if eff := h.get(a.EffectID); eff.State != ledger.StateIndeterminate {
+		t.Fatalf("effect %s after the reap", eff.State)
+	}
+	counts, _ := h.eng.StateCounts(ctx)
+	if counts[ledger.StatePending] != 0 || counts[ledger.StateIndeterminate] != 1 {
+		t.Fatalf("persisted counts %v: the expiry was not written", counts)
+	}
+	h.clock.Advance(720 * time.Hour)
+	h.clock.stepBackAfterNextReading(time.Hour)
+	if n, err := h.eng.Purge(ctx); err != nil || n != 0 {
+		t.Fatalf("purge across the step back = %d, %v", n, err)
+	}
+	h.clock.Advance(2 * time.Hour)
+	if n, err := h.eng.Purge(ctx); err != nil || n != 1 {
+		t.Fatalf("purge once due again = %d, %v; want the finished effect purged", n, err)
+	}
+	assertStateCounts(t, h)
+}
