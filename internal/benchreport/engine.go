@@ -152,12 +152,22 @@ func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
 		st.Close()
 		return nil, 0, err
 	}
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
+	eng, err := startEngine(st, secret)
 	if err != nil {
-		st.Close()
 		return nil, 0, err
 	}
 	return eng, time.Since(t0), nil
+}
+
+// startEngine starts an engine with the benchmark's policy on st, without
+// background loops; st is closed if it cannot start.
+func startEngine(st ledger.Store, secret []byte) (*ledger.Engine, error) {
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return eng, nil
 }
 
 var keySeq atomic.Int64

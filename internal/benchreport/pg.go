@@ -17,16 +17,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
-// pgDSN is the server benchmarked: RATCHET_TEST_PG_DSN, or the local one.
-func pgDSN() string {
-	if d := os.Getenv("RATCHET_TEST_PG_DSN"); d != "" {
-		return d
+// openPG starts an engine on the PostgreSQL ledger in schema of the server
+// the tests use (pgtest.DSNOrDefault).
+func openPG(schema string) (*ledger.Engine, error) {
+	st, err := pgstore.Open(context.Background(), pgtest.DSNOrDefault(), &pgstore.Options{Schema: schema})
+	if err != nil {
+		return nil, err
 	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return startEngine(st, make([]byte, 32))
 }
 
 type pgResults struct {
@@ -34,40 +37,29 @@ type pgResults struct {
 }
 
 // benchPG measures durable begin+report pairs on the PostgreSQL ledger at
-// 64 callers, from one engine and from three engines sharing the database
-// (each with its own pool and writer, as three sidecars would run), and the
-// naive design: one transaction per call against an idempotency table and a
-// budget row.
+// 64 callers, from one engine and from three worker processes sharing the
+// database (threeProcesses), and the naive design: one transaction per call
+// against an idempotency table and a budget row.
 func benchPG(d time.Duration) (pgResults, error) {
 	var out pgResults
-	ctx := context.Background()
+	dsn := pgtest.DSNOrDefault()
+	if err := pgtest.Reachable(dsn); err != nil {
+		return out, err
+	}
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "bench_" + hex.EncodeToString(b[:])
-	admin, err := pgx.Connect(ctx, pgDSN())
-	if err != nil {
-		return out, err
-	}
-	defer admin.Close(ctx)
-	defer admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-
-	open := func() (*ledger.Engine, error) {
-		st, err := pgstore.Open(ctx, pgDSN(), &pgstore.Options{Schema: schema})
-		if err != nil {
-			return nil, err
-		}
-		return ledger.New(ledger.Options{Store: st, Secret: make([]byte, 32), Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
-	}
-	eng, err := open()
+	defer pgtest.Drop(dsn, schema)
+	eng, err := openPG(schema)
 	if err != nil {
 		return out, err
 	}
 	out.one = pairs(eng, 64, d, 0)
-	eng.Close(ctx)
+	eng.Close(context.Background())
 	if out.three, err = threeProcesses(schema, d); err != nil {
 		return out, err
 	}
-	out.naive, err = naivePG(ctx, schema, d)
+	out.naive, err = naivePG(context.Background(), schema, d)
 	return out, err
 }
 
@@ -126,13 +118,8 @@ func pgWorker(arg string) error {
 	if err := cmp.Or(err1, err2, err3); err != nil {
 		return fmt.Errorf("-pg-worker %q: %w", arg, err)
 	}
-	st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: parts[0]})
+	eng, err := openPG(parts[0])
 	if err != nil {
-		return err
-	}
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: make([]byte, 32), Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		st.Close()
 		return err
 	}
 	defer eng.Close(context.Background())
@@ -145,7 +132,7 @@ func pgWorker(arg string) error {
 // naivePG is the design Ratchet's batching replaces: every call its own
 // transaction, the budget a single row updated in place.
 func naivePG(ctx context.Context, schema string, d time.Duration) (result, error) {
-	cfg, err := pgxpool.ParseConfig(pgDSN())
+	cfg, err := pgxpool.ParseConfig(pgtest.DSNOrDefault())
 	if err != nil {
 		return result{}, err
 	}

@@ -1,7 +1,7 @@
-// Package pgtest gives tests a PostgreSQL server and a fresh schema on it.
-// The server is RATCHET_TEST_PG_DSN, by default the local one with trust
-// auth and database test. Without one, tests skip and say so; with
-// RATCHET_REQUIRE_PG set (CI), they fail instead.
+// Package pgtest gives tests, and the benchmarks, a PostgreSQL server and a
+// fresh schema on it. The server is RATCHET_TEST_PG_DSN, by default the
+// local one with trust auth and database test. Without one, tests skip and
+// say so; with RATCHET_REQUIRE_PG set (CI), they fail instead.
 package pgtest
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DSNOrDefault is the server tests use.
+// DSNOrDefault is the server tests and benchmarks use.
 func DSNOrDefault() string {
 	if d := os.Getenv("RATCHET_TEST_PG_DSN"); d != "" {
 		return d
