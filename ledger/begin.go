@@ -42,7 +42,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 // reads names what a begin reads: its key and, once that is known, the
 // effect it points to; the agent's unreported expiries; its group; the
 // effect it compensates; its ceilings' counters.
-func (in *beginInput) reads(known knownFunc, _ time.Time) [][]byte {
+func (in *beginInput) reads(known knownFunc) [][]byte {
 	req := &in.req
 	kk := key("k", req.Namespace, req.IdempotencyKey)
 	ks := [][]byte{kk, key("u", req.Namespace, req.AgentID)}

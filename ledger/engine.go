@@ -109,7 +109,7 @@ type op struct {
 	fn func(t *opTxn, now time.Time) (any, error)
 	// reads, when set, names keys fn will read (see Prefetcher); nil for
 	// ops that are rare or read what cannot be known before they run.
-	reads func(known knownFunc, now time.Time) [][]byte
+	reads func(known knownFunc) [][]byte
 	done  chan opResult
 }
 
@@ -330,7 +330,7 @@ func (e *Engine) commit(batch []*op) []*op {
 func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	now := e.clock.Now()
 	if p, ok := tx.(Prefetcher); ok {
-		if err := prefetch(p, batch, now); err != nil {
+		if err := prefetch(p, batch); err != nil {
 			return nil, err
 		}
 	}
@@ -389,7 +389,7 @@ func (e *Engine) fail(batch []*op, err error) {
 
 // prefetch reads, in a few round trips, the keys a batch's ops say they
 // will read, so that their reads are answered from memory.
-func prefetch(p Prefetcher, batch []*op, now time.Time) error {
+func prefetch(p Prefetcher, batch []*op) error {
 	fetched := map[string][]byte{}
 	known := func(k []byte) ([]byte, bool) {
 		v, ok := fetched[string(k)]
@@ -402,7 +402,7 @@ func prefetch(p Prefetcher, batch []*op, now time.Time) error {
 			if o.reads == nil {
 				continue
 			}
-			for _, k := range o.reads(known, now) {
+			for _, k := range o.reads(known) {
 				if _, ok := fetched[string(k)]; !ok && !asked[string(k)] {
 					asked[string(k)] = true
 					want = append(want, k)

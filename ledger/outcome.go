@@ -52,7 +52,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		o := outcome{state: outcomeState(req.Outcome), result: req.Result, vendorRef: req.VendorReference,
 			errText: req.Error, actual: req.ActualCostMicros}
 		return e.settleOutcome(t, rec, o, "report", now)
-	}, reads: func(knownFunc, time.Time) [][]byte { return [][]byte{ek} }})
+	}, reads: func(knownFunc) [][]byte { return [][]byte{ek} }})
 	if serr != nil {
 		return nil, serr
 	}
