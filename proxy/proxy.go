@@ -48,7 +48,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -197,7 +196,7 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		}
 		for _, h := range hosts {
 			h = strings.ToLower(h)
-			if !hostRe.MatchString(h) {
+			if !vendors.IsHostName(h) {
 				return nil, fmt.Errorf("proxy intercept_hosts %s: %q is not a host name (no scheme, port or wildcard)", name, h)
 			}
 			if other, ok := p.vendorFor(h); ok && other != v {
@@ -213,10 +212,6 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 	}
 	return p, nil
 }
-
-// hostRe is a DNS host name: dot-separated labels of letters, digits and
-// inner hyphens.
-var hostRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // vendorFor returns the vendor whose traffic to host the forward proxy
 // intercepts: one of its well-known hosts or InterceptHosts, for a vendor

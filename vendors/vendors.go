@@ -27,6 +27,7 @@ package vendors
 import (
 	"encoding/hex"
 	"encoding/json"
+	"regexp"
 	"strings"
 )
 
@@ -119,6 +120,14 @@ func ForHost(host string) (Vendor, bool) {
 	}
 	return nil, false
 }
+
+// hostNameRe is a lowercase DNS host name: dot-separated labels of letters,
+// digits and inner hyphens.
+var hostNameRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// IsHostName reports whether h is a lowercase host name, with no scheme,
+// port or wildcard: what may name a vendor API host.
+func IsHostName(h string) bool { return hostNameRe.MatchString(h) }
 
 // ShapeKey turns a digest of at least 16 bytes into the key for the named
 // vendor. The same digest always gives the same key.

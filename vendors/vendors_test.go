@@ -62,4 +62,11 @@ func TestForHost(t *testing.T) {
 	if _, ok := ForHost("example.com"); ok {
 		t.Error("example.com is no vendor")
 	}
+	for h, want := range map[string]bool{"acme-checkout-live.adyenpayments.com": true, "api.stripe.com": true,
+		"*.adyenpayments.com": false, "api.stripe.com:443": false, "https://api.stripe.com": false, "API.stripe.com": false,
+		"-bad.example.com": false, "localhost": false, "": false} {
+		if IsHostName(h) != want {
+			t.Errorf("IsHostName(%q) = %v", h, !want)
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
 // Config is the whole file.
@@ -290,10 +291,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-var (
-	hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	hostName  = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-)
+var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func (c *Config) problems() []Problem {
 	var probs []Problem
@@ -322,7 +320,7 @@ func (c *Config) problems() []Problem {
 			add("proxy.intercept_hosts."+v, "has no proxy.upstreams.%s to send the intercepted traffic to", v)
 		}
 		for i, h := range c.Proxy.InterceptHosts[v] {
-			if !hostName.MatchString(h) {
+			if !vendors.IsHostName(h) {
 				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
 			}
 		}
