@@ -364,14 +364,31 @@ func (t *txn) fail(err error) error {
 	return err
 }
 
-func (t *txn) Get(k []byte) ([]byte, error) {
+// cached returns what the transaction knows of k without asking the
+// server: its own write, else what it read (nil value: absent).
+func (t *txn) cached(k []byte) ([]byte, bool) {
 	if v, ok := t.pending[string(k)]; ok {
-		if v == nil {
-			return nil, ledger.ErrNotFound
-		}
-		return v, nil
+		return v, true
 	}
-	if v, ok := t.read[string(k)]; ok {
+	v, ok := t.read[string(k)]
+	return v, ok
+}
+
+// kvRows reads the rows of a "SELECT k, v" query and closes them.
+func kvRows(rows pgx.Rows) (ks, vs [][]byte, err error) {
+	defer rows.Close()
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, nil, err
+		}
+		ks, vs = append(ks, k), append(vs, v)
+	}
+	return ks, vs, rows.Err()
+}
+
+func (t *txn) Get(k []byte) ([]byte, error) {
+	if v, ok := t.cached(k); ok {
 		if v == nil {
 			return nil, ledger.ErrNotFound
 		}
@@ -404,41 +421,30 @@ func (t *txn) Prefetch(keys [][]byte) ([][]byte, error) {
 	}
 	var ask [][]byte
 	for _, k := range keys {
-		_, pending := t.pending[string(k)]
-		_, read := t.read[string(k)]
-		if !pending && !read {
+		if _, ok := t.cached(k); !ok {
 			ask = append(ask, k)
 		}
 	}
 	if len(ask) > 0 {
 		rows, err := t.query("SELECT k, v FROM kv WHERE k = ANY($1)", ask)
+		if err == nil {
+			var ks, vs [][]byte
+			if ks, vs, err = kvRows(rows); err == nil {
+				for _, k := range ask {
+					t.read[string(k)] = nil // absent unless found
+				}
+				for i, k := range ks {
+					t.read[string(k)] = vs[i]
+				}
+			}
+		}
 		if err != nil {
 			return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
-		}
-		got := map[string][]byte{}
-		for rows.Next() {
-			var k, v []byte
-			if err := rows.Scan(&k, &v); err != nil {
-				rows.Close()
-				return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
-			}
-			got[string(k)] = v
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, t.fail(fmt.Errorf("postgres prefetch: %w", err))
-		}
-		for _, k := range ask {
-			t.read[string(k)] = got[string(k)] // nil: absent
 		}
 	}
 	vals := make([][]byte, len(keys))
 	for i, k := range keys {
-		if v, ok := t.pending[string(k)]; ok {
-			vals[i] = v
-		} else {
-			vals[i] = t.read[string(k)]
-		}
+		vals[i], _ = t.cached(k)
 	}
 	return vals, nil
 }
@@ -529,20 +535,11 @@ func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) err
 			args = append(args, end)
 		}
 		rows, err := t.query(q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
-		if err != nil {
-			return t.fail(fmt.Errorf("postgres scan: %w", err))
-		}
 		var ks, vs [][]byte
-		for rows.Next() {
-			var k, v []byte
-			if err := rows.Scan(&k, &v); err != nil {
-				rows.Close()
-				return t.fail(fmt.Errorf("postgres scan: %w", err))
-			}
-			ks, vs = append(ks, k), append(vs, v)
+		if err == nil {
+			ks, vs, err = kvRows(rows)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return t.fail(fmt.Errorf("postgres scan: %w", err))
 		}
 		for i := range ks {
