@@ -57,3 +57,14 @@ type Compactor interface {
 type Prefetcher interface {
 	Prefetch(keys [][]byte) ([][]byte, error)
 }
+
+// Deferred is implemented by stores that can commit a transaction without
+// waiting for the disk, making its writes visible to later transactions and
+// reads at once, and can later make everything committed so far durable
+// with one Sync. The engine then commits the next batch while earlier ones
+// are being synced, and answers a batch only after a Sync that began after
+// its commit has returned.
+type Deferred interface {
+	UpdateDeferred(fn func(Txn) error) error
+	Sync() error
+}

@@ -1,11 +1,16 @@
 // Package badgerstore is Ratchet's embedded ledger storage: a ledger.Store on
 // Badger v4 in a local directory.
 //
-// Durability: SyncWrites is always on, so Update returns only after Badger has
-// fsynced its value log; the engine answers a decision only after that.
-// Badger's own conflict detection is turned off because the engine already
-// serialises every write through a single writer goroutine (group commit):
-// one Badger transaction carries a whole batch of decisions and one fsync.
+// Durability: the store syncs, not Badger. Badger runs with SyncWrites off;
+// UpdateDeferred commits a transaction (visible at once) and Sync
+// fdatasyncs every log file Badger may have written since the last Sync
+// (see logSync), so the engine can commit its next batch while the last is
+// being synced and answers a decision only after a Sync that covers it.
+// Update is both in one call. Doing the sync here rather than with Badger's
+// SyncWrites also means a failed sync is seen: Badger only logs a failed
+// value log sync. Badger's own conflict detection is turned off because the
+// engine already serialises every write through a single writer goroutine
+// (group commit): one Badger transaction carries a whole batch of decisions.
 //
 // Badger allows one process per directory. A second Open of a directory in
 // use fails at once with ErrLocked rather than waiting.
@@ -54,7 +59,7 @@ type Options struct {
 	// MinFreeBytes is the free space below which writes are refused; zero
 	// means 64 MiB, negative turns the check off.
 	MinFreeBytes int64
-	// NoSync turns SyncWrites off. Only the benchmarks use it, for a
+	// NoSync makes Sync do nothing. Only the benchmarks use it, for a
 	// labelled comparison; Ratchet itself always syncs.
 	NoSync bool
 }
@@ -64,6 +69,7 @@ type Store struct {
 	db      *badger.DB
 	dir     string
 	minFree int64
+	logs    *logSync // nil when nothing is synced (NoSync, InMemory)
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -87,7 +93,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// the kernel's walk of a 1 GiB mapping was a visible share of each
 	// commit's CPU; smaller files also let value log GC reclaim sooner.
 	bo := badger.DefaultOptions(dir).
-		WithSyncWrites(!opts.NoSync).
+		WithSyncWrites(false). // Store.Sync does it: see logSync
+
 		WithDetectConflicts(false).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
@@ -113,6 +120,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("opening ledger in %s: %w", dir, err)
 	}
 	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes}
+	if !opts.NoSync && !opts.InMemory {
+		if st.logs, err = newLogSync(dir); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	if st.minFree == 0 {
 		st.minFree = 64 << 20
 	}
@@ -122,12 +135,30 @@ func Open(dir string, opts *Options) (*Store, error) {
 	return st, nil
 }
 
-// Update implements ledger.Store.
+// Update implements ledger.Store: UpdateDeferred, then Sync.
 func (s *Store) Update(fn func(ledger.Txn) error) error {
+	if err := s.UpdateDeferred(fn); err != nil {
+		return err
+	}
+	return s.Sync()
+}
+
+// UpdateDeferred implements ledger.Deferred: it commits fn's writes, which
+// later transactions and reads see at once, without waiting for the disk.
+func (s *Store) UpdateDeferred(fn func(ledger.Txn) error) error {
 	if err := s.checkDisk(); err != nil {
 		return err
 	}
 	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+}
+
+// Sync implements ledger.Deferred: everything committed before it was
+// called is durable when it returns.
+func (s *Store) Sync() error {
+	if s.logs == nil {
+		return nil
+	}
+	return s.logs.sync()
 }
 
 // checkDisk refuses writes on a full or read-only filesystem.
@@ -166,9 +197,13 @@ func (s *Store) Backup(w io.Writer) error {
 	return err
 }
 
-// Restore loads a backup stream into the store, which should be empty.
+// Restore loads a backup stream into the store, which should be empty,
+// and syncs it.
 func (s *Store) Restore(r io.Reader) error {
-	return s.db.Load(r, 256)
+	if err := s.db.Load(r, 256); err != nil {
+		return err
+	}
+	return s.Sync()
 }
 
 type txnAdapter struct{ txn *badger.Txn }
@@ -244,14 +279,28 @@ func (s *Store) Empty() (bool, error) {
 // Compact implements ledger.Compactor: it rewrites value log files that
 // are mostly garbage (effect records purged by retention live there), until
 // none is worth rewriting.
+//
+// GC copies the live values of a file to the current value log and then
+// deletes the file, with no sync in between when SyncWrites is off; a
+// power cut could then lose the only copy. Badger defers such deletes
+// while any iterator is open, so Compact holds one across the GC and the
+// Sync after it: the files go only once their values are durable elsewhere.
 func (s *Store) Compact() error {
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{})
+	defer it.Close() // after the Sync below: deferred deletes happen here
 	for {
 		err := s.db.RunValueLogGC(0.5)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("value log GC: %w", err)
 		}
 	}
+	if err := s.Sync(); err != nil {
+		return fmt.Errorf("syncing after value log GC: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,303 @@
+package badgerstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// dirtyPages asks the kernel (cachestat, Linux 6.5+) how many of a file's
+// pages in the page cache are dirty or under writeback: written, not yet
+// on disk. It skips the test where the kernel cannot tell.
+func dirtyPages(t *testing.T, name string) uint64 {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rng struct{ off, len uint64 } // len 0: to the end of the file
+	var st struct{ cache, dirty, writeback, evicted, recentlyEvicted uint64 }
+	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, f.Fd(), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
+	if errno == unix.ENOSYS {
+		t.Skip("the kernel has no cachestat: cannot see dirty pages")
+	}
+	if errno != 0 {
+		t.Fatalf("cachestat %s: %v", name, errno)
+	}
+	return st.dirty + st.writeback
+}
+
+// logFiles lists the .mem and .vlog files of dir.
+func logFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, pat := range []string{"*.mem", "*.vlog"} {
+		m, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
+}
+
+// TestLogSyncFindsRotatedFiles: between two syncs the current file may be
+// rotated away from, more than once, and the file last seen may be gone.
+func TestLogSyncFindsRotatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(bytes.Repeat([]byte{'x'}, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	write("00001.mem")
+	write("000001.vlog")
+	s, err := newLogSync(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name   string
+		change func()
+		newest [2]int
+	}{
+		{"current files", func() { write("00001.mem"); write("000001.vlog") }, [2]int{1, 1}},
+		{"two rotations", func() { write("00001.mem"); write("00002.mem"); write("00003.mem"); write("000002.vlog") }, [2]int{3, 2}},
+		{"last seen flushed and deleted, newer ones skipped a number", func() {
+			os.Remove(filepath.Join(dir, "00003.mem"))
+			write("00005.mem")
+			write("000002.vlog")
+		}, [2]int{5, 2}},
+	}
+	for _, st := range steps {
+		st.change()
+		if err := s.sync(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		for _, f := range logFiles(t, dir) {
+			if n := dirtyPages(t, f); n > 0 {
+				t.Errorf("%s: %s still has %d pages not on disk", st.name, filepath.Base(f), n)
+			}
+		}
+		if s.newest != st.newest {
+			t.Errorf("%s: newest %v, want %v", st.name, s.newest, st.newest)
+		}
+	}
+}
+
+// TestSyncLeavesNothingUnwritten drives Badger through value log and
+// memtable rotations and asks the kernel, after every Sync, whether any
+// page of any log file is still waiting for the disk. With NoSync the same
+// check finds such pages, so it can see them.
+func TestSyncLeavesNothingUnwritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes about 150 MB")
+	}
+	unsynced := func(dir string) []string {
+		var out []string
+		for _, f := range logFiles(t, dir) {
+			if n := dirtyPages(t, f); n > 0 {
+				out = append(out, fmt.Sprintf("%s: %d pages", filepath.Base(f), n))
+			}
+		}
+		return out
+	}
+	put := func(s *Store, batch, n, size int) {
+		t.Helper()
+		err := s.Update(func(tx ledger.Txn) error {
+			for i := range n {
+				if err := tx.Set(fmt.Appendf(nil, "k\x00%08d-%06d", batch, i), bytes.Repeat([]byte{byte(i)}, size)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dir := t.TempDir()
+	s, err := Open(dir, &Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mems, vlogs := map[string]bool{}, map[string]bool{}
+	note := func() {
+		for _, f := range logFiles(t, dir) {
+			if strings.HasSuffix(f, ".mem") {
+				mems[f] = true
+			} else {
+				vlogs[f] = true
+			}
+		}
+	}
+	// Large values go to the value log (64 MiB files), small ones stay in
+	// the memtable (32 MiB): both rotate.
+	for b := range 100 {
+		if b%2 == 0 {
+			put(s, b, 4, 400<<10)
+		} else {
+			put(s, b, 4000, 300)
+		}
+		note()
+		if left := unsynced(dir); len(left) > 0 {
+			t.Fatalf("after Update %d, not on disk: %v", b, left)
+		}
+	}
+	if len(mems) < 2 || len(vlogs) < 2 {
+		t.Fatalf("the test did not rotate both logs: %d .mem and %d .vlog files seen", len(mems), len(vlogs))
+	}
+
+	// The control: the same check sees what an unsynced commit leaves.
+	ndir := t.TempDir()
+	ns, err := Open(ndir, &Options{MinFreeBytes: -1, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	put(ns, 0, 4, 400<<10)
+	if len(unsynced(ndir)) == 0 {
+		t.Fatal("an unsynced commit left no dirty pages: the check sees nothing")
+	}
+}
+
+func TestLogNumber(t *testing.T) {
+	for name, want := range map[string]int{"00012.mem": 12, "000007.vlog": 7, "00012.sst": -1, "x.mem": -1, "MANIFEST": -1} {
+		got := -1
+		for k := range logKinds {
+			if n, ok := logNumber(name, k); ok {
+				got = n
+			}
+		}
+		if got != want {
+			t.Errorf("logNumber(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestCompactSyncsBeforeDeleting: value log GC copies live values into the
+// current file and deletes the old one; Compact returns with the copies on
+// disk and the old file gone.
+func TestCompactSyncsBeforeDeleting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes about 100 MB")
+	}
+	dir := t.TempDir()
+	s, err := Open(dir, &Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte{'v'}, 1<<20)
+	for i := range 80 { // more than one 64 MiB value log file
+		if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "k%03d", i), val) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keep one value of the first file; delete the rest of it. Closing
+	// flushes each step to its own table, so that compacting them together
+	// tells Badger which values are garbage.
+	reopen := func() {
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = Open(dir, &Options{MinFreeBytes: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen()
+	for i := 1; i < 60; i++ {
+		if err := s.Update(func(tx ledger.Txn) error { return tx.Delete(fmt.Appendf(nil, "k%03d", i)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen()
+	// More level 0 tables than Badger keeps before it compacts them.
+	for i := range 6 {
+		if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "f%d", i), nil) }); err != nil {
+			t.Fatal(err)
+		}
+		reopen()
+	}
+	defer func() { s.Close() }()
+	if err := s.db.Flatten(1); err != nil {
+		t.Fatal(err)
+	}
+	first := filepath.Join(dir, "000001.vlog")
+	if _, err := os.Stat(first); err != nil {
+		t.Fatalf("the first value log file is not there to reclaim: %v", err)
+	}
+	// Watch for the delete and look, as soon as it happens, at the file
+	// the values were copied into.
+	watch, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(watch)
+	if _, err := unix.InotifyAddWatch(watch, dir, unix.IN_DELETE); err != nil {
+		t.Fatal(err)
+	}
+	current := logFiles(t, dir)
+	target := current[len(current)-1] // the newest value log file
+	atDelete := make(chan uint64, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := unix.Read(watch, buf)
+			if err != nil || n <= 0 {
+				return
+			}
+			if bytes.Contains(buf[:n], []byte("000001.vlog")) {
+				atDelete <- dirtyPages(t, target)
+				return
+			}
+		}
+	}()
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-atDelete:
+		if n > 0 {
+			t.Errorf("the old value log file was deleted while %d pages of the copies were not on disk", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delete of the old value log file was seen")
+	}
+	if _, err := os.Stat(first); !os.IsNotExist(err) {
+		t.Fatalf("Compact did not reclaim the first value log file: %v", err)
+	}
+	for _, f := range logFiles(t, dir) {
+		if n := dirtyPages(t, f); n > 0 {
+			t.Errorf("%s has %d pages not on disk after Compact", filepath.Base(f), n)
+		}
+	}
+	err = s.View(func(r ledger.Reader) error {
+		v, err := r.Get([]byte("k000"))
+		if err == nil && !bytes.Equal(v, val) {
+			err = errors.New("k000 changed")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the value GC moved: %v", err)
+	}
+}
