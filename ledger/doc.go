@@ -9,46 +9,45 @@
 // retention sweeps) is a closure queued to a single writer goroutine. The
 // writer takes everything queued (up to Options.MaxBatch), runs each op in
 // order against one storage transaction, each op seeing the writes of the
-// ops before it, commits once with SyncWrites (one fsync for the batch), and
-// only then answers every caller. This is group commit: concurrency raises
-// batch size instead of causing conflicts, hot budget counters are never
-// raced, and an execute is never answered before it is on disk. An op that
-// fails leaves nothing behind (its writes are buffered per op); a commit that
-// fails answers every op of the batch with CodeUnavailable and records none
-// of them. Reads (Get, List, Budgets, ListApprovals) use snapshots of
+// ops before it, commits once, and answers every caller only once the
+// commit is durable. This is group commit: concurrency raises batch size
+// instead of causing conflicts, hot budget counters are never raced, and an
+// execute is never answered before it is on disk. An op that fails leaves
+// nothing behind (its writes are buffered per op); a commit that fails
+// answers every op of the batch with CodeUnavailable and records none of
+// them. Reads (Get, List, Budgets, ListApprovals) use snapshots of
 // committed data and never wait for the writer.
 //
-// What limits it (measured on 2 cores, see BENCHMARKS.md): a begin+report
-// pair needs two commit cycles. At 64 closed-loop callers a batch holds
-// about 32 ops (half the callers are always between their answer and their
-// next call) and a cycle takes about 1.1 ms: 0.4 ms of the writer's own
-// work, then 0.7 ms in Badger (about 2.7 µs of CPU per key on its write
-// path, then two msyncs). The whole process uses about 80 µs of CPU per
-// pair, of which Badger's write path is a third, callers' validation and
-// hashing a sixth, garbage collection a tenth. Pipelining (deciding batch
-// N+1 while N is synced) was built twice and measured: first with Badger in
-// managed mode, then with Txn.CommitWith and an in-memory overlay of the
-// batch in flight. Neither gained: batches got smaller, so there were more
-// syncs, each costing kernel CPU on the same two cores, and the process
-// used more CPU for the same pairs. Both were reverted. Neither did making
-// batches wait for more ops, nor keeping every value in the LSM tree.
+// On Badger the durable step is split off (Deferred): the writer commits a
+// batch to Badger without waiting for the disk and goes on to the next,
+// while a second goroutine fdatasyncs Badger's log files once for every
+// batch committed meanwhile and then answers them. A batch decided on top
+// of one not yet synced is answered only after a sync that covers both.
+// Two consequences, chosen deliberately: a read may see a decision about a
+// millisecond before it is durable (after a power cut it may be gone, but
+// nobody was told to act on it), and a failed sync stops the engine taking
+// writes until it is restarted (see syncer). badgerstore documents how its
+// sync finds every file Badger wrote, including those Badger rotated away
+// from or rewrote during value log GC, which Badger itself leaves unsynced
+// when its SyncWrites is off.
 //
-// Latency floor: every Badger commit with SyncWrites msyncs the value log
-// and then the memtable's WAL, and on ext4 each sync sends the device a
-// cache flush even when the value log has nothing new, so a commit costs two
-// flushes (about 0.3 ms here, against 0.15 ms for one fdatasync). That is
-// the whole of a begin's latency at one caller. Getting to one flush needs
-// a log of Ratchet's own with Badger unsynced behind it. What that must get
-// right (Badger v4.9 read for this): with SyncWrites off Badger syncs
-// neither a rotated memtable's WAL nor a value log file it rotates away
-// from, so a checkpoint must fsync every .mem and .vlog file before the
-// log is cut; value log GC moves live values and then deletes the old file
-// without a sync, so it would have to stop (values kept in the LSM tree,
-// which the million-effect case measured badly) or be followed by such a
-// checkpoint before the delete, which Badger does not offer; and
-// encryption at rest would have to cover the log too. Until that is built
-// and crash-tested at the OS level, not only by kill -9, durability comes
-// first.
+// What limits it (measured on 2 cores, see BENCHMARKS.md): a begin+report
+// pair needs two commit cycles, and the process uses about 80-100 µs of
+// CPU per pair, of which the writer's own work (policy, counters, record
+// encoding) is about half, Badger's write path a sixth, callers'
+// validation and hashing a sixth, garbage collection a tenth. With syncs
+// turned off altogether (not durable) the same workload reaches only about
+// twice the durable figure, so the disk is not the main limit: the writer's
+// serial CPU and the scheduling of 64 callers on two cores are. Splitting
+// off the sync (above) gained about a tenth at one caller and a few
+// percent at 64, less than hoped, because each sync writes 20-30 KB (effect
+// records are about 1 KB of JSON, written at begin and again at report)
+// and this disk takes that at about 0.5 ms a file. Measured and reverted
+// in earlier rounds: Badger in managed mode and Txn.CommitWith with an
+// in-memory overlay (more, smaller batches), making batches wait for more
+// ops, keeping every value in the LSM tree (compaction fell behind at a
+// million effects), and compressing records with S2 (a third smaller, no
+// measurable gain).
 //
 // Storage is reached only through the narrow Store interface (ordered keys,
 // transactions), so a second backend can follow; badgerstore is the

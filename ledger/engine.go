@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -96,6 +98,9 @@ type Engine struct {
 	ids      idGen
 	obs      Observer
 	cache    *recCache // nil unless the store is exclusive; writer only
+	deferred Deferred  // nil unless the store syncs separately
+	unsynced chan unsynced
+	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 
 	ops     chan *op
 	stop    chan struct{}
@@ -124,6 +129,12 @@ const prefetchRounds = 2
 type opResult struct {
 	val any
 	err error
+}
+
+// unsynced is a committed part of a batch waiting for a Sync.
+type unsynced struct {
+	ops     []*op
+	results []opResult
 }
 
 // New starts an engine on opts.Store.
@@ -168,6 +179,12 @@ func New(opts Options) (*Engine, error) {
 		// once. A larger cache only gives the collector more live heap to
 		// mark: 65536 raised begin p99 at 64 callers by about a third.
 		e.cache = newRecCache(1 << 12)
+	}
+	if d, ok := opts.Store.(Deferred); ok {
+		e.deferred = d
+		e.unsynced = make(chan unsynced, 1024)
+		e.wg.Add(1)
+		go e.syncer()
 	}
 	e.wg.Add(1)
 	go e.writer()
@@ -271,6 +288,9 @@ const batchBytes = 4 << 20
 // was queued waits forever.
 func (e *Engine) writer() {
 	defer e.wg.Done()
+	if e.unsynced != nil {
+		defer close(e.unsynced)
+	}
 	var batch []*op
 	for {
 		if len(batch) == 0 {
@@ -302,10 +322,19 @@ func (e *Engine) take(batch []*op) []*op {
 }
 
 // commit runs and commits as much of batch as fits and returns the ops left
-// for the next commit.
+// for the next commit. With a Deferred store the committed ops go to the
+// syncer, which answers them once they are durable.
 func (e *Engine) commit(batch []*op) []*op {
+	if err := e.syncErr.Load(); err != nil {
+		answerAll(batch, err)
+		return nil
+	}
 	var results []opResult
-	err := e.store.Update(func(tx Txn) error {
+	update := e.store.Update
+	if e.deferred != nil {
+		update = e.deferred.UpdateDeferred
+	}
+	err := update(func(tx Txn) error {
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
 		// A store may also run fn again; the batch is decided afresh.
@@ -318,8 +347,55 @@ func (e *Engine) commit(batch []*op) []*op {
 		e.fail(batch, err)
 		return nil
 	}
-	answer(batch, results)
+	done := batch[:len(results)]
+	if e.deferred != nil {
+		e.unsynced <- unsynced{slices.Clone(done), results}
+	} else {
+		answer(done, results)
+	}
 	return batch[len(results):]
+}
+
+// syncer answers committed batches once a Sync has made them durable: one
+// Sync for every batch committed while the previous Sync ran. If a Sync
+// fails, what it covered may or may not be on disk and later batches were
+// decided on top of it, so the engine stops taking writes (fail-stop, as
+// databases do after a failed fsync; a later fsync may succeed without the
+// lost pages) until Ratchet is restarted and reads the ledger back from
+// disk. Readiness (Ping) then fails too.
+func (e *Engine) syncer() {
+	defer e.wg.Done()
+	for u := range e.unsynced {
+		group := []unsynced{u}
+	more:
+		for {
+			select {
+			case v, ok := <-e.unsynced:
+				if !ok {
+					break more
+				}
+				group = append(group, v)
+			default:
+				break more
+			}
+		}
+		err := e.syncErr.Load()
+		if err == nil {
+			if serr := e.deferred.Sync(); serr != nil {
+				e.log.Error("ledger sync failed; refusing writes until restart", "err", serr)
+				e.syncErr.CompareAndSwap(nil, &Error{Code: CodeUnavailable, Err: serr,
+					Message: "the ledger could not make its writes durable and takes no more until Ratchet is restarted; this may or may not have been recorded"})
+				err = e.syncErr.Load()
+			}
+		}
+		for _, g := range group {
+			if err != nil {
+				answerAll(g.ops, err)
+			} else {
+				answer(g.ops, g.results)
+			}
+		}
+	}
 }
 
 // decideBatch runs the ops of batch in order against tx, each seeing the writes
@@ -380,10 +456,14 @@ func (e *Engine) fail(batch []*op, err error) {
 	if e.cache != nil {
 		e.cache.clear()
 	}
-	uerr := &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err}
 	e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
+	answerAll(batch, &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err})
+}
+
+// answerAll answers every op of batch with err.
+func answerAll(batch []*op, err *Error) {
 	for _, o := range batch {
-		o.done <- opResult{nil, uerr}
+		o.done <- opResult{nil, err}
 	}
 }
 

@@ -126,6 +126,8 @@ type harness struct {
 	defs   ledger.Defaults
 	logger *slog.Logger
 	schema string // postgres only
+	// wrap, when set, wraps the Badger store the next opens use.
+	wrap func(*badgerstore.Store) ledger.Store
 }
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
@@ -171,6 +173,9 @@ func (h *harness) openStore() ledger.Store {
 	st, err := badgerstore.Open(h.dir+"/ledger", &h.opts)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if h.wrap != nil {
+		return h.wrap(st)
 	}
 	return st
 }
