@@ -394,7 +394,7 @@ func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
 		}
 		rec.stored = rec.State
 		if t, ok := r.(*opTxn); ok && t.cache != nil {
-			t.cache.put(id, rec.clone())
+			t.cache.recs.put(id, rec.clone())
 		}
 	}
 	if ns != "" && rec.Namespace != ns {
@@ -416,7 +416,10 @@ func cachedEffect(r Reader, id string) *effectRec {
 		}
 		return rec.clone()
 	}
-	return t.cache.get(id)
+	if rec, ok := t.cache.recs.get(id); ok {
+		return rec.clone()
+	}
+	return nil
 }
 
 // putEffect writes an effect and, on first write, its indexes.

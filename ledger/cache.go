@@ -2,51 +2,69 @@ package ledger
 
 import "slices"
 
-// recCache holds decoded effect records for the writer, so a report does
-// not decode the record its begin has just written. It is touched only by
-// the writer goroutine, only when the store says the engine is its sole
-// writer (see Exclusive), and it mirrors the store exactly: an op's records
-// enter it only once the op has succeeded, and a failed commit empties it.
-// Two generations make it roughly least-recently-used with O(1) upkeep.
-type recCache struct {
-	cur, prev map[string]*effectRec
+// genCache is a writer-side cache of what the store holds. It is touched
+// only by the writer goroutine, only when the store says the engine is its
+// sole writer (see Exclusive), and it mirrors the store exactly: what an op
+// writes enters it only once the op has succeeded, and a failed commit
+// empties it. Two generations make it roughly least-recently-used with
+// O(1) upkeep.
+type genCache[V any] struct {
+	cur, prev map[string]V
 	max       int
 }
 
-func newRecCache(max int) *recCache {
-	return &recCache{cur: map[string]*effectRec{}, prev: map[string]*effectRec{}, max: max}
+func newGenCache[V any](max int) *genCache[V] {
+	return &genCache[V]{cur: map[string]V{}, prev: map[string]V{}, max: max}
 }
 
-// get returns a copy the caller may change, or nil.
-func (c *recCache) get(id string) *effectRec {
-	r, ok := c.cur[id]
+func (c *genCache[V]) get(k string) (V, bool) {
+	v, ok := c.cur[k]
 	if !ok {
-		if r, ok = c.prev[id]; !ok {
-			return nil
+		if v, ok = c.prev[k]; ok {
+			c.put(k, v)
 		}
-		c.put(id, r)
 	}
-	return r.clone()
+	return v, ok
 }
 
-// put stores r (nil removes the entry); r must not be changed afterwards.
-func (c *recCache) put(id string, r *effectRec) {
-	if c == nil {
-		return
-	}
-	if r == nil {
-		delete(c.cur, id)
-		delete(c.prev, id)
-		return
-	}
+// put stores v, which must not be changed afterwards.
+func (c *genCache[V]) put(k string, v V) {
 	if len(c.cur) >= c.max/2 {
-		c.prev, c.cur = c.cur, make(map[string]*effectRec, c.max/2)
+		c.prev, c.cur = c.cur, make(map[string]V, c.max/2)
 	}
-	c.cur[id] = r
+	c.cur[k] = v
 }
 
-func (c *recCache) clear() {
-	c.cur, c.prev = map[string]*effectRec{}, map[string]*effectRec{}
+func (c *genCache[V]) remove(k string) {
+	delete(c.cur, k)
+	delete(c.prev, k)
+}
+
+func (c *genCache[V]) clear() {
+	c.cur, c.prev = map[string]V{}, map[string]V{}
+}
+
+// writerCaches are the writer's two caches: decoded effect records, so a
+// report does not decode the record its begin has just written, and the
+// raw values of the small keys every begin reads (ceiling counters, an
+// agent's unreported expirations, idempotency keys, groups), including
+// that a key is absent (a nil value), so the hot ones are not looked up in
+// the store's trees on every begin.
+type writerCaches struct {
+	recs *genCache[*effectRec]
+	vals *genCache[[]byte]
+}
+
+// valueCached says which keys the value cache holds: not effect records
+// (the record cache has them decoded) and not the meta keys the writer
+// writes around the ops (state counts).
+func valueCached(k []byte) bool {
+	return len(k) > 0 && (k[0] == 'c' || k[0] == 'u' || k[0] == 'k' || k[0] == 'g')
+}
+
+func (w *writerCaches) clear() {
+	w.recs.clear()
+	w.vals.clear()
 }
 
 // clone copies what ops change in place (reservations, the approval); the
