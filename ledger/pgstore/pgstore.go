@@ -49,7 +49,13 @@
 // one statement each; a transaction remembers what it read. (Sending the
 // lock, BEGIN and the first reads as one pipeline, so that the server
 // starts a batch the moment another replica unlocks, was measured and
-// gained nothing.)
+// gained nothing. Nor did taking the WAL flush out of the lock: each batch
+// committed with synchronous_commit off for itself, so that its writes
+// were visible and the lock free at once, and its answer waited for a
+// later transaction writing one WAL record (a logical message) under the
+// server's setting, whose flush covers every earlier commit. Three
+// processes gained nothing measurable on 2 cores, where the database and
+// the replicas share the CPU; it was reverted.)
 //
 // A commit's answer can be lost with its connection. The batch is then
 // reported failed (unavailable) although it may have committed; if it did,
