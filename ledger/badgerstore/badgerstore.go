@@ -107,7 +107,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithValueLogFileSize(64 << 20).
 		WithInMemory(opts.InMemory)
 	if opts.InMemory {
+		// There is no value log in memory: Badger refuses a value over the
+		// threshold (and its error path panics on values under 1 KiB), so
+		// every value stays in the tree, as Badger's default allows.
 		bo.Dir, bo.ValueDir = "", ""
+		bo = bo.WithValueThreshold(badger.DefaultOptions("").ValueThreshold)
 	}
 	if len(opts.EncryptionKey) > 0 {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey)

@@ -61,3 +61,27 @@ func TestStore(t *testing.T) {
 		t.Fatalf("scan from b: %q %v", got, err)
 	}
 }
+
+// TestInMemoryTakesLargeValues: in memory there is no value log, and an
+// effect record is larger than the on-disk value threshold.
+func TestInMemoryTakesLargeValues(t *testing.T) {
+	s, err := Open(t.TempDir(), &Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := bytes.Repeat([]byte{'r'}, 4<<10)
+	if err := s.Update(func(tx ledger.Txn) error { return tx.Set([]byte("e\x00big"), big) }); err != nil {
+		t.Fatal(err)
+	}
+	err = s.View(func(r ledger.Reader) error {
+		v, err := r.Get([]byte("e\x00big"))
+		if err == nil && !bytes.Equal(v, big) {
+			err = errors.New("value changed")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
