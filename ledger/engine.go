@@ -101,6 +101,7 @@ type Engine struct {
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
+	reruns   atomic.Int64          // batches a store decided again (see Reruns)
 
 	ops     chan *op
 	stop    chan struct{}
@@ -335,10 +336,18 @@ func (e *Engine) commit(batch []*op) []*op {
 	if e.deferred != nil {
 		update = e.deferred.UpdateDeferred
 	}
+	runs := 0
 	err := update(func(tx Txn) error {
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
-		// A store may also run fn again; the batch is decided afresh.
+		// A store may also run fn again; the batch is decided afresh,
+		// without what the discarded run put in the caches.
+		if runs++; runs > 1 {
+			e.reruns.Add(1)
+			if e.cache != nil {
+				e.cache.clear()
+			}
+		}
 		batch = e.take(batch)
 		var err error
 		results, err = e.decideBatch(tx, batch)
@@ -356,6 +365,11 @@ func (e *Engine) commit(batch []*op) []*op {
 	}
 	return batch[len(results):]
 }
+
+// Reruns is how many times since New a store had the writer decide a
+// batch again (a serialization failure on a shared store). Badger never
+// does: one writer, no conflicts. make bench reports it per pair.
+func (e *Engine) Reruns() int64 { return e.reruns.Load() }
 
 // syncer answers committed batches once a Sync has made them durable: one
 // Sync for every batch committed while the previous Sync ran. If a Sync

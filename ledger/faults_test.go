@@ -16,11 +16,27 @@ import (
 type faultyStore struct {
 	*badgerstore.Store
 	failCommit, failSync atomic.Bool
+	rerun                atomic.Bool // run the next batch twice, discarding the first run
 }
+
+var errDiscardRun = errors.New("injected serialization failure")
 
 func (s *faultyStore) UpdateDeferred(fn func(ledger.Txn) error) error {
 	if s.failCommit.Load() {
 		return errors.New("injected commit failure")
+	}
+	if s.rerun.Swap(false) {
+		// As a shared store does after a serialization failure: the
+		// first run's writes are discarded and fn runs again.
+		err := s.Store.UpdateDeferred(func(tx ledger.Txn) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return errDiscardRun
+		})
+		if !errors.Is(err, errDiscardRun) {
+			return err
+		}
 	}
 	return s.Store.UpdateDeferred(fn)
 }
@@ -97,4 +113,36 @@ func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {
 	h.open()
 	h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionInFlight)
 	h.beginWant(pay("fault:3", "acct_1", 1_000_000), ledger.DecisionExecute)
+}
+
+func TestRerunBatchIsDecidedAfresh(t *testing.T) {
+	h, fs := faultyHarness(t)
+	ctx := context.Background()
+	fs.rerun.Store(true)
+	first := h.beginWant(pay("rerun:1", "acct_1", 1_000_000), ledger.DecisionExecute)
+	if n := h.eng.Reruns(); n != 1 {
+		t.Fatalf("Reruns = %d, want 1", n)
+	}
+	if first.Attempt != 1 {
+		t.Fatalf("attempt %d after a rerun", first.Attempt)
+	}
+	h.beginWant(pay("rerun:1", "acct_1", 1_000_000), ledger.DecisionInFlight)
+	h.report(first.EffectID, ledger.OutcomeSucceeded)
+	// The discarded run spent nothing.
+	budgets, err := h.eng.Budgets(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, b := range budgets {
+		if b.Name == "daily-spend" {
+			found = true
+			if b.Counted != 1_000_000 {
+				t.Fatalf("daily-spend counted %d after one execute of 1 000 000", b.Counted)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no daily-spend counter")
+	}
 }

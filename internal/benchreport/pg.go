@@ -34,6 +34,9 @@ func openPG(schema string) (*ledger.Engine, error) {
 
 type pgResults struct {
 	one, three, naive result
+	// retries per pair: batches re-run after serialization failures
+	// (Ratchet), transactions re-run (naive: none, it waits on row locks)
+	oneRetries, threeRetries float64
 }
 
 // benchPG measures durable begin+report pairs on the PostgreSQL ledger at
@@ -55,31 +58,38 @@ func benchPG(d time.Duration) (pgResults, error) {
 		return out, err
 	}
 	out.one = pairs(eng, 64, d, 0)
+	out.oneRetries = float64(eng.Reruns()) / float64(max(out.one.ops, 1))
 	eng.Close(context.Background())
-	if out.three, err = threeProcesses(schema, d); err != nil {
+	var retries int64
+	if out.three, retries, err = threeProcesses(schema, d); err != nil {
 		return out, err
 	}
+	out.threeRetries = float64(retries) / float64(max(out.three.ops, 1))
 	out.naive, err = naivePG(context.Background(), schema, d)
 	return out, err
 }
 
 // workerResult is what a worker process reports.
 type workerResult struct {
-	PerSec float64       `json:"per_sec"`
-	P99    time.Duration `json:"p99"`
+	PerSec  float64       `json:"per_sec"`
+	P99     time.Duration `json:"p99"`
+	Pairs   int           `json:"pairs"`
+	Retries int64         `json:"retries"`
 }
 
 // threeProcesses runs three worker processes (this program with
 // -pg-worker), 22, 21 and 21 callers each, each its own engine with its own
 // pool and writer on the shared schema, as three sidecars would run, all
-// starting at the same moment; their rates add up.
-func threeProcesses(schema string, d time.Duration) (result, error) {
+// starting at the same moment; their rates add up. It also returns their
+// serialization retries.
+func threeProcesses(schema string, d time.Duration) (result, int64, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return result{}, err
+		return result{}, 0, err
 	}
 	start := time.Now().Add(2 * time.Second).UnixNano()
 	var out result
+	var retries int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
@@ -99,10 +109,12 @@ func threeProcesses(schema string, d time.Duration) (result, error) {
 			}
 			out.perSec += r.PerSec
 			out.p99 = max(out.p99, r.P99)
+			out.ops += r.Pairs
+			retries += r.Retries
 		})
 	}
 	wg.Wait()
-	return out, firstErr
+	return out, retries, firstErr
 }
 
 // pgWorker is one of threeProcesses' workers: arg is
@@ -126,7 +138,7 @@ func pgWorker(arg string) error {
 	keyPrefix = "bench:" + parts[4] + ":"
 	time.Sleep(time.Until(time.Unix(0, start)))
 	r := pairs(eng, callers, d, 0)
-	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99})
+	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99, Pairs: r.ops, Retries: eng.Reruns()})
 }
 
 // naivePG is the design Ratchet's batching replaces: every call its own
