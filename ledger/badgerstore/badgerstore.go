@@ -89,12 +89,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// compaction moves little data as the ledger grows (Badger's WiscKey
 	// design): with them in the tree, a million effects left compaction so
 	// far behind that writes stalled. Value log files are 64 MiB instead of
-	// 1 GiB: every commit msyncs the whole mapping of the current file, and
-	// the kernel's walk of a 1 GiB mapping was a visible share of each
-	// commit's CPU; smaller files also let value log GC reclaim sooner.
+	// 1 GiB: smaller files let value log GC reclaim sooner (and while
+	// Badger synced them itself, its msync of a 1 GiB mapping was a visible
+	// share of each commit's CPU).
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false). // Store.Sync does it: see logSync
-
 		WithDetectConflicts(false).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
