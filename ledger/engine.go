@@ -71,11 +71,17 @@ type Options struct {
 	Observer Observer
 }
 
-// Observer is told what the engine decided, after it is durable.
+// Observer is told what the engine decided, after it is durable, and when
+// the ledger could not record a batch.
 type Observer interface {
 	Begin(effectType string, d Decision, elapsed time.Duration)
 	Report(o Outcome, elapsed time.Duration)
 	Expired(n int)
+	// WriteFailed says ops were answered unavailable because their commit
+	// failed (stage "commit": nothing recorded), their sync failed
+	// ("sync": perhaps recorded), or the engine refuses writes since a
+	// sync failed ("stopped").
+	WriteFailed(stage string, ops int)
 }
 
 type nopObserver struct{}
@@ -83,6 +89,7 @@ type nopObserver struct{}
 func (nopObserver) Begin(string, Decision, time.Duration) {}
 func (nopObserver) Report(Outcome, time.Duration)         {}
 func (nopObserver) Expired(int)                           {}
+func (nopObserver) WriteFailed(string, int)               {}
 
 // Engine is the Ratchet ledger: every adapter (MCP tools, proxy, admin API)
 // calls its methods, and only it touches storage. All methods are safe for
@@ -328,6 +335,7 @@ func (e *Engine) take(batch []*op) []*op {
 // syncer, which answers them once they are durable.
 func (e *Engine) commit(batch []*op) []*op {
 	if err := e.syncErr.Load(); err != nil {
+		e.obs.WriteFailed("stopped", len(batch))
 		answerAll(batch, err)
 		return nil
 	}
@@ -405,6 +413,7 @@ func (e *Engine) syncer() {
 		}
 		for _, g := range group {
 			if err != nil {
+				e.obs.WriteFailed("sync", len(g.ops))
 				answerAll(g.ops, err)
 			} else {
 				answer(g.ops, g.results)
@@ -470,6 +479,7 @@ func (e *Engine) fail(batch []*op, err error) {
 		e.cache.clear()
 	}
 	e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
+	e.obs.WriteFailed("commit", len(batch))
 	answerAll(batch, &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err})
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
@@ -48,6 +50,27 @@ func (s *faultyStore) Sync() error {
 	return s.Store.Sync()
 }
 
+// failures records what the engine tells its observer of failed writes.
+type failures struct {
+	mu    sync.Mutex
+	stage map[string]int
+}
+
+func (f *failures) Begin(string, ledger.Decision, time.Duration) {}
+func (f *failures) Report(ledger.Outcome, time.Duration)         {}
+func (f *failures) Expired(int)                                  {}
+func (f *failures) WriteFailed(stage string, ops int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stage[stage] += ops
+}
+
+func (f *failures) count(stage string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stage[stage]
+}
+
 func faultyHarness(t *testing.T) (*harness, *faultyStore) {
 	t.Helper()
 	if testBackend == "postgres" {
@@ -58,6 +81,7 @@ func faultyHarness(t *testing.T) (*harness, *faultyStore) {
 		t.Fatal(err)
 	}
 	var fs *faultyStore
+	h.obs = &failures{stage: map[string]int{}}
 	h.wrap = func(st *badgerstore.Store) ledger.Store {
 		fs = &faultyStore{Store: st}
 		return fs
@@ -77,6 +101,9 @@ func TestFailedCommitRecordsNothing(t *testing.T) {
 		t.Fatalf("begin during a failing commit: %v", err)
 	}
 	fs.failCommit.Store(false)
+	if n := h.obs.(*failures).count("commit"); n != 1 {
+		t.Fatalf("observer told of %d failed commits, want 1", n)
+	}
 	// Nothing of the failed begin was kept; the engine goes on.
 	if r := h.beginWant(pay("fault:2", "acct_1", 1_000_000), ledger.DecisionExecute); r.Attempt != 1 {
 		t.Fatalf("attempt after a failed commit: %d", r.Attempt)
@@ -94,6 +121,9 @@ func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {
 	if ledger.CodeOf(err) != ledger.CodeUnavailable || !strings.Contains(err.Error(), "restarted") {
 		t.Fatalf("begin during a failing sync: %v", err)
 	}
+	if n := h.obs.(*failures).count("sync"); n != 1 {
+		t.Fatalf("observer told of %d ops whose sync failed, want 1", n)
+	}
 	// A later sync might succeed without the pages the failed one lost:
 	// the engine takes no more writes, and readiness says so.
 	fs.failSync.Store(false)
@@ -102,6 +132,9 @@ func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {
 	}
 	if err := h.eng.Ping(ctx); ledger.CodeOf(err) != ledger.CodeUnavailable {
 		t.Fatalf("ping after a failed sync: %v", err)
+	}
+	if n := h.obs.(*failures).count("stopped"); n != 2 {
+		t.Fatalf("observer told of %d refused ops, want 2 (a begin, a ping)", n)
 	}
 	if _, err := h.eng.Get(ctx, "", first.EffectID, ""); err != nil {
 		t.Fatalf("reads stop too: %v", err)

@@ -128,6 +128,7 @@ type harness struct {
 	schema string // postgres only
 	// wrap, when set, wraps the Badger store the next opens use.
 	wrap func(*badgerstore.Store) ledger.Store
+	obs  ledger.Observer // nil: none
 }
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
@@ -244,7 +245,7 @@ func (h *harness) open() {
 	st := h.openStore()
 	var err error
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
-		Defaults: h.defs, Logger: h.logger, ReapInterval: -1, PurgeInterval: -1})
+		Defaults: h.defs, Logger: h.logger, Observer: h.obs, ReapInterval: -1, PurgeInterval: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ type Metrics struct {
 	reports   *prometheus.CounterVec
 	reportLat prometheus.Histogram
 	expired   prometheus.Counter
+	failed    *prometheus.CounterVec
 	proxyReqs *prometheus.CounterVec
 	upstream  *prometheus.HistogramVec
 
@@ -65,12 +66,15 @@ func New() *Metrics {
 		Help: "Time to a durable report.", Buckets: latency})
 	m.expired = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratchet_reaper_expirations_total",
 		Help: "Leases the background reaper found expired without a report."})
+	m.failed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_ledger_write_failures_total",
+		Help: "Ledger operations answered unavailable, by stage: commit (failed, nothing recorded), sync (failed, perhaps recorded), stopped (refused: a sync failed earlier and the engine takes no writes until restarted)."},
+		[]string{"stage"})
 	m.proxyReqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_proxy_requests_total",
 		Help: "Proxy requests by vendor and outcome (pass, a decision, or refused)."}, []string{"vendor", "outcome"})
 	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratchet_proxy_upstream_duration_seconds",
 		Help: "Vendor call latency by vendor and classified result.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)},
 		[]string{"vendor", "result"})
-	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.proxyReqs, m.upstream,
+	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -111,6 +115,11 @@ func (m *Metrics) Report(o ledger.Outcome, elapsed time.Duration) {
 
 // Expired implements ledger.Observer.
 func (m *Metrics) Expired(n int) { m.expired.Add(float64(n)) }
+
+// WriteFailed implements ledger.Observer.
+func (m *Metrics) WriteFailed(stage string, ops int) {
+	m.failed.WithLabelValues(stage).Add(float64(ops))
+}
 
 // Request implements proxy.Observer.
 func (m *Metrics) Request(vendor, outcome string) { m.proxyReqs.WithLabelValues(vendor, outcome).Inc() }

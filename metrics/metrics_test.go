@@ -39,3 +39,19 @@ func grep(text, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestWriteFailuresByStage(t *testing.T) {
+	m := New()
+	m.WriteFailed("commit", 3)
+	m.WriteFailed("sync", 2)
+	m.WriteFailed("commit", 1)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	b, _ := io.ReadAll(rec.Body)
+	text := string(b)
+	for _, want := range []string{`ratchet_ledger_write_failures_total{stage="commit"} 4`, `ratchet_ledger_write_failures_total{stage="sync"} 2`} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("no %s in:\n%s", want, grep(text, "ratchet_ledger_write_failures_total"))
+		}
+	}
+}
