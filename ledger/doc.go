@@ -31,23 +31,30 @@
 // from or rewrote during value log GC, which Badger itself leaves unsynced
 // when its SyncWrites is off.
 //
-// What limits it (measured on 2 cores, see BENCHMARKS.md): a begin+report
-// pair needs two commit cycles, and the process uses about 80-100 µs of
-// CPU per pair, of which the writer's own work (policy, counters, record
-// encoding) is about half, Badger's write path a sixth, callers'
-// validation and hashing a sixth, garbage collection a tenth. With syncs
-// turned off altogether (not durable) the same workload reaches only about
-// twice the durable figure, so the disk is not the main limit: the writer's
-// serial CPU and the scheduling of 64 callers on two cores are. Splitting
-// off the sync (above) gained about a tenth at one caller and a few
-// percent at 64, less than hoped, because each sync writes 20-30 KB (effect
-// records are about 1 KB of JSON, written at begin and again at report)
-// and this disk takes that at about 0.5 ms a file. Measured and reverted
-// in earlier rounds: Badger in managed mode and Txn.CommitWith with an
+// What limits it (measured on 2 cores, see BENCHMARKS.md; profile with
+// go test -run XXX -bench BeginReport -cpuprofile cpu.prof ./ledger): a
+// begin+report pair needs two commit cycles, and the process uses about
+// 100 µs of CPU per pair: the writer's own work (policy, counters, JSON
+// records, Badger's transaction) a third, Badger's write goroutine
+// (skiplist inserts into a 32 MiB memtable, value log copies) a fifth, the
+// fdatasyncs a fifth (kernel time writing back and write-protecting
+// memory-mapped pages, about 145 µs a call), callers' validation and
+// hashing a tenth, garbage collection most of the rest. The writer and
+// Badger's write goroutine are serial stages, and at 64 callers each sync
+// (about 0.6 ms for two files, each needing a journal commit because
+// Badger's files are sparse) carries some 25 ops: with syncs turned off
+// altogether (not durable) the same workload reaches only about twice the
+// durable figure. Splitting off the sync (above) gained about a tenth at
+// one caller and a few percent at 64. What would go further is a log of
+// Ratchet's own, preallocated and written once with zeros so that a sync
+// needs no journal commit, with Badger synced only at checkpoints; it
+// needs replay at open, its own encryption at rest and a power-cut test
+// (a copy of the store at each checkpoint plus the log), and is not built.
+// Measured and reverted: Badger in managed mode and Txn.CommitWith with an
 // in-memory overlay (more, smaller batches), making batches wait for more
-// ops, keeping every value in the LSM tree (compaction fell behind at a
-// million effects), and compressing records with S2 (a third smaller, no
-// measurable gain on Badger or on PostgreSQL).
+// ops, keeping every value in the LSM tree (see badgerstore), compressing
+// records with S2 (a third smaller, no measurable gain on Badger or on
+// PostgreSQL), GOGC 300 (no gain, 100 MB more memory).
 //
 // Storage is reached only through the narrow Store interface (ordered keys,
 // transactions), so a second backend can follow; badgerstore is the
