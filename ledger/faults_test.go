@@ -91,15 +91,21 @@ func faultyHarness(t *testing.T) (*harness, *faultyStore) {
 	return h, fs
 }
 
+// beginUnavailable begins key and wants it refused as unavailable with a
+// message that says why.
+func beginUnavailable(t *testing.T, h *harness, key, why string) {
+	t.Helper()
+	_, err := h.eng.Begin(context.Background(), pay(key, "acct_1", 1_000_000))
+	if ledger.CodeOf(err) != ledger.CodeUnavailable || !strings.Contains(err.Error(), why) {
+		t.Fatalf("begin %s: %v, want unavailable saying %q", key, err, why)
+	}
+}
+
 func TestFailedCommitRecordsNothing(t *testing.T) {
 	h, fs := faultyHarness(t)
-	ctx := context.Background()
 	first := h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionExecute)
 	fs.failCommit.Store(true)
-	_, err := h.eng.Begin(ctx, pay("fault:2", "acct_1", 1_000_000))
-	if ledger.CodeOf(err) != ledger.CodeUnavailable || !strings.Contains(err.Error(), "nothing was recorded") {
-		t.Fatalf("begin during a failing commit: %v", err)
-	}
+	beginUnavailable(t, h, "fault:2", "nothing was recorded")
 	fs.failCommit.Store(false)
 	if n := h.obs.(*failures).count("commit"); n != 1 {
 		t.Fatalf("observer told of %d failed commits, want 1", n)
@@ -117,10 +123,7 @@ func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {
 	ctx := context.Background()
 	first := h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionExecute)
 	fs.failSync.Store(true)
-	_, err := h.eng.Begin(ctx, pay("fault:2", "acct_1", 1_000_000))
-	if ledger.CodeOf(err) != ledger.CodeUnavailable || !strings.Contains(err.Error(), "restarted") {
-		t.Fatalf("begin during a failing sync: %v", err)
-	}
+	beginUnavailable(t, h, "fault:2", "restarted")
 	if n := h.obs.(*failures).count("sync"); n != 1 {
 		t.Fatalf("observer told of %d ops whose sync failed, want 1", n)
 	}

@@ -74,14 +74,20 @@ func TestInMemoryTakesLargeValues(t *testing.T) {
 	if err := s.Update(func(tx ledger.Txn) error { return tx.Set([]byte("e\x00big"), big) }); err != nil {
 		t.Fatal(err)
 	}
-	err = s.View(func(r ledger.Reader) error {
-		v, err := r.Get([]byte("e\x00big"))
-		if err == nil && !bytes.Equal(v, big) {
+	wantValue(t, s, "e\x00big", big)
+}
+
+// wantValue fails unless s holds want under key.
+func wantValue(t *testing.T, s *Store, key string, want []byte) {
+	t.Helper()
+	err := s.View(func(r ledger.Reader) error {
+		v, err := r.Get([]byte(key))
+		if err == nil && !bytes.Equal(v, want) {
 			err = errors.New("value changed")
 		}
 		return err
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%q: %v", key, err)
 	}
 }
