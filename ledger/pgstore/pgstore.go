@@ -491,11 +491,18 @@ func (t *txn) flush() error {
 
 // writes takes the buffered writes as a batch of at most two statements,
 // whatever their number: the keys are distinct (the buffer holds one write
-// per key), so one upsert can carry them all.
+// per key), so one upsert can carry them all. What they write becomes what
+// the transaction knows of those keys: once the buffer is emptied, a
+// value read before the write must not answer a later Get.
 func (t *txn) writes() *pgx.Batch {
 	var dels, ks, vs [][]byte
+	if t.read == nil {
+		t.read = map[string][]byte{}
+	}
 	for _, k := range t.order {
-		if v := t.pending[k]; v == nil {
+		v := t.pending[k]
+		t.read[k] = v // nil: absent
+		if v == nil {
 			dels = append(dels, []byte(k))
 		} else {
 			ks, vs = append(ks, []byte(k)), append(vs, v)

@@ -171,3 +171,41 @@ func TestNoAdvisoryLocksIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsAfterAScanSeeTheWritesItFlushed: a scan sends the buffered
+// writes to the server first; a key read before it and written since must
+// then read as written, not as first read.
+func TestReadsAfterAScanSeeTheWritesItFlushed(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx ledger.Txn) error {
+		tx.Set([]byte("c\x00gone"), []byte("old"))
+		return tx.Set([]byte("c\x00counter"), []byte("1"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(func(tx ledger.Txn) error {
+		if _, err := tx.(ledger.Prefetcher).Prefetch([][]byte{[]byte("c\x00counter"), []byte("c\x00gone")}); err != nil {
+			return err
+		}
+		tx.Set([]byte("c\x00counter"), []byte("2"))
+		tx.Delete([]byte("c\x00gone"))
+		if err := tx.Scan([]byte("m\x00"), nil, func(k, v []byte) (bool, error) { return true, nil }); err != nil {
+			return err
+		}
+		if v, err := tx.Get([]byte("c\x00counter")); err != nil || string(v) != "2" {
+			t.Errorf("counter after a scan = %q, %v; want the write before it", v, err)
+		}
+		if v, err := tx.Get([]byte("c\x00gone")); err != ledger.ErrNotFound {
+			t.Errorf("deleted key after a scan = %q, %v; want not found", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
