@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
@@ -237,5 +238,98 @@ func TestEnginesSharingOneStore(t *testing.T) {
 	}
 	if got := budgetsByName(t, h)["shared"]; got != int64(total*3) || got > 3000 {
 		t.Fatalf("ceiling counted %d for %d executes", got, total)
+	}
+}
+
+// TestSweepsUnderLoadKeepInvariants runs the reaper (and, in a second
+// round, retention) while many goroutines begin, report and resolve on a
+// small set of keys and the clock moves: sweeps share batches with the
+// callers' ops. Afterwards the ceilings equal what the effects hold and the
+// persisted state counts equal the listing.
+func TestSweepsUnderLoadKeepInvariants(t *testing.T) {
+	for _, purge := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reaper", true: "reaper and retention"}[purge], func(t *testing.T) {
+			h := newHarness(t, testRules())
+			if purge {
+				h.eng.Close(context.Background())
+				h.defs.Retention = time.Minute
+				h.open()
+			}
+			ctx := context.Background()
+			stop := make(chan struct{})
+			var sweeper sync.WaitGroup
+			var reaped, purged int
+			sweeper.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					h.clock.Advance(7 * time.Second)
+					n, err := h.eng.Reap(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					reaped += n
+					if purge && i%3 == 0 {
+						n, err := h.eng.Purge(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						purged += n
+					}
+				}
+			})
+			var wg sync.WaitGroup
+			for g := range 12 {
+				wg.Go(func() {
+					for i := range 50 {
+						res, err := h.eng.Begin(ctx, pay("sweep:"+itoa(int64((g*7+i)%15)), "acct_"+itoa(int64(i%3)), 5_000_000))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						switch {
+						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 0:
+							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed})
+						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 1:
+							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded})
+						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 2:
+							// left to the reaper
+						case res.Decision == ledger.DecisionExecute:
+							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeUnknown})
+						case res.Decision == ledger.DecisionBlocked:
+							h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			sweeper.Wait()
+			if reaped == 0 || purge && purged == 0 {
+				t.Fatalf("the sweeps did nothing (reaped %d, purged %d): the test would prove nothing", reaped, purged)
+			}
+			assertStateCounts(t, h)
+			if purge {
+				return // purged effects leave their spend in the window
+			}
+			page, err := h.eng.List(ctx, ledger.Filter{Namespace: "default", Limit: 500})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var held int64
+			for _, e := range page.Effects {
+				if e.State == ledger.StatePending || e.State == ledger.StateIndeterminate || e.State == ledger.StateSucceeded {
+					held += *e.EstimatedCostMicros
+				}
+			}
+			if b := budgetsByName(t, h); b["daily-spend"] != held {
+				t.Fatalf("daily-spend counted %d, effects hold %d", b["daily-spend"], held)
+			}
+		})
 	}
 }
