@@ -112,16 +112,7 @@ func TestMixedLoadKeepsInvariants(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				switch {
-				case res.Decision == ledger.DecisionExecute && (g+i)%3 == 0:
-					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed})
-				case res.Decision == ledger.DecisionExecute && (g+i)%3 == 1:
-					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeUnknown})
-				case res.Decision == ledger.DecisionExecute:
-					h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded})
-				case res.Decision == ledger.DecisionBlocked:
-					h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
-				}
+				settle(h, res, []ledger.Outcome{ledger.OutcomeFailed, ledger.OutcomeUnknown, ledger.OutcomeSucceeded}[(g+i)%3])
 				if i == 30 && g == 0 {
 					h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "grp:1"})
 				}
@@ -134,13 +125,10 @@ func TestMixedLoadKeepsInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := map[string]int{}
-	var held int64
 	for _, e := range page.Effects {
 		keys[e.IdempotencyKey]++
-		if e.State == ledger.StatePending || e.State == ledger.StateIndeterminate || e.State == ledger.StateSucceeded {
-			held += *e.EstimatedCostMicros
-		}
 	}
+	held := heldSpend(page.Effects)
 	for k, n := range keys {
 		if n != 1 {
 			t.Fatalf("key %s has %d effects", k, n)
@@ -292,18 +280,8 @@ func TestSweepsUnderLoadKeepInvariants(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						switch {
-						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 0:
-							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed})
-						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 1:
-							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded})
-						case res.Decision == ledger.DecisionExecute && (g+i)%4 == 2:
-							// left to the reaper
-						case res.Decision == ledger.DecisionExecute:
-							h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeUnknown})
-						case res.Decision == ledger.DecisionBlocked:
-							h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
-						}
+						// "": left to the reaper
+						settle(h, res, []ledger.Outcome{ledger.OutcomeFailed, ledger.OutcomeSucceeded, "", ledger.OutcomeUnknown}[(g+i)%4])
 					}
 				})
 			}
@@ -321,15 +299,35 @@ func TestSweepsUnderLoadKeepInvariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var held int64
-			for _, e := range page.Effects {
-				if e.State == ledger.StatePending || e.State == ledger.StateIndeterminate || e.State == ledger.StateSucceeded {
-					held += *e.EstimatedCostMicros
-				}
-			}
+			held := heldSpend(page.Effects)
 			if b := budgetsByName(t, h); b["daily-spend"] != held {
 				t.Fatalf("daily-spend counted %d, effects hold %d", b["daily-spend"], held)
 			}
 		})
 	}
+}
+
+// settle acts on a begin's answer as a caller would: an execute is
+// reported with outcome ("" leaves it to the reaper), a blocked effect is
+// resolved failed by an operator.
+func settle(h *harness, res *ledger.BeginResult, outcome ledger.Outcome) {
+	ctx := context.Background()
+	switch {
+	case res.Decision == ledger.DecisionExecute && outcome != "":
+		h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: outcome})
+	case res.Decision == ledger.DecisionBlocked:
+		h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
+	}
+}
+
+// heldSpend is what effects hold against a money ceiling: the estimates
+// of those pending, indeterminate or succeeded.
+func heldSpend(effects []ledger.Effect) int64 {
+	var held int64
+	for _, e := range effects {
+		if e.State == ledger.StatePending || e.State == ledger.StateIndeterminate || e.State == ledger.StateSucceeded {
+			held += *e.EstimatedCostMicros
+		}
+	}
+	return held
 }

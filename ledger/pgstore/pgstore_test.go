@@ -42,14 +42,9 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 }
 
 func TestScanPagesInOrder(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFresh(t)
 	const n = 1300 // more than two pages
-	err = s.Update(func(tx ledger.Txn) error {
+	err := s.Update(func(tx ledger.Txn) error {
 		for i := range n {
 			if err := tx.Set([]byte(fmt.Sprintf("p\x00%05d", i)), []byte{byte(i)}); err != nil {
 				return err
@@ -176,19 +171,14 @@ func TestNoAdvisoryLocksIsNamed(t *testing.T) {
 // writes to the server first; a key read before it and written since must
 // then read as written, not as first read.
 func TestReadsAfterAScanSeeTheWritesItFlushed(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFresh(t)
 	if err := s.Update(func(tx ledger.Txn) error {
 		tx.Set([]byte("c\x00gone"), []byte("old"))
 		return tx.Set([]byte("c\x00counter"), []byte("1"))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Update(func(tx ledger.Txn) error {
+	err := s.Update(func(tx ledger.Txn) error {
 		if _, err := tx.(ledger.Prefetcher).Prefetch([][]byte{[]byte("c\x00counter"), []byte("c\x00gone")}); err != nil {
 			return err
 		}
@@ -208,4 +198,16 @@ func TestReadsAfterAScanSeeTheWritesItFlushed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openFresh opens a store in a fresh schema, closed when the test ends.
+func openFresh(t *testing.T) *Store {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
