@@ -552,7 +552,10 @@ func (t *opTxn) Get(k []byte) ([]byte, error) {
 	if !ok {
 		var err error
 		v, err = t.tx.Get(k)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		switch {
+		case err == nil && v == nil:
+			v = []byte{} // present and empty: nil would mean absent
+		case err != nil && !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
 		t.cache.vals.put(string(k), v) // nil when absent
