@@ -92,10 +92,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// itself, when records in the tree would leave one file to sync instead
 	// of two: a quarter faster at one caller and about a tenth at 64 on an
 	// empty ledger, but 79% of that with a million effects, against 93-98%
-	// with the value log, outside the 20% the benchmarks allow.) Value log files are 64 MiB instead of
-	// 1 GiB: smaller files let value log GC reclaim sooner (and while
-	// Badger synced them itself, its msync of a 1 GiB mapping was a visible
-	// share of each commit's CPU).
+	// with the value log, outside the 20% the benchmarks allow.) Value log
+	// files are 64 MiB instead of 1 GiB: smaller files let value log GC
+	// reclaim sooner (and while Badger synced them itself, its msync of a
+	// 1 GiB mapping was a visible share of each commit's CPU).
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false). // Store.Sync does it: see logSync
 		WithDetectConflicts(false).
