@@ -41,8 +41,8 @@
 // memory-mapped pages, about 145 µs a call), callers' validation and
 // hashing a tenth, garbage collection most of the rest. The writer and
 // Badger's write goroutine are serial stages, and at 64 callers each sync
-// (about 0.6 ms for two files, each needing a journal commit because
-// Badger's files are sparse) carries some 25 ops: with syncs turned off
+// (about 1 ms for two files, one after the other, each needing a journal
+// commit because Badger's files are sparse) carries some 25 ops: with syncs turned off
 // altogether (not durable) the same workload reaches only about twice the
 // durable figure. Splitting off the sync (above) gained about a tenth at
 // one caller and a few percent at 64. What would go further is a log of
