@@ -57,12 +57,20 @@
 // processes gained nothing measurable on 2 cores, where the database and
 // the replicas share the CPU; it was reverted.)
 //
-// A commit's answer can be lost with its connection. The batch is then
-// reported failed (unavailable) although it may have committed; if it did,
-// a retried begin finds its effect (in_flight, then blocked once the lease
-// runs out) and never executes twice. An unlock that fails after a COMMIT
-// that succeeded does not fail the batch: the connection is closed instead,
-// which releases the lock.
+// A commit's answer can be lost with its connection. The store learns
+// each transaction's id in its first round trip (txid_current, sent with
+// BEGIN), so when the round trip carrying the writes and COMMIT gets no
+// answer it closes that connection and asks the server, on another, how
+// the transaction ended (txid_status): committed, and the batch's
+// decisions stand and are answered; rolled back, and the batch, which
+// recorded nothing, is run again. Only when the server cannot be asked
+// within a few seconds is the batch reported failed (unavailable) with its
+// outcome unknown; if it did commit, a retried begin finds its effect
+// (in_flight, then blocked once the lease runs out) and never executes
+// twice. A server that answers with an error (a serialization failure at
+// COMMIT, say) has answered: that transaction did not commit. An unlock
+// that fails after a COMMIT that succeeded does not fail the batch: the
+// connection is closed instead, which releases the lock.
 //
 // The store never sees payloads or dimension values: like Badger it only
 // holds what the engine writes, which is hashes of those.
@@ -221,7 +229,14 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 	ctx := context.Background()
 	var err error
 	for attempt := range s.retries {
-		if err = s.try(ctx, fn); err == nil || !retryable(err) {
+		err = s.try(ctx, fn)
+		if lost, ok := errors.AsType[*lostCommit](err); ok {
+			committed, serr := s.settle(ctx, lost)
+			if committed || serr != nil {
+				return serr
+			}
+			// Rolled back: nothing was recorded, so the batch runs again.
+		} else if err == nil || !retryable(err) {
 			return err
 		}
 		// Back off a little, with jitter, so colliding replicas spread out.
@@ -268,12 +283,75 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 			return nil
 		}
 		br.Close()
+		var pe *pgconn.PgError
+		if t.xid != 0 && !errors.As(err, &pe) {
+			// No answer from the server: the connection went, maybe
+			// after the COMMIT was carried out. Closing it ends the
+			// session (and its lock) once the server notices; Update
+			// then asks how the transaction ended.
+			conn.Conn().Close(ctx)
+			return &lostCommit{xid: t.xid, err: err}
+		}
 		err = fmt.Errorf("postgres commit: %w", err)
 	} else if t.failed != nil { // a statement failed: the transaction is void
 		err = t.failed
 	}
 	s.abandon(ctx, conn)
 	return err
+}
+
+// lostCommit is a batch whose last round trip (its writes and COMMIT) got
+// no answer: transaction xid may or may not have committed.
+type lostCommit struct {
+	xid int64
+	err error
+}
+
+func (l *lostCommit) Error() string {
+	return fmt.Sprintf("postgres commit of transaction %d: no answer: %v", l.xid, l.err)
+}
+
+func (l *lostCommit) Unwrap() error { return l.err }
+
+// settleWait bounds how long settle waits for the server to finish a
+// transaction whose connection was lost.
+const settleWait = 5 * time.Second
+
+// settle finds out, on another connection, how a transaction whose commit
+// got no answer ended: committed (the batch is recorded and its decisions
+// stand) or rolled back (nothing was recorded; Update runs the batch
+// again). The question is asked in a transaction that takes an id of its
+// own, so its COMMIT waits, as any commit does under the server's
+// synchronous_commit (and for any synchronous standbys), for the WAL that
+// holds the earlier commit. Until the server notices the lost connection
+// the transaction is still in progress; settle waits up to settleWait for
+// it to end. An error means it cannot tell: the batch is then reported
+// failed, its outcome unknown.
+func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	for {
+		var status *string
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var own int64
+			return tx.QueryRow(ctx, "SELECT txid_status($1), txid_current()", lost.xid).Scan(&status, &own)
+		})
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("%w; asking how it ended failed too: %w", lost, err)
+		case status == nil:
+			return false, fmt.Errorf("%w; the server no longer knows how it ended", lost)
+		case *status == "committed":
+			return true, nil
+		case *status == "aborted":
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w; still in progress after %v", lost, settleWait)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // abandon rolls back whatever transaction conn is in and releases the
@@ -323,23 +401,30 @@ type txn struct {
 	q       querier
 	failed  error
 	begin   string            // BEGIN not sent yet: it goes with the first statement
+	xid     int64             // the transaction's id, learned with BEGIN (0: unknown)
 	pending map[string][]byte // nil value: delete
 	order   []string
 	read    map[string][]byte // what this transaction read; nil value: absent
 }
 
 // query runs one query, preceded in the same round trip by BEGIN when the
-// transaction has not begun yet.
+// transaction has not begun yet, and by a query for the transaction's id,
+// which Update needs if the answer to its COMMIT is lost.
 func (t *txn) query(sql string, args ...any) (pgx.Rows, error) {
 	if t.begin == "" {
 		return t.q.Query(t.ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(t.begin)
+	b.Queue("SELECT txid_current()")
 	b.Queue(sql, args...)
 	t.begin = ""
 	br := t.q.SendBatch(t.ctx, b)
 	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	if err := br.QueryRow().Scan(&t.xid); err != nil {
 		br.Close()
 		return nil, err
 	}

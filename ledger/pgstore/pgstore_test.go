@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -210,4 +215,180 @@ func openFresh(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestLostCommitAnswers: when the connection goes during the round trip
+// that carries a batch's COMMIT, the store asks the server how the
+// transaction ended instead of reporting an unknown outcome: committed
+// stands, rolled back is run again. Only when it cannot ask does the
+// batch fail.
+func TestLostCommitAnswers(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	r := newRelay(t, dsn)
+	s, err := Open(context.Background(), r.dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_"), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		name   string
+		cut    int32
+		refuse bool // and refuse new connections, so nobody can ask
+		runs   int  // times the batch runs
+		ok     bool // Update succeeds
+	}{
+		{"answer lost after the server committed", answerLost, false, 1, true},
+		{"request lost before the server saw the commit", requestLost, false, 2, true},
+		{"answer lost and the server out of reach", answerLost, true, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := []byte("lost\x00" + tc.name)
+			// pgx prepares a statement the first time a connection sends
+			// it, in a round trip of its own: a batch of the same shape
+			// first, so that the cut falls on the round trip of the
+			// writes and the COMMIT.
+			if err := s.Update(func(tx ledger.Txn) error {
+				tx.Get([]byte("warm"))
+				return tx.Set([]byte("warm"), []byte("x"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			runs := 0
+			err := s.Update(func(tx ledger.Txn) error {
+				runs++
+				// A read first: the round trip that begins the
+				// transaction and learns its id.
+				if _, err := tx.Get(k); err != ledger.ErrNotFound {
+					return fmt.Errorf("get before the write: %v", err)
+				}
+				if runs == 1 {
+					r.refuse.Store(tc.refuse)
+					r.cut.Store(tc.cut) // the next request is the writes and COMMIT
+				}
+				return tx.Set(k, fmt.Appendf(nil, "run %d", runs))
+			})
+			select {
+			case <-r.cutDone:
+			default:
+				t.Fatal("the relay cut nothing: the test proves nothing")
+			}
+			r.refuse.Store(false)
+			if (err == nil) != tc.ok || runs != tc.runs {
+				t.Fatalf("Update = %v after %d runs; want success %v after %d", err, runs, tc.ok, tc.runs)
+			}
+			if !tc.ok && !strings.Contains(err.Error(), "no answer") {
+				t.Errorf("the error does not say the outcome is unknown: %v", err)
+			}
+			// What the server holds: the run that committed. (Where the
+			// store could not ask, the transaction had committed.)
+			s.View(func(rd ledger.Reader) error {
+				if v, err := rd.Get(k); err != nil || string(v) != fmt.Sprint("run ", tc.runs) {
+					t.Errorf("stored %q, %v; want run %d", v, err, tc.runs)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// The ways relay loses the next request of a connection.
+const (
+	passThrough int32 = iota
+	answerLost        // the server gets it; its answer, up to the COMMIT, is swallowed, then both sides close
+	requestLost       // dropped, and both sides close: the server never sees it
+)
+
+// relay is a TCP relay between a store and the server that can lose one
+// round trip, as a network can.
+type relay struct {
+	dsn     string // the server's DSN, through the relay
+	server  string
+	cut     atomic.Int32 // what happens to the next request (then passThrough again)
+	refuse  atomic.Bool  // close new connections at once
+	cutDone chan struct{}
+}
+
+func newRelay(t *testing.T, dsn string) *relay {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(cfg.User, cfg.Password), Host: ln.Addr().String(), Path: cfg.Database, RawQuery: "sslmode=disable"}
+	r := &relay{dsn: u.String(), server: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cutDone: make(chan struct{}, 1)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if r.refuse.Load() {
+				c.Close()
+				continue
+			}
+			go r.serve(c)
+		}
+	}()
+	return r
+}
+
+func (r *relay) serve(client net.Conn) {
+	server, err := net.Dial("tcp", r.server)
+	if err != nil {
+		client.Close()
+		return
+	}
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() { client.Close(); server.Close() })
+	}
+	var muted atomic.Bool
+	go func() { // the server's answers
+		buf := make([]byte, 64<<10)
+		var held []byte
+		for {
+			n, err := server.Read(buf)
+			if muted.Load() {
+				if held = append(held, buf[:n]...); bytes.Contains(held, []byte("COMMIT\x00")) {
+					closeBoth()
+					r.cutDone <- struct{}{}
+					return
+				}
+			} else if n > 0 {
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				closeBoth()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			switch r.cut.Swap(passThrough) {
+			case requestLost:
+				closeBoth()
+				r.cutDone <- struct{}{}
+				return
+			case answerLost:
+				muted.Store(true)
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			closeBoth()
+			return
+		}
+	}
 }
