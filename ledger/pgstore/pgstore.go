@@ -72,11 +72,24 @@
 // that fails after a COMMIT that succeeded does not fail the batch: the
 // connection is closed instead, which releases the lock.
 //
+// Dead replicas. A replica holds the ledger lock for a batch's few round
+// trips. If its process dies, the kernel closes its connections and the
+// server frees the lock at once. If its machine or network goes instead,
+// nothing tells the server: it would notice only at its TCP keepalive
+// (after two hours by default), and every replica's writes would wait on
+// the lock until then. So the store's sessions ask the server for
+// keepalives after 10 s idle, every 5 s, 3 probes (a vanished peer is
+// found in about 25 s), and to end a session that sits idle inside a
+// transaction for Options.StuckTimeout (30 s: a frozen process). Its own
+// batch then fails or is settled as above. A DSN may set these parameters
+// itself.
+//
 // The store never sees payloads or dimension values: like Badger it only
 // holds what the engine writes, which is hashes of those.
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -109,6 +122,10 @@ type Options struct {
 	// MaxRetries bounds how often a batch is re-run after a serialization
 	// failure (default 50).
 	MaxRetries int
+	// StuckTimeout is how long the server lets one of the store's sessions
+	// sit idle inside a transaction before it ends the session, freeing
+	// the ledger lock it holds (default 30s; see "Dead replicas").
+	StuckTimeout time.Duration
 }
 
 // Store is a ledger.Store on PostgreSQL.
@@ -143,6 +160,17 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		cfg.MaxConns = 8
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	stuck := cmp.Or(opts.StuckTimeout, 30*time.Second)
+	for k, v := range map[string]string{ // see "Dead replicas"; a DSN that sets one wins
+		"tcp_keepalives_idle":                 "10",
+		"tcp_keepalives_interval":             "5",
+		"tcp_keepalives_count":                "3",
+		"idle_in_transaction_session_timeout": strconv.FormatInt(max(stuck.Milliseconds(), 1), 10),
+	} {
+		if _, ok := cfg.ConnConfig.RuntimeParams[k]; !ok {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -390,5 +391,56 @@ func (r *relay) serve(client net.Conn) {
 			closeBoth()
 			return
 		}
+	}
+}
+
+// TestAStuckReplicaLosesTheLock: a replica that takes the ledger lock,
+// begins a batch and goes silent (a frozen process; a vanished machine
+// looks the same to the server until its keepalives fail) must not stall
+// the others: the server ends its session, which frees the lock.
+func TestAStuckReplicaLosesTheLock(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "s_")
+	ctx := context.Background()
+	stuck, err := Open(ctx, dsn, &Options{Schema: schema, StuckTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	conn, err := stuck.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var idle, interval, count string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count')").Scan(&idle, &interval, &count); err != nil {
+		t.Fatal(err)
+	}
+	if idle != "10" || interval != "5" || count != "3" {
+		t.Errorf("the server's keepalives for the store's sessions: idle %s, interval %s, count %s", idle, interval, count)
+	}
+	for _, q := range []string{"SELECT pg_advisory_lock(" + strconv.FormatInt(stuck.lock, 10) + ")", "BEGIN ISOLATION LEVEL SERIALIZABLE", "SELECT 1"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := Open(ctx, dsn, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- other.Update(func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) })
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		conn.Conn().Close(ctx) // let the waiting batch finish
+		<-done
+		t.Fatal("the stuck session kept the ledger lock for 10 s")
 	}
 }
