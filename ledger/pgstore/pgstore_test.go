@@ -356,8 +356,8 @@ func (r *relay) serve(client net.Conn) {
 			n, err := server.Read(buf)
 			if muted.Load() {
 				if held = append(held, buf[:n]...); bytes.Contains(held, []byte("COMMIT\x00")) {
+					r.cutDone <- struct{}{} // before the client can see the cut
 					closeBoth()
-					r.cutDone <- struct{}{}
 					return
 				}
 			} else if n > 0 {
@@ -377,8 +377,8 @@ func (r *relay) serve(client net.Conn) {
 		if n > 0 {
 			switch r.cut.Swap(passThrough) {
 			case requestLost:
-				closeBoth()
 				r.cutDone <- struct{}{}
+				closeBoth()
 				return
 			case answerLost:
 				muted.Store(true)
