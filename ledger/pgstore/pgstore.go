@@ -117,7 +117,8 @@ var migrations embed.FS
 type Options struct {
 	// Schema holds Ratchet's tables (default "ratchet").
 	Schema string
-	// MaxConns bounds the pool (default 8).
+	// MaxConns bounds the pool of connections for reads (default 8);
+	// batches have two more of their own.
 	MaxConns int32
 	// MaxRetries bounds how often a batch is re-run after a serialization
 	// failure (default 50).
@@ -130,9 +131,11 @@ type Options struct {
 
 // Store is a ledger.Store on PostgreSQL.
 type Store struct {
-	pool    *pgxpool.Pool
-	retries int
-	lock    int64 // advisory lock key of this ledger (schema)
+	// Batches have a pool of their own, so that readers holding every
+	// connection of theirs never make the writer wait.
+	reads, writes *pgxpool.Pool
+	retries       int
+	lock          int64 // advisory lock key of this ledger (schema)
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -171,18 +174,25 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[k] = v
 		}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	reads, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
+		return nil, fmt.Errorf("connecting to postgres: %w", err)
+	}
+	wcfg := cfg.Copy()
+	wcfg.MaxConns = 2 // the batch's connection, and one to settle a lost commit
+	writes, err := pgxpool.NewWithConfig(ctx, wcfg)
+	if err != nil {
+		reads.Close()
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
 	h := fnv.New64a()
 	h.Write([]byte("ratchet-ledger:" + schema))
-	s := &Store{pool: pool, retries: opts.MaxRetries, lock: int64(h.Sum64())}
+	s := &Store{reads: reads, writes: writes, retries: opts.MaxRetries, lock: int64(h.Sum64())}
 	if s.retries == 0 {
 		s.retries = 50
 	}
 	if err := s.migrate(ctx, schema); err != nil {
-		pool.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -195,7 +205,7 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 		return err
 	}
 	sort.Strings(files)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.writes, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('ratchet-migrate:' || $1))", schema); err != nil {
 			if noAdvisoryLocks(err) {
 				return fmt.Errorf("%w: %w", ErrNoAdvisoryLocks, err)
@@ -274,7 +284,7 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 }
 
 func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.writes.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres connection: %w", err)
 	}
@@ -360,7 +370,7 @@ func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, e
 	defer cancel()
 	for {
 		var status *string
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, s.writes, func(tx pgx.Tx) error {
 			var own int64
 			return tx.QueryRow(ctx, "SELECT txid_status($1), txid_current()", lost.xid).Scan(&status, &own)
 		})
@@ -394,7 +404,7 @@ func (s *Store) abandon(ctx context.Context, conn *pgxpool.Conn) {
 // View implements ledger.Store with a read-only snapshot.
 func (s *Store) View(fn func(ledger.Reader) error) error {
 	ctx := context.Background()
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		t := &txn{ctx: ctx, q: tx}
 		err := fn(t)
 		if t.failed != nil {
@@ -406,7 +416,8 @@ func (s *Store) View(fn func(ledger.Reader) error) error {
 
 // Close implements ledger.Store.
 func (s *Store) Close() error {
-	s.pool.Close()
+	s.reads.Close()
+	s.writes.Close()
 	return nil
 }
 

@@ -136,7 +136,7 @@ func TestPrefetchAndLockRelease(t *testing.T) {
 		t.Fatal("a failed batch committed")
 	}
 	// The failed batch released the ledger lock: another store (another
-	// replica) can commit, and so can this one on its only connection.
+	// replica) can commit, and so can this one.
 	other, err := Open(context.Background(), dsn, &Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +407,7 @@ func TestAStuckReplicaLosesTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stuck.Close()
-	conn, err := stuck.pool.Acquire(ctx)
+	conn, err := stuck.writes.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,5 +442,46 @@ func TestAStuckReplicaLosesTheLock(t *testing.T) {
 		conn.Conn().Close(ctx) // let the waiting batch finish
 		<-done
 		t.Fatal("the stuck session kept the ledger lock for 10 s")
+	}
+}
+
+// TestWritesDoNotWaitForReaders: readers holding every connection for
+// reads leave the writer its own.
+func TestWritesDoNotWaitForReaders(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s, err := Open(context.Background(), dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_"), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	release := make(chan struct{})
+	var readers, reading sync.WaitGroup
+	for range 2 {
+		readers.Add(1)
+		reading.Add(1)
+		go func() {
+			defer readers.Done()
+			s.View(func(ledger.Reader) error {
+				reading.Done()
+				<-release
+				return nil
+			})
+		}()
+	}
+	reading.Wait()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer readers.Wait()
+	defer free()
+	done := make(chan error, 1)
+	go func() { done <- s.Update(func(tx ledger.Txn) error { return tx.Set([]byte("w"), []byte("x")) }) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		free()
+		t.Fatal("a batch waited 5 s for readers to give back a connection")
 	}
 }
