@@ -45,11 +45,35 @@
 // commit because Badger's files are sparse) carries some 25 ops: with syncs turned off
 // altogether (not durable) the same workload reaches only about twice the
 // durable figure. Splitting off the sync (above) gained about a tenth at
-// one caller and a few percent at 64. What would go further is a log of
-// Ratchet's own, preallocated and written once with zeros so that a sync
-// needs no journal commit, with Badger synced only at checkpoints; it
-// needs replay at open, its own encryption at rest and a power-cut test
-// (a copy of the store at each checkpoint plus the log), and is not built.
+// one caller and a few percent at 64. At 64 callers the writer and the
+// syncer are balanced: each sync (about 1 ms) carries the 25 or so ops the
+// writer decided meanwhile. Overlapping the writer with Badger's write
+// goroutine (managed mode, reads at the last applied version) gained about
+// 5%: the pipeline then waits on the syncs, and on 2 cores on CPU.
+//
+// What would go further is a log of Ratchet's own. An fdatasync of an
+// overwrite inside a file already allocated and written (PostgreSQL's WAL
+// segments, pg_test_fsync here: about 55 µs) needs no journal commit, where
+// each of Badger's sparse files needs one. An experiment appending each
+// batch's writes to such a file and syncing only that (Badger unsynced)
+// gave 1.7x the pairs/s at one caller, 1.4x at 16 and 1.2x at 64 (before
+// the syncs were ordered, which cost a tenth to a fifth). Built properly it
+// must be written first: a batch goes to the log, is synced, and only then
+// is applied to Badger, with later batches reading an overlay of those not
+// yet applied (a scan would wait for the overlay to drain). Applying to
+// Badger first and logging after is unsafe: Badger's unsynced pages may
+// reach the disk before the log's, leaving Badger ahead of the log, and
+// replaying the log over it would roll back some keys of the later batches
+// (a counter) and not others (their records). Log-first keeps Badger a
+// prefix of the durable log, so replaying every record since the last
+// checkpoint (a Badger sync in value-log-then-memtable order, then a new
+// log generation) restores exactly the state the log ends at, mending any
+// value pointer a power cut left dangling. It also needs records with a
+// checksum, a generation and a sequence number, its own encryption at rest
+// (the log holds results and compensations), a failed apply treated like a
+// failed sync (stop until restart, replay then), and a test that rebuilds
+// a store from a checkpoint copy plus the log. Not built.
+//
 // Measured and reverted: Badger in managed mode and Txn.CommitWith with an
 // in-memory overlay (more, smaller batches), making batches wait for more
 // ops, keeping every value in the LSM tree (see badgerstore), compressing
