@@ -15,7 +15,10 @@
 // migrated by Open from the SQL files embedded under migrations/, in
 // order, each once, recorded in schema_migrations. Migrations run under a
 // transaction-scoped advisory lock, so replicas starting together migrate
-// once.
+// once. The table leaves a fifth of each page free, so that rewriting a
+// value (a record on report, a counter) can stay on its page as a HOT
+// update, without a new index entry (measured: 8-10% more pairs/s; an
+// upgraded ledger gets it on pages written from then on).
 //
 // Concurrency. Each Update (one batch of the engine's decisions) is one
 // SERIALIZABLE transaction, run while its connection holds an advisory lock
