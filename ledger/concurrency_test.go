@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -338,4 +339,48 @@ func heldSpend(effects []ledger.Effect) int64 {
 		}
 	}
 	return held
+}
+
+// TestLargeBatchesAreSplit: many concurrent reports each carrying the
+// largest result allowed add up to more than one store transaction may
+// hold; the writer splits them over several commits and every one
+// succeeds.
+func TestLargeBatchesAreSplit(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	const n = 120 // about 120 x 2 x 64 KiB: several times Badger's limit
+	ids := make([]string, n)
+	for i := range n {
+		res, err := h.eng.Begin(ctx, pay("big:"+itoa(int64(i)), "acct_1", 1))
+		if err != nil || res.Decision != ledger.DecisionExecute {
+			t.Fatalf("begin %d: %v %+v", i, err, res)
+		}
+		ids[i] = res.EffectID
+	}
+	result := []byte(`"` + strings.Repeat("r", ledger.MaxResultBytes-2) + `"`)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			<-start
+			if _, err := h.eng.Report(ctx, ledger.ReportRequest{EffectID: id, Outcome: ledger.OutcomeSucceeded, Result: result}); err != nil {
+				t.Errorf("report %s: %v", id, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	page, err := h.eng.List(ctx, ledger.Filter{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded := 0
+	for _, e := range page.Effects {
+		if e.State == ledger.StateSucceeded && len(e.Result) == len(result) {
+			succeeded++
+		}
+	}
+	if succeeded != n {
+		t.Fatalf("%d of %d reports recorded with their result", succeeded, n)
+	}
 }

@@ -285,8 +285,11 @@ func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
 }
 
 // batchBytes caps what one commit carries, well under Badger's transaction
-// limit; the rest of the batch moves to the next commit.
-const batchBytes = 4 << 20
+// limit (15% of its 32 MiB memtable, counting every value, since values
+// stay in the tree); the rest of the batch moves to the next commit. The
+// check comes before each op, so one op's writes (a few hundred KiB at
+// most) may go past it.
+const batchBytes = 2 << 20
 
 // writer is the single goroutine that decides and commits. It takes every
 // op queued so far (up to maxBatch), runs them in order against one store
