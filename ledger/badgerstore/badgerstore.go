@@ -26,6 +26,7 @@ package badgerstore
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +63,8 @@ type Options struct {
 	// NoSync makes Sync do nothing. Only the benchmarks use it, for a
 	// labelled comparison; Ratchet itself always syncs.
 	NoSync bool
+
+	valueThreshold int64 // tests put values in the value log with a lower one
 }
 
 // Store is a ledger.Store on Badger.
@@ -81,21 +84,26 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	// Memory is bounded for a sidecar: two memtables of 32 MiB instead of
 	// five of 64, three compactors instead of four (each builds tables in
-	// memory), and
-	// 64 MiB of block cache and 32 MiB of index cache instead of Badger's
-	// 256 MiB and unbounded defaults (measured: a million effects took the
-	// server past 600 MiB with the defaults). Values over 512 bytes (effect
-	// records) live in the value log, keys and pointers in the LSM tree, so
-	// compaction moves little data as the ledger grows (Badger's WiscKey
-	// design): with them in the tree, a million effects left compaction so
-	// far behind that writes stalled. (Measured again once the store synced
-	// itself, when records in the tree would leave one file to sync instead
-	// of two: a quarter faster at one caller and about a tenth at 64 on an
-	// empty ledger, but 79% of that with a million effects, against 93-98%
-	// with the value log, outside the 20% the benchmarks allow.) Value log
-	// files are 64 MiB instead of 1 GiB: smaller files let value log GC
-	// reclaim sooner (and while Badger synced them itself, its msync of a
-	// 1 GiB mapping was a visible share of each commit's CPU).
+	// memory), and 64 MiB of block cache and 32 MiB of index cache instead
+	// of Badger's 256 MiB and unbounded defaults (measured: a million
+	// effects took the server past 600 MiB with the defaults).
+	//
+	// Every value Ratchet writes stays in the LSM tree (the threshold is
+	// Badger's largest, 1 MiB; a record is at most a few hundred KiB, since
+	// payloads and results are capped at 64 KiB), so a commit writes one
+	// log file, the memtable's, and a sync is one fdatasync with no order
+	// to keep against the value log: measured, 1.2-1.6x the pairs/s of
+	// records in the value log (1.4-1.6x at one caller). Large values in
+	// the tree make compaction rewrite them level by level; with Badger's
+	// level sizes (10 MiB base) a million effects left compaction far
+	// enough behind that the engine ran at 76-79% of its empty-ledger
+	// figure. A 256 MiB base level with 8 MiB tables and more level 0
+	// tables before a stall keeps a million effects within two levels:
+	// 105% of the empty figure, 164 MiB of RSS. A ledger written before
+	// keeps its older values in the value log, still read, synced (value
+	// log first, see logSync) and reclaimed by value log GC (Compact). Value
+	// log files are 64 MiB instead of 1 GiB: smaller files let value log GC
+	// reclaim sooner.
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false). // Store.Sync does it: see logSync
 		WithDetectConflicts(false).
@@ -106,8 +114,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithNumCompactors(3).
 		WithBlockCacheSize(64 << 20).
 		WithIndexCacheSize(32 << 20).
-		WithValueThreshold(512).
+		WithValueThreshold(cmp.Or(opts.valueThreshold, 1<<20)).
 		WithValueLogFileSize(64 << 20).
+		WithBaseLevelSize(256 << 20).
+		WithBaseTableSize(8 << 20).
+		WithNumLevelZeroTables(8).
+		WithNumLevelZeroTablesStall(24).
 		WithInMemory(opts.InMemory)
 	if opts.InMemory {
 		// There is no value log in memory: Badger refuses a value over the

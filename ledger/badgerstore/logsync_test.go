@@ -132,8 +132,10 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 		}
 	}
 
+	// Large values in the value log, as in a ledger written before every
+	// value stayed in the tree.
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{MinFreeBytes: -1})
+	s, err := Open(dir, &Options{MinFreeBytes: -1, valueThreshold: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 
 	// The control: the same check sees what an unsynced commit leaves.
 	ndir := t.TempDir()
-	ns, err := Open(ndir, &Options{MinFreeBytes: -1, NoSync: true})
+	ns, err := Open(ndir, &Options{MinFreeBytes: -1, NoSync: true, valueThreshold: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 // power cut in between leaves entries whose values are gone.
 func TestValuesAreDurableBeforeTheirPointers(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{MinFreeBytes: -1})
+	s, err := Open(dir, &Options{MinFreeBytes: -1, valueThreshold: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +222,44 @@ func TestValuesAreDurableBeforeTheirPointers(t *testing.T) {
 	}
 }
 
+// TestRecordsStayInTheTree: with the store's defaults even a value far
+// larger than any effect record is kept in the LSM tree, so a commit
+// writes nothing to the value log beyond its header (one page); with a low
+// threshold the same values dirty value log pages. (Unsynced stores, so
+// that what was written stays dirty and countable.)
+func TestRecordsStayInTheTree(t *testing.T) {
+	written := func(threshold int64) uint64 {
+		t.Helper()
+		dir := t.TempDir()
+		s, err := Open(dir, &Options{MinFreeBytes: -1, NoSync: true, valueThreshold: threshold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		val := bytes.Repeat([]byte{'r'}, 256<<10)
+		for i := range 8 {
+			if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "e\x00%d", i), val) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		vlogs, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+		if err != nil || len(vlogs) == 0 {
+			t.Fatalf("no value log file: %v", err)
+		}
+		var pages uint64
+		for _, f := range vlogs {
+			pages += dirtyPages(t, f)
+		}
+		return pages
+	}
+	if n := written(0); n > 1 {
+		t.Errorf("the value log has %d pages written: records left the tree", n)
+	}
+	if n := written(512); n < 8*(256<<10)/4096 {
+		t.Errorf("with a low threshold only %d value log pages were written: the check cannot see values there", n)
+	}
+}
+
 func TestLogNumber(t *testing.T) {
 	for name, want := range map[string]int{"00012.mem": 12, "000007.vlog": 7, "00012.sst": -1, "x.mem": -1, "MANIFEST": -1} {
 		got := -1
@@ -242,7 +282,7 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 		t.Skip("writes about 100 MB")
 	}
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{MinFreeBytes: -1})
+	s, err := Open(dir, &Options{MinFreeBytes: -1, valueThreshold: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +300,7 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if s, err = Open(dir, &Options{MinFreeBytes: -1}); err != nil {
+		if s, err = Open(dir, &Options{MinFreeBytes: -1, valueThreshold: 512}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,7 +312,7 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 	}
 	reopen()
 	// More level 0 tables than Badger keeps before it compacts them.
-	for i := range 6 {
+	for i := range 10 { // NumLevelZeroTables is 8
 		if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "f%d", i), nil) }); err != nil {
 			t.Fatal(err)
 		}
