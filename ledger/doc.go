@@ -36,28 +36,28 @@
 // begin+report pair needs two commit cycles, and the process uses about
 // 100 µs of CPU per pair: the writer's own work (policy, counters, JSON
 // records, Badger's transaction) a third, Badger's write goroutine
-// (skiplist inserts into a 32 MiB memtable, value log copies) a fifth, the
+// (skiplist inserts into a 32 MiB memtable, log copies) a fifth, the
 // fdatasyncs a fifth (kernel time writing back and write-protecting
-// memory-mapped pages, about 145 µs a call), callers' validation and
-// hashing a tenth, garbage collection most of the rest. The writer and
-// Badger's write goroutine are serial stages, and at 64 callers each sync
-// (about 1 ms for two files, one after the other, each needing a journal
-// commit because Badger's files are sparse) carries some 25 ops: with syncs turned off
-// altogether (not durable) the same workload reaches only about twice the
-// durable figure. Splitting off the sync (above) gained about a tenth at
-// one caller and a few percent at 64. At 64 callers the writer and the
-// syncer are balanced: each sync (about 1 ms) carries the 25 or so ops the
-// writer decided meanwhile. Overlapping the writer with Badger's write
-// goroutine (managed mode, reads at the last applied version) gained about
-// 5%: the pipeline then waits on the syncs, and on 2 cores on CPU.
+// memory-mapped pages), callers' validation and hashing a tenth, garbage
+// collection most of the rest. The writer and Badger's write goroutine are
+// serial stages, and each sync (one file since every value stays in the
+// tree, see badgerstore; it needs a journal commit because Badger's files
+// are sparse) carries the ops the writer decided meanwhile, some 25 at 64
+// callers: the two are balanced. With syncs turned off altogether (not
+// durable) the same workload reaches about 1.5-2x the durable figure.
+// Splitting off the sync (above) gained about a tenth at one caller and a
+// few percent at 64. Overlapping the writer with Badger's write goroutine
+// (managed mode, reads at the last applied version) gained about 5%: the
+// pipeline then waits on the syncs, and on 2 cores on CPU.
 //
 // What would go further is a log of Ratchet's own. An fdatasync of an
 // overwrite inside a file already allocated and written (PostgreSQL's WAL
 // segments, pg_test_fsync here: about 55 µs) needs no journal commit, where
 // each of Badger's sparse files needs one. An experiment appending each
 // batch's writes to such a file and syncing only that (Badger unsynced)
-// gave 1.7x the pairs/s at one caller, 1.4x at 16 and 1.2x at 64 (before
-// the syncs were ordered, which cost a tenth to a fifth). Built properly it
+// gave 1.7x the pairs/s at one caller, 1.4x at 16 and 1.2x at 64 over two
+// Badger files synced side by side (keeping every value in the tree, one
+// file, has since gained 1.2-1.6x over that). Built properly it
 // must be written first: a batch goes to the log, is synced, and only then
 // is applied to Badger, with later batches reading an overlay of those not
 // yet applied (a scan would wait for the overlay to drain). Applying to
@@ -76,7 +76,7 @@
 //
 // Measured and reverted: Badger in managed mode and Txn.CommitWith with an
 // in-memory overlay (more, smaller batches), making batches wait for more
-// ops, keeping every value in the LSM tree (see badgerstore), compressing
+// ops, compressing
 // records with S2 (a third smaller, no measurable gain on Badger or on
 // PostgreSQL), GOGC 300 (no gain, 100 MB more memory).
 //

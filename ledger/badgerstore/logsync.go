@@ -16,33 +16,39 @@ import (
 // logSync makes everything Badger has committed durable, with Badger's own
 // SyncWrites off. Badger appends every commit to two kinds of log file in
 // the directory, each numbered upwards by one as it rotates: the value log
-// (NNNNNN.vlog), which holds values over the threshold (effect records),
-// and the memtable's write-ahead log (NNNNN.mem), which holds the keys, the
-// small values and, for the others, pointers into the value log. Both are
-// written through shared memory maps, so an fdatasync of the file through
-// any descriptor writes what was committed through the map.
+// (NNNNNN.vlog), which holds values over the threshold, and the memtable's
+// write-ahead log (NNNNN.mem), which holds the keys, the smaller values
+// and, for the others, pointers into the value log. The store keeps every
+// value it writes in the tree (see Open), so only a ledger written before
+// that has values in the value log, and a commit now writes the memtable's
+// log alone. Both are written through shared memory maps, so an fdatasync
+// of the file through any descriptor writes what was committed through
+// the map.
 //
-// Order matters: a pointer on disk whose value is not would survive a
-// power cut as an entry that cannot be read (Badger replays the memtable's
-// log, and cuts the value log at its last whole entry). So sync makes the
-// value log durable first and only then the memtable's log, as Badger does
-// with SyncWrites on, and a new value log file's name (the directory)
-// before the memtable's log too. The two fdatasyncs therefore follow each
-// other instead of running side by side, as they did until a test asking
-// the kernel for unwritten pages showed the hole (measured: a tenth to a
-// fifth fewer pairs/s at 1 and 16 callers, a few percent at 64). One
-// window remains that only Badger could close: it flushes a full memtable
-// to a table (synced, with its pointers) in the background, and if that
-// finished before the next sync of the value log (which comes within a
-// millisecond or so; building the table takes far longer) a power cut in
-// between would lose the values of the memtable's last, unanswered, batch.
+// Order matters where the value log is written: a pointer on disk whose
+// value is not would survive a power cut as an entry that cannot be read
+// (Badger replays the memtable's log, and cuts the value log at its last
+// whole entry). So sync makes the value log durable first and only then
+// the memtable's log, as Badger does with SyncWrites on, and a new value
+// log file's name (the directory) before the memtable's log too. The
+// fdatasyncs therefore follow each other instead of running side by side,
+// as they did until a test asking the kernel for unwritten pages showed
+// the hole (while records still went to the value log, that cost a tenth
+// to a fifth of the pairs/s at 1 and 16 callers). An fdatasync of a value
+// log file nothing was written to costs next to nothing. For values in
+// the value log one window remains that only Badger could close: it
+// flushes a full memtable to a table (synced, with its pointers) in the
+// background, and if that finished before the next sync of the value log
+// (within a millisecond or so; building the table takes far longer) a
+// power cut in between would lose the values of the memtable's last,
+// unanswered, batch.
 //
 // With SyncWrites off, Badger syncs neither a file it rotates away from nor
 // (see Store.Compact) a value log file before value log GC deletes the one
 // it rewrote. So sync does not trust "the current file": it fdatasyncs,
 // for each kind, the newest file seen by the previous sync and every file
-// numbered after it, and the directory when new files of the kind appeared. A file
-// that is gone is skipped: a memtable's log goes only after Badger has
+// numbered after it, and the directory when new files of the kind
+// appeared. A file that is gone is skipped: a memtable's log goes only after Badger has
 // synced the table it was flushed to and the manifest, and a value log
 // file only after Compact has synced the copies of its values.
 //
