@@ -44,7 +44,8 @@
 // tree, see badgerstore; it needs a journal commit because Badger's files
 // are sparse) carries the ops the writer decided meanwhile, some 25 at 64
 // callers: the two are balanced. With syncs turned off altogether (not
-// durable) the same workload reaches about 1.5-2x the durable figure.
+// durable) the same workload reaches only about 1.2x the durable figure
+// at 64 callers: CPU, not the disk, is what is left.
 // Splitting off the sync (above) gained about a tenth at one caller and a
 // few percent at 64. Overlapping the writer with Badger's write goroutine
 // (managed mode, reads at the last applied version) gained about 5%: the
