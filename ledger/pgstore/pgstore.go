@@ -368,7 +368,7 @@ const settleWait = 5 * time.Second
 // the transaction is still in progress; settle waits up to settleWait for
 // it to end. An error means it cannot tell: the batch is then reported
 // failed, its outcome unknown.
-func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, err error) {
+func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, settleWait)
 	defer cancel()
 	for {
