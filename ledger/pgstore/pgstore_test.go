@@ -323,6 +323,9 @@ func newRelay(t *testing.T, dsn string) *relay {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		t.Skip("the relay needs a server reached over TCP, not a Unix socket")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
