@@ -534,15 +534,14 @@ func prefetch(p Prefetcher, batch []*op) error {
 // behind, and lets the op read its own writes.
 type opTxn struct {
 	tx     Txn
-	writes map[string][]byte // nil value: delete
-	order  []string
+	writes WriteBuffer
 	states map[State]int64 // effects moved between states, applied per batch
 	cache  *writerCaches
 	recs   map[string]*effectRec // records this op wrote, for the cache
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {
-	if v, ok := t.writes[string(k)]; ok {
+	if v, ok := t.writes.Lookup(string(k)); ok {
 		if v == nil {
 			return nil, ErrNotFound
 		}
@@ -581,9 +580,10 @@ func (t *opTxn) cacheWrites() {
 			t.cache.recs.put(id, r)
 		}
 	}
-	for _, k := range t.order {
+	for _, k := range t.writes.Keys() {
 		if valueCached([]byte(k)) {
-			t.cache.vals.put(k, t.writes[k])
+			v, _ := t.writes.Lookup(k)
+			t.cache.vals.put(k, v)
 		}
 	}
 }
@@ -598,29 +598,19 @@ func (t *opTxn) Set(k, v []byte) error {
 	if v == nil {
 		v = []byte{} // nil marks a delete
 	}
-	t.put(string(k), v)
+	t.writes.Put(string(k), v)
 	return nil
 }
 
 func (t *opTxn) Delete(k []byte) error {
-	t.put(string(k), nil)
+	t.writes.Put(string(k), nil)
 	return nil
-}
-
-func (t *opTxn) put(k string, v []byte) {
-	if t.writes == nil {
-		t.writes = map[string][]byte{}
-	}
-	if _, ok := t.writes[k]; !ok {
-		t.order = append(t.order, k)
-	}
-	t.writes[k] = v
 }
 
 func (t *opTxn) flush() (int, error) {
 	n := 0
-	for _, k := range t.order {
-		v := t.writes[k]
+	for _, k := range t.writes.Keys() {
+		v, _ := t.writes.Lookup(k)
 		var err error
 		if v == nil {
 			err = t.tx.Delete([]byte(k))

@@ -144,7 +144,7 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 		last := true
 		err := t.Scan(prefix("m", rec.Namespace, rec.GroupKey), nil, func(k, _ []byte) (bool, error) {
 			if id := lastPart(k); id != rec.EffectID {
-				if v, written := t.writes[string(k)]; !written || v != nil { // not deleted by this op
+				if v, written := t.writes.Lookup(string(k)); !written || v != nil { // not deleted by this op
 					last = false
 					return false, nil
 				}

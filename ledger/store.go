@@ -68,3 +68,36 @@ type Deferred interface {
 	UpdateDeferred(fn func(Txn) error) error
 	Sync() error
 }
+
+// WriteBuffer holds writes not yet applied: the last value written to each
+// key, with the keys in the order they were first written. A nil value is
+// a delete. The engine buffers each op's writes in one, so that an op that
+// fails leaves nothing behind; a Store may buffer a transaction's writes in
+// one to send them together. The zero value is empty.
+type WriteBuffer struct {
+	vals  map[string][]byte
+	order []string
+}
+
+// Put buffers a write of v to k; nil deletes k.
+func (b *WriteBuffer) Put(k string, v []byte) {
+	if b.vals == nil {
+		b.vals = map[string][]byte{}
+	}
+	if _, ok := b.vals[k]; !ok {
+		b.order = append(b.order, k)
+	}
+	b.vals[k] = v
+}
+
+// Lookup returns the buffered write to k, if there is one (nil: a delete).
+func (b *WriteBuffer) Lookup(k string) ([]byte, bool) {
+	v, ok := b.vals[k]
+	return v, ok
+}
+
+// Keys returns the written keys in the order they were first written.
+func (b *WriteBuffer) Keys() []string { return b.order }
+
+// Len is the number of keys written.
+func (b *WriteBuffer) Len() int { return len(b.order) }

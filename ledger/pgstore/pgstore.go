@@ -442,10 +442,9 @@ type txn struct {
 	ctx     context.Context
 	q       querier
 	failed  error
-	begin   string            // BEGIN not sent yet: it goes with the first statement
-	xid     int64             // the transaction's id, learned with BEGIN (0: unknown)
-	pending map[string][]byte // nil value: delete
-	order   []string
+	begin   string // BEGIN not sent yet: it goes with the first statement
+	xid     int64  // the transaction's id, learned with BEGIN (0: unknown)
+	pending ledger.WriteBuffer
 	read    map[string][]byte // what this transaction read; nil value: absent
 }
 
@@ -500,7 +499,7 @@ func (t *txn) fail(err error) error {
 // cached returns what the transaction knows of k without asking the
 // server: its own write, else what it read (nil value: absent).
 func (t *txn) cached(k []byte) ([]byte, bool) {
-	if v, ok := t.pending[string(k)]; ok {
+	if v, ok := t.pending.Lookup(string(k)); ok {
 		return v, true
 	}
 	v, ok := t.read[string(k)]
@@ -586,28 +585,18 @@ func (t *txn) Set(k, v []byte) error {
 	if v == nil {
 		v = []byte{}
 	}
-	t.put(string(k), v)
+	t.pending.Put(string(k), v)
 	return nil
 }
 
 func (t *txn) Delete(k []byte) error {
-	t.put(string(k), nil)
+	t.pending.Put(string(k), nil)
 	return nil
-}
-
-func (t *txn) put(k string, v []byte) {
-	if t.pending == nil {
-		t.pending = map[string][]byte{}
-	}
-	if _, ok := t.pending[k]; !ok {
-		t.order = append(t.order, k)
-	}
-	t.pending[k] = v
 }
 
 // flush sends the buffered writes in one round trip.
 func (t *txn) flush() error {
-	if len(t.order) == 0 {
+	if t.pending.Len() == 0 {
 		return nil
 	}
 	if err := t.q.SendBatch(t.ctx, t.writes()).Close(); err != nil {
@@ -626,8 +615,8 @@ func (t *txn) writes() *pgx.Batch {
 	if t.read == nil {
 		t.read = map[string][]byte{}
 	}
-	for _, k := range t.order {
-		v := t.pending[k]
+	for _, k := range t.pending.Keys() {
+		v, _ := t.pending.Lookup(k)
 		t.read[k] = v // nil: absent
 		if v == nil {
 			dels = append(dels, []byte(k))
@@ -646,7 +635,7 @@ func (t *txn) writes() *pgx.Batch {
 	if len(ks) > 0 {
 		b.Queue("INSERT INTO kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v", ks, vs)
 	}
-	t.pending, t.order = nil, nil
+	t.pending = ledger.WriteBuffer{}
 	return b
 }
 
