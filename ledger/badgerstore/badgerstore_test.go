@@ -3,6 +3,7 @@ package badgerstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -89,5 +90,77 @@ func wantValue(t *testing.T, s *Store, key string, want []byte) {
 	})
 	if err != nil {
 		t.Fatalf("%q: %v", key, err)
+	}
+}
+
+// TestLedgerFromBeforeRecordsStayedInTheTree: a ledger whose records went
+// to the value log (a lower threshold, as every ledger had before) opens
+// with today's options; its old values are read, overwritten and deleted
+// alongside new ones, survive value log GC and a reopen.
+func TestLedgerFromBeforeRecordsStayedInTheTree(t *testing.T) {
+	dir := t.TempDir()
+	old := bytes.Repeat([]byte{'o'}, 2048)
+	s, err := Open(dir, &Options{MinFreeBytes: -1, valueThreshold: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx ledger.Txn) error {
+		for i := range 100 {
+			if err := tx.Set(fmt.Appendf(nil, "e\x00old%03d", i), old); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopen := func() {
+		t.Helper()
+		if s, err = Open(dir, &Options{MinFreeBytes: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen()
+	renewed := bytes.Repeat([]byte{'n'}, 2048)
+	if err := s.Update(func(tx ledger.Txn) error {
+		for i := range 50 { // half rewritten, a fifth of the rest deleted
+			if err := tx.Set(fmt.Appendf(nil, "e\x00old%03d", i), renewed); err != nil {
+				return err
+			}
+		}
+		for i := 50; i < 60; i++ {
+			if err := tx.Delete(fmt.Appendf(nil, "e\x00old%03d", i)); err != nil {
+				return err
+			}
+		}
+		return tx.Set([]byte("e\x00new"), renewed)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	reopen()
+	defer s.Close()
+	wantValue(t, s, "e\x00new", renewed)
+	for i := range 100 {
+		k := fmt.Sprintf("e\x00old%03d", i)
+		switch {
+		case i < 50:
+			wantValue(t, s, k, renewed)
+		case i < 60:
+			s.View(func(r ledger.Reader) error {
+				if _, err := r.Get([]byte(k)); err != ledger.ErrNotFound {
+					t.Errorf("%q deleted, then read: %v", k, err)
+				}
+				return nil
+			})
+		default:
+			wantValue(t, s, k, old)
+		}
 	}
 }
