@@ -97,7 +97,7 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 		if err != nil {
 			return nil, err
 		}
-		store, err = pgstore.Open(context.Background(), dsn, &pgstore.Options{Schema: cfg.Ledger.Schema})
+		store, err = pgstore.Open(context.Background(), dsn, &pgstore.Options{Schema: cfg.Ledger.Schema, Logger: log})
 		if err != nil {
 			return nil, err
 		}

@@ -99,6 +99,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"regexp"
 	"sort"
@@ -130,6 +131,9 @@ type Options struct {
 	// sit idle inside a transaction before it ends the session, freeing
 	// the ledger lock it holds (default 30s; see "Dead replicas").
 	StuckTimeout time.Duration
+	// Logger hears of commits whose answer the network lost and how each
+	// was settled; nil discards that.
+	Logger *slog.Logger
 }
 
 // Store is a ledger.Store on PostgreSQL.
@@ -137,6 +141,7 @@ type Store struct {
 	// Batches have a pool of their own, so that readers holding every
 	// connection of theirs never make the writer wait.
 	reads, writes *pgxpool.Pool
+	log           *slog.Logger
 	retries       int
 	lock          int64 // advisory lock key of this ledger (schema)
 }
@@ -190,7 +195,10 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("ratchet-ledger:" + schema))
-	s := &Store{reads: reads, writes: writes, retries: opts.MaxRetries, lock: int64(h.Sum64())}
+	s := &Store{reads: reads, writes: writes, log: opts.Logger, retries: opts.MaxRetries, lock: int64(h.Sum64())}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	if s.retries == 0 {
 		s.retries = 50
 	}
@@ -273,10 +281,16 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 		err = s.try(ctx, fn)
 		if lost, ok := errors.AsType[*lostCommit](err); ok {
 			committed, serr := s.settle(ctx, lost)
-			if committed || serr != nil {
+			switch {
+			case serr != nil:
+				s.log.Error("postgres commit answer lost; its outcome is unknown, the batch is reported failed", "xid", lost.xid, "err", serr)
 				return serr
+			case committed:
+				s.log.Warn("postgres commit answer lost; the server says it committed", "xid", lost.xid, "err", lost.err)
+				return nil
 			}
 			// Rolled back: nothing was recorded, so the batch runs again.
+			s.log.Warn("postgres commit answer lost; the server rolled it back, running the batch again", "xid", lost.xid, "err", lost.err)
 		} else if err == nil || !retryable(err) {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -234,7 +235,9 @@ func openFresh(t *testing.T) *Store {
 func TestLostCommitAnswers(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	r := newRelay(t, dsn)
-	s, err := Open(context.Background(), r.dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_"), MaxConns: 1})
+	var logged bytes.Buffer // Update runs on the test's goroutine
+	s, err := Open(context.Background(), r.dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_"), MaxConns: 1,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,13 +245,14 @@ func TestLostCommitAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cut    int32
-		refuse bool // and refuse new connections, so nobody can ask
-		runs   int  // times the batch runs
-		ok     bool // Update succeeds
+		refuse bool   // and refuse new connections, so nobody can ask
+		runs   int    // times the batch runs
+		ok     bool   // Update succeeds
+		log    string // what the operator is told
 	}{
-		{"answer lost after the server committed", answerLost, false, 1, true},
-		{"request lost before the server saw the commit", requestLost, false, 2, true},
-		{"answer lost and the server out of reach", answerLost, true, 1, false},
+		{"answer lost after the server committed", answerLost, false, 1, true, "the server says it committed"},
+		{"request lost before the server saw the commit", requestLost, false, 2, true, "the server rolled it back"},
+		{"answer lost and the server out of reach", answerLost, true, 1, false, "its outcome is unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := []byte("lost\x00" + tc.name)
@@ -288,6 +292,10 @@ func TestLostCommitAnswers(t *testing.T) {
 			if !tc.ok && !strings.Contains(err.Error(), "no answer") {
 				t.Errorf("the error does not say the outcome is unknown: %v", err)
 			}
+			if !strings.Contains(logged.String(), tc.log) {
+				t.Errorf("the log does not say %q:\n%s", tc.log, logged.String())
+			}
+			logged.Reset()
 			// What the server holds: the run that committed. (Where the
 			// store could not ask, the transaction had committed.)
 			s.View(func(rd ledger.Reader) error {
