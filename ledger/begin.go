@@ -388,8 +388,12 @@ func (e *Engine) effectByKey(r Reader, ns, idemKey string) (*effectRec, error) {
 func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
 	rec := cachedEffect(r, id)
 	if rec == nil {
+		b, err := r.Get(key("e", id))
+		if err != nil {
+			return nil, err
+		}
 		rec = &effectRec{}
-		if err := getJSON(r, key("e", id), rec); err != nil {
+		if err := decodeEffect(b, rec); err != nil {
 			return nil, err
 		}
 		rec.stored = rec.State
@@ -469,7 +473,11 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 		}
 		rec.RetainedAt = retain
 	}
-	if err := setJSON(t, key("e", rec.EffectID), rec); err != nil {
+	b, err := encodeEffect(rec)
+	if err != nil {
+		return err
+	}
+	if err := t.Set(key("e", rec.EffectID), b); err != nil {
 		return err
 	}
 	t.remember(rec.EffectID, rec)

@@ -82,9 +82,9 @@ type effectRec struct {
 	UnreportedAt time.Time `json:"unreported_at,omitzero"`
 	// RetainedAt is the time under which it sits in the retention index.
 	RetainedAt time.Time `json:"retained_at,omitzero"`
-	// Records are encoded with segmentio's encoding/json (about a tenth
-	// of the engine's CPU less than the standard library's), which ignores
-	// omitzero: zero times are written out and read back as zero.
+	// Records are stored in the binary form of reccodec.go; records
+	// written as JSON (segmentio's encoding/json, which ignores omitzero:
+	// zero times were written out and read back as zero) are still read.
 	//
 	// stored is the state as last written, so a write knows which state
 	// count to move.
