@@ -2,9 +2,11 @@ package mcp_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +264,44 @@ func TestConcurrentBeginsOverHTTP(t *testing.T) {
 	wg.Wait()
 	if counts["execute"] != 1 || counts["in_flight"] != n-1 || len(ids) != 1 {
 		t.Fatalf("decisions %v over %d effects", counts, len(ids))
+	}
+}
+
+// TestClientKeepsConnections checks that Connect's sessions reuse their
+// HTTP connections (the bridge forwards every call of its client through
+// one); a connection opened per call costs more than the call.
+func TestClientKeepsConnections(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(mcp.Handler(mcp.New(newEngine(t, c), nil), nil))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	const sessions, calls = 16, 50
+	var wg sync.WaitGroup
+	for range sessions {
+		cs, err := httpClient(t, srv.URL, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range calls {
+				if _, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_list_effects", Arguments: map[string]any{}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Each session may hold a connection for its calls and one for the
+	// stream the server may send on; a few more can open while sessions
+	// start together.
+	if n := opened.Load(); n > 3*sessions {
+		t.Fatalf("%d calls from %d sessions opened %d connections", sessions*calls, sessions, n)
 	}
 }
