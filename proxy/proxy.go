@@ -103,8 +103,9 @@ type Options struct {
 	CurrencyMicros map[string]int64
 	// CA intercepts CONNECTs to vendor hosts; nil refuses them.
 	CA *CA
-	// Transport reaches upstreams and allowed hosts (default
-	// http.DefaultTransport).
+	// Transport reaches upstreams and allowed hosts (default: net/http's
+	// default transport keeping up to 128 idle connections per host, see
+	// upstreamTransport).
 	Transport http.RoundTripper
 	// Resolver checks wildcard allow_hosts matches (default net.DefaultResolver).
 	Resolver Resolver
@@ -115,6 +116,17 @@ type Options struct {
 	// Observer is told of requests and upstream calls (metrics); nil means
 	// nobody.
 	Observer Observer
+}
+
+// upstreamTransport is net/http's default transport (proxy settings from
+// the environment, timeouts, HTTP/2) keeping more idle connections: nearly
+// every request goes to one of a few vendor hosts, and with the default of
+// 2 idle connections per host most of those sent at once opened a
+// connection of their own, with its TLS handshake.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
+	return t
 }
 
 // Observer is told what the proxy did.
@@ -162,7 +174,7 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		opts.MaxBodyBytes = 1 << 20
 	}
 	if opts.Transport == nil {
-		opts.Transport = http.DefaultTransport
+		opts.Transport = upstreamTransport()
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver

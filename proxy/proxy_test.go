@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,5 +82,3 @@ func (e *env) effects(t testing.TB) []ledger.Effect {
 	}
 	return page.Effects
 }
-
-var _ = sync.Mutex{}

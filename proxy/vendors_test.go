@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -414,5 +415,41 @@ func TestInterceptHostsInForwardMode(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: InterceptHosts %v accepted", name, hosts)
 		}
+	}
+}
+
+// TestUpstreamConnectionsAreKept checks that requests sent at once reuse
+// the proxy's connections to the vendor rather than open one each (with
+// a TLS handshake, against a real vendor).
+func TestUpstreamConnectionsAreKept(t *testing.T) {
+	var opened atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"id":"ch_1"}`) }))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	e := newEnv(t, map[string]string{"stripe": up.URL}, nil)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	const callers, calls = 16, 30
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range calls {
+				resp, err := hc.Get(e.url + "/stripe/v1/charges/ch_1")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := opened.Load(); n > callers+4 {
+		t.Fatalf("%d requests from %d callers opened %d upstream connections", callers*calls, callers, n)
 	}
 }

@@ -109,7 +109,7 @@ func main() {
 	}
 
 	if run("proxy") {
-		w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report. Bare and Ratchet are measured alternately, twice each; the best run of each is shown.\n\n")
+		w("## 3. Proxy\n\n16 clients against a local trivial upstream, through a bare `httputil.ReverseProxy` and through Ratchet's reverse proxy (`/stripe/...`), both keeping up to 128 idle upstream connections (Ratchet's default). Effect POSTs carry a unique `Ratchet-Idempotency-Key`: begin, stamp, forward, classify, report. Bare and Ratchet are measured alternately, twice each; the best run of each is shown.\n\n")
 		pr, err := benchProxy(filepath.Join(dir, "proxy"), *dur)
 		if err != nil {
 			fail(err)
