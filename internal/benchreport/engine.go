@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -19,6 +20,21 @@ type result struct {
 	perSec   float64 // operations (pairs or records) per second
 	p50, p99 time.Duration
 	ops      int
+	// cpu is the CPU time the whole process (load generator included)
+	// used per operation, and busy how many cores it kept busy on
+	// average: together they tell a run bound by CPU from one bound by
+	// waiting (for the disk, or for a serial stage).
+	cpu  time.Duration
+	busy float64
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		fail(fmt.Errorf("getrusage: %w", err))
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // latencies collects per-call latencies from many goroutines.
@@ -51,7 +67,7 @@ func load(callers int, d time.Duration, limit int64, op func(k int64) error) (re
 	var firstErr atomic.Value
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for range callers {
 		wg.Go(func() {
 			var mine []time.Duration
@@ -71,7 +87,10 @@ func load(callers int, d time.Duration, limit int64, op func(k int64) error) (re
 	if err, _ := firstErr.Load().(error); err != nil {
 		return result{}, err
 	}
-	return result{perSec: float64(n.Load()) / time.Since(start).Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(n.Load())}, nil
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
+	ops := n.Load()
+	return result{perSec: float64(ops) / elapsed.Seconds(), p50: lat.pct(0.5), p99: lat.pct(0.99), ops: int(ops),
+		cpu: cpu / time.Duration(max(ops, 1)), busy: cpu.Seconds() / elapsed.Seconds()}, nil
 }
 
 // baseline is the disk's physical limit for this workload: callers append
