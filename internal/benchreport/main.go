@@ -66,6 +66,10 @@ func main() {
 		"Every ratio compares figures measured in the same run. Syncing is on in every figure unless labelled otherwise (the store fdatasyncs everything Badger committed, in place of Badger's SyncWrites; see ledger/badgerstore): "+
 		"an answer is given only after its write is durable.\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), model, runtime.Version(), *dur)
 
+	// needs collects, per target, the rate it asks for and the CPU per
+	// operation that rate would cost (see the closing section).
+	var needs []need
+	var engine64 result // the engine at its most efficient: 64 callers
 	if run("engine") {
 		w("## 1. Engine: durable begin+report pairs\n\n")
 		w("Distinct keys; one policy with a global spend ceiling and a per-counterparty ceiling (50 counterparties); every effect declares cost and a dimension, so both hot counters are read and written on every begin. ")
@@ -81,6 +85,10 @@ func main() {
 				fail(err)
 			}
 			r := pairs(eng, c, *dur, 0)
+			if c == 64 {
+				engine64 = r
+				needs = append(needs, need{"engine, 64 callers (0.5 of the baseline)", 0.5 * b.perSec / 2, r.cpu, 0})
+			}
 			eng.Close(context.Background())
 			target := ""
 			if c == 64 {
@@ -107,6 +115,7 @@ func main() {
 		w("| server | pairs/s | pair p50 | pair p99 | CPU per pair (cores busy) |\n|---|---|---|---|---|\n| no-op tool (floor) | %.0f | %s | %s | %s |\n| Ratchet begin+report | %.0f | %s | %s | %s |\n\n",
 			floor.perSec, ms(floor.p50), ms(floor.p99), cpu(floor), rmcp.perSec, ms(rmcp.p50), ms(rmcp.p99), cpu(rmcp))
 		w("Ratio %.2f of the floor (target ≥ 0.9).\n\n", rmcp.perSec/floor.perSec)
+		needs = append(needs, need{"MCP pairs (0.9 of the floor)", 0.9 * floor.perSec, rmcp.cpu, floor.cpu})
 	}
 
 	if run("proxy") {
@@ -121,6 +130,7 @@ func main() {
 		}
 		w("\nPass-through ratio %.2f (target ≥ 0.9); effect POST ratio %.2f of the bare proxy's POSTs (target ≥ 0.6).\n\n",
 			pr["ratchet GET"].perSec/pr["bare GET"].perSec, pr["ratchet POST"].perSec/pr["bare POST"].perSec)
+		needs = append(needs, need{"proxy effect POSTs (0.6 of the bare proxy)", 0.6 * pr["bare POST"].perSec, pr["ratchet POST"].cpu, pr["bare POST"].cpu})
 	}
 
 	if run("pg") {
@@ -150,6 +160,7 @@ func main() {
 	if *only != "" {
 		return
 	}
+	writeNeeds(w, needs, engine64)
 	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, mcp, proxy, pg or scale). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 4)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
 		fail(err)
@@ -158,9 +169,41 @@ func main() {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
+// need is a throughput target: the rate it asks for, the CPU per operation
+// Ratchet used, and that of the floor it is compared with (zero for the
+// engine, compared with the disk).
+type need struct {
+	target     string
+	rate       float64
+	cpu, floor time.Duration
+}
+
+// writeNeeds writes what each throughput target would cost in CPU at the
+// CPU per operation measured in this run: when that is more cores than the
+// machine has, only spending less CPU per operation can meet it here.
+func writeNeeds(w func(string, ...any), needs []need, engine64 result) {
+	if len(needs) == 0 {
+		return
+	}
+	w("## What the throughput targets would cost in CPU\n\n")
+	w("Each target's rate times the CPU per operation measured above. The last column is a lower bound for the adapters: the floor's own CPU per operation plus the engine's at its most efficient (%s per pair at 64 callers, section 1), as if the adapter itself cost nothing. ", cpuTime(engine64.cpu))
+	w("CPU per operation falls as batches grow, but the engine's at 64 callers is the lowest this run measured. Where the cores needed pass the %d this machine has, the target cannot be met here by overlapping or scheduling work differently; only by spending less CPU per operation (in the engine, Badger, the kernel's fdatasync, or the SDK). Where the engine's figures come from: `ledger/doc.go` (\"What limits it\").\n\n", runtime.NumCPU())
+	w("| target | rate it asks for | CPU per op measured | cores that needs | cores with a free adapter |\n|---|---|---|---|---|\n")
+	for _, n := range needs {
+		bound := "—"
+		if n.floor > 0 {
+			bound = fmt.Sprintf("%.1f", n.rate*(n.floor+engine64.cpu).Seconds())
+		}
+		w("| %s | %.0f/s | %s | %.1f | %s |\n", n.target, n.rate, cpuTime(n.cpu), n.rate*n.cpu.Seconds(), bound)
+	}
+	w("\n")
+}
+
+func cpuTime(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1000) }
+
 // cpu is a result's CPU time per operation and the cores it kept busy.
 func cpu(r result) string {
-	return fmt.Sprintf("%.0f µs (%.1f)", float64(r.cpu.Nanoseconds())/1000, r.busy)
+	return fmt.Sprintf("%s (%.1f)", cpuTime(r.cpu), r.busy)
 }
 
 func fail(err error) {
