@@ -25,7 +25,7 @@ test-short:
 	$(GO) test -count=1 ./...
 
 # Throughput and latency against baselines measured in the same run, with a
-# million-effect ledger; rewrites BENCHMARKS.md (about 4 minutes on 2 cores).
+# million-effect ledger; rewrites BENCHMARKS.md (about 3 minutes on 2 cores).
 bench:
 	$(GO) run ./internal/benchreport -out BENCHMARKS.md
 

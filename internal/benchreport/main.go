@@ -161,7 +161,7 @@ func main() {
 		return
 	}
 	writeNeeds(w, needs, engine64)
-	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, mcp, proxy, pg or scale). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`.\n", 4)
+	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, mcp, proxy, pg or scale). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`; where each goroutine waits: the same with `-trace trace.out`, then `go tool trace trace.out` (Goroutines).\n", 3)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
 		fail(err)
 	}
