@@ -48,11 +48,12 @@
 // goroutine 24% and for ops 31%; the syncer is in fdatasync 64% of the
 // time; and the callers a sync answers together then wait their turn for
 // a CPU, about 0.4 ms each, before they queue their next op, while the
-// process keeps only 1.2-1.3 of 2 cores busy. The 64 ops in flight go
+// process keeps only 1.2-1.4 of 2 cores busy. The 64 ops in flight go
 // round a loop of serial stages (writer and Badger, sync, the callers'
 // turn), so the rate is 64 over the loop's time, and shortening any stage
 // helps only in part. With syncs turned off altogether (not durable) the
-// same workload reaches 1.2-1.7x the durable figure at 64 callers.
+// same workload reaches 1.05-1.9x the durable figure at 64 callers,
+// depending on the day's disk.
 //
 // An fdatasync also costs CPU: 90-190 µs of the process's own (kernel)
 // time on this machine, measured with a loop appending to a file, about
@@ -60,10 +61,11 @@
 // At 64 callers it is shared by a batch of ops; with one or two ops per
 // sync, as under the MCP and proxy benchmarks, whose 16 clients spend
 // most of their time in the protocol, it is a large part of each op's
-// CPU: the engine alone uses about 560 µs of CPU per pair at one caller,
-// 180 µs at 16 and 110 µs at 64 (make bench reports CPU per pair). Records went from JSON
-// to a binary form for that reason (JSON encoding was a fifth of the
-// writer's CPU): 10-30% more pairs/s.
+// CPU: the engine alone uses 550-650 µs of CPU per pair at one caller,
+// about 200 µs at 16 and 100 µs at 64 (make bench reports CPU per pair).
+//
+// Records went from JSON to a binary form because JSON encoding was a
+// fifth of the writer's CPU: 10-30% more pairs/s.
 // Splitting off the sync (above) gained about a tenth at one caller and a
 // few percent at 64. Overlapping the writer with Badger's write goroutine
 // (managed mode, reads at the last applied version) gained about 5%: the

@@ -103,9 +103,8 @@ type Options struct {
 	CurrencyMicros map[string]int64
 	// CA intercepts CONNECTs to vendor hosts; nil refuses them.
 	CA *CA
-	// Transport reaches upstreams and allowed hosts (default: net/http's
-	// default transport keeping up to 128 idle connections per host, see
-	// upstreamTransport).
+	// Transport reaches upstreams and allowed hosts (default
+	// NewTransport()).
 	Transport http.RoundTripper
 	// Resolver checks wildcard allow_hosts matches (default net.DefaultResolver).
 	Resolver Resolver
@@ -118,12 +117,13 @@ type Options struct {
 	Observer Observer
 }
 
-// upstreamTransport is net/http's default transport (proxy settings from
-// the environment, timeouts, HTTP/2) keeping more idle connections: nearly
-// every request goes to one of a few vendor hosts, and with the default of
-// 2 idle connections per host most of those sent at once opened a
-// connection of their own, with its TLS handshake.
-func upstreamTransport() *http.Transport {
+// NewTransport returns the proxy's default Transport: net/http's default
+// (proxy settings from the environment, timeouts, HTTP/2) keeping up to
+// 128 idle connections per host. Nearly every request goes to one of a few
+// vendor hosts, and with net/http's default of 2 idle connections per
+// host most of those sent at once opened a connection of their own, with
+// its TLS handshake.
+func NewTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
 	return t
@@ -174,7 +174,7 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		opts.MaxBodyBytes = 1 << 20
 	}
 	if opts.Transport == nil {
-		opts.Transport = upstreamTransport()
+		opts.Transport = NewTransport()
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver

@@ -136,12 +136,10 @@ func benchProxy(dir string, d time.Duration) (map[string]result, error) {
 	}))
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
-	// The bare proxy gets the idle-connection pool Ratchet's proxy has by
-	// default (net/http's default keeps 2 per host, and most requests
+	// The bare proxy gets the transport Ratchet's proxy has by default
+	// (net/http's keeps 2 idle connections per host, and most requests
 	// would open a connection), so that only the gate differs.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 128
-	bare := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, Transport: tr})
+	bare := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, Transport: proxy.NewTransport()})
 	defer bare.Close()
 	eng, _, err := openEngine(dir, true)
 	if err != nil {
