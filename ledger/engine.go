@@ -580,9 +580,8 @@ func (t *opTxn) cacheWrites() {
 			t.cache.recs.put(id, r)
 		}
 	}
-	for _, k := range t.writes.Keys() {
+	for k, v := range t.writes.All() {
 		if valueCached([]byte(k)) {
-			v, _ := t.writes.Lookup(k)
 			t.cache.vals.put(k, v)
 		}
 	}
@@ -609,8 +608,7 @@ func (t *opTxn) Delete(k []byte) error {
 
 func (t *opTxn) flush() (int, error) {
 	n := 0
-	for _, k := range t.writes.Keys() {
-		v, _ := t.writes.Lookup(k)
+	for k, v := range t.writes.All() {
 		var err error
 		if v == nil {
 			err = t.tx.Delete([]byte(k))

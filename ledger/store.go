@@ -1,5 +1,7 @@
 package ledger
 
+import "iter"
+
 // Store is the narrow seam between the engine and durable storage: an
 // ordered key-value space with transactions. The engine serialises every
 // mutation through one writer goroutine and hands a Store a whole batch of
@@ -96,8 +98,17 @@ func (b *WriteBuffer) Lookup(k string) ([]byte, bool) {
 	return v, ok
 }
 
-// Keys returns the written keys in the order they were first written.
-func (b *WriteBuffer) Keys() []string { return b.order }
+// All yields each written key with its last value (nil: a delete), in the
+// order the keys were first written.
+func (b *WriteBuffer) All() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, k := range b.order {
+			if !yield(k, b.vals[k]) {
+				return
+			}
+		}
+	}
+}
 
 // Len is the number of keys written.
 func (b *WriteBuffer) Len() int { return len(b.order) }

@@ -16,8 +16,16 @@ func TestWriteBuffer(t *testing.T) {
 	b.Put("a", []byte("2"))
 	b.Put("b", nil) // deleted after all: still first in order
 	b.Put("c", []byte{})
-	if got := b.Keys(); !slices.Equal(got, []string{"b", "a", "c"}) || b.Len() != 3 {
-		t.Fatalf("keys %q, len %d", got, b.Len())
+	var keys []string
+	var vals [][]byte
+	for k, v := range b.All() {
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	if !slices.Equal(keys, []string{"b", "a", "c"}) || b.Len() != 3 {
+		t.Fatalf("keys %q, len %d", keys, b.Len())
+	}
+	if vals[0] != nil || string(vals[1]) != "2" || vals[2] == nil {
+		t.Fatalf("values %q: want the last write to each key", vals)
 	}
 	for k, want := range map[string]string{"a": "2", "c": ""} {
 		if v, ok := b.Lookup(k); !ok || v == nil || string(v) != want {

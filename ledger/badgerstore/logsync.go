@@ -48,9 +48,10 @@ import (
 // it rewrote. So sync does not trust "the current file": it fdatasyncs,
 // for each kind, the newest file seen by the previous sync and every file
 // numbered after it, and the directory when new files of the kind
-// appeared. A file that is gone is skipped: a memtable's log goes only after Badger has
-// synced the table it was flushed to and the manifest, and a value log
-// file only after Compact has synced the copies of its values.
+// appeared. A file that is gone is skipped: a memtable's log goes only
+// after Badger has synced the table it was flushed to and the manifest,
+// and a value log file only after Compact has synced the copies of its
+// values.
 //
 // Each sync opens the files afresh. That is safe for errors: the kernel
 // reports a writeback error nobody has seen yet to the first fsync of a

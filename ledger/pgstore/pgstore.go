@@ -23,11 +23,12 @@
 // Concurrency. Each Update (one batch of the engine's decisions) is one
 // SERIALIZABLE transaction, run while its connection holds an advisory lock
 // on the ledger (taken before BEGIN, so the snapshot is fresh), so the
-// batches of all replicas commit one after another. Every batch touches the same hot keys (a global ceiling's
-// counter, the per-state counts), and without the lock replicas under load
-// livelock on serialization failures (measured: a batch exhausted 50
-// retries with three replicas at 64 callers). With it, the fleet behaves
-// as one writer with group commit per replica. SERIALIZABLE stays on as a
+// batches of all replicas commit one after another. Every batch touches
+// the same hot keys (a global ceiling's counter, the per-state counts),
+// and without the lock replicas under load livelock on serialization
+// failures (measured: a batch exhausted 50 retries with three replicas at
+// 64 callers). With it, the fleet behaves as one writer with group commit
+// per replica. SERIALIZABLE stays on as a
 // safety net: a serialization failure still re-runs the whole batch, so
 // agents never see one. The engine answers only after COMMIT, with
 // synchronous_commit as the server sets it (on by default).
@@ -629,8 +630,7 @@ func (t *txn) writes() *pgx.Batch {
 	if t.read == nil {
 		t.read = map[string][]byte{}
 	}
-	for _, k := range t.pending.Keys() {
-		v, _ := t.pending.Lookup(k)
+	for k, v := range t.pending.All() {
 		t.read[k] = v // nil: absent
 		if v == nil {
 			dels = append(dels, []byte(k))
