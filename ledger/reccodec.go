@@ -12,15 +12,15 @@ import (
 )
 
 // Effect records are stored in a compact binary form: encoding them as JSON
-// was a fifth of the writer goroutine's CPU, and the writer is the stage
-// that bounds throughput once a sync is a single fdatasync. The first byte
+// was a fifth of the writer goroutine's CPU, and every op waits for the
+// writer, a serial stage (see "What limits it" in doc.go). The first byte
 // is the format: recBinary, or '{' for a record written as JSON by an
 // earlier version, which is still read (and rewritten in binary when the
 // effect next changes). After it come the fields in a fixed order: strings
 // and byte strings as a uvarint length and the bytes, integers as varints,
 // optional values behind a presence byte, times as Unix seconds and
-// nanoseconds (read back in UTC, as JSON gave them). The compensation and the approval, rare and
-// nested, are embedded as JSON. TestRecordCodecCoversEveryField fails when
+// nanoseconds (read back in UTC, as JSON gave them). The compensation and
+// the approval, rare and nested, are embedded as JSON. TestRecordCodecCoversEveryField fails when
 // a field is added to the record but not here.
 const recBinary = 1
 
