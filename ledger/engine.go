@@ -109,6 +109,9 @@ type Engine struct {
 	unsynced chan unsynced
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
+	// countsKey holds the state counts this engine moves (see
+	// exclusiveCountsKey).
+	countsKey []byte
 
 	ops     chan *op
 	stop    chan struct{}
@@ -188,6 +191,9 @@ func New(opts Options) (*Engine, error) {
 		// mark: 65536 raised begin p99 at 64 callers by about a third.
 		// The value cache holds the hot counters whatever the mix of keys.
 		e.cache = &writerCaches{recs: newGenCache[*effectRec](1 << 12), vals: newGenCache[[]byte](1 << 13)}
+		e.countsKey = exclusiveCountsKey
+	} else {
+		e.countsKey = replicaCountsKey()
 	}
 	if d, ok := opts.Store.(Deferred); ok {
 		e.deferred = d
@@ -433,7 +439,7 @@ func (e *Engine) syncer() {
 func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	now := e.clock.Now()
 	if p, ok := tx.(Prefetcher); ok {
-		if err := prefetch(p, batch); err != nil {
+		if err := prefetch(p, e.countsKey, batch); err != nil {
 			return nil, err
 		}
 	}
@@ -460,7 +466,7 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 		results = append(results, opResult{v, err})
 	}
 	if len(states) > 0 {
-		if err := applyStateCounts(tx, states); err != nil {
+		if err := applyStateCounts(tx, e.countsKey, states); err != nil {
 			return nil, err
 		}
 	}
@@ -495,15 +501,15 @@ func answerAll(batch []*op, err *Error) {
 
 // prefetch reads, in a few round trips, the keys a batch's ops say they
 // will read, so that their reads are answered from memory.
-func prefetch(p Prefetcher, batch []*op) error {
+func prefetch(p Prefetcher, counts []byte, batch []*op) error {
 	fetched := map[string][]byte{}
 	known := func(k []byte) ([]byte, bool) {
 		v, ok := fetched[string(k)]
 		return v, ok
 	}
-	want := [][]byte{stateCountsKey}
+	want := [][]byte{counts}
 	for range prefetchRounds {
-		asked := map[string]bool{string(stateCountsKey): true}
+		asked := map[string]bool{string(counts): true}
 		for _, o := range batch {
 			if o.reads == nil {
 				continue

@@ -2,9 +2,12 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Get returns an effect by id, or by idempotency key within a namespace.
@@ -159,9 +162,24 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 	return out, err
 }
 
-// stateCountsKey holds how many effects are in each state, moved in the
-// same write as every transition so that reading it costs one key.
-var stateCountsKey = key("m", "states")
+// State counts. How many effects are in each state is written with every
+// transition, so that reading it costs a key or a few. An engine on an
+// exclusive store keeps one record, m\0states. On a shared store each
+// engine keeps its own, s\0<replica id>, of the moves its batches made, so
+// that replicas never write the same counts (a key every batch of every
+// replica wrote would make their batches conflict). One replica's counts
+// can be negative (an effect begun through one replica and reported
+// through another); only their sum means anything, and StateCounts adds
+// them up. A replica that stops leaves its record behind, a few dozen bytes
+// per start, still part of the sum.
+var exclusiveCountsKey = key("m", "states")
+
+// replicaCountsKey returns a new replica's own state counts key.
+func replicaCountsKey() []byte {
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return key("s", hex.EncodeToString(id[:]))
+}
 
 // moveStateCount records that one effect moved between states. The deltas
 // of an op are kept with its writes and applied once per batch.
@@ -178,20 +196,20 @@ func moveStateCount(t *opTxn, from, to State) error {
 	return nil
 }
 
-// applyStateCounts adds a batch's deltas to the stored counts.
-func applyStateCounts(tx Txn, delta map[State]int64) error {
+// applyStateCounts adds a batch's deltas to the counts stored at k.
+func applyStateCounts(tx Txn, k []byte, delta map[State]int64) error {
 	counts := map[State]int64{}
-	if err := getJSON(tx, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := getJSON(tx, k, &counts); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	for st, d := range delta {
-		counts[st] = max(0, counts[st]+d)
+		counts[st] += d
 	}
 	b, err := json.Marshal(counts)
 	if err != nil {
 		return err
 	}
-	return tx.Set(stateCountsKey, b)
+	return tx.Set(k, b)
 }
 
 // StateCounts returns how many stored effects are in each state. A pending
@@ -199,11 +217,30 @@ func applyStateCounts(tx Txn, delta map[State]int64) error {
 // begin) records its expiry, within a reap interval.
 func (e *Engine) StateCounts(ctx context.Context) (map[State]int64, error) {
 	counts := map[State]int64{}
-	err := e.view(func(r Reader) error {
-		if err := getJSON(r, stateCountsKey, &counts); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
+	add := func(b []byte) error {
+		var c map[State]int64
+		if err := json.Unmarshal(b, &c); err != nil {
+			return fmt.Errorf("ledger: corrupt state counts: %w", err)
+		}
+		for st, n := range c {
+			counts[st] += n
 		}
 		return nil
+	}
+	err := e.view(func(r Reader) error {
+		b, err := r.Get(exclusiveCountsKey)
+		if err == nil {
+			err = add(b)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return r.Scan(prefix("s"), nil, func(_, v []byte) (bool, error) {
+			return true, add(v)
+		})
 	})
+	for st, n := range counts {
+		counts[st] = max(0, n)
+	}
 	return counts, err
 }

@@ -22,6 +22,8 @@ import (
 //	t\0<completed, 8 bytes BE>\0<id>        finished effects, for retention
 //	u\0<ns>\0<agent_id>                     unreported expirations of an agent
 //	c\0<ns>\0<ceiling>\0<scope>             ceiling counter (JSON)
+//	m\0states                               state counts, exclusive store (JSON)
+//	s\0<replica>                            one replica's state counts, shared store (JSON)
 func key(kind string, parts ...string) []byte {
 	n := len(kind)
 	for _, p := range parts {
