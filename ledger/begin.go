@@ -57,6 +57,9 @@ func (in *beginInput) reads(known knownFunc) [][]byte {
 	for _, c := range in.pol.ceilings {
 		if k, _, _, ok := counterKey(c, in); ok {
 			ks = append(ks, k)
+			if in.replica != "" {
+				ks = append(ks, shareKey(k, in.replica))
+			}
 		}
 	}
 	return ks
@@ -219,7 +222,12 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		if u.c.money && req.EstimatedCostMicros == nil {
 			uncounted = append(uncounted, u.c.Name)
 		}
-		if !compensation && satAdd(u.counted, u.amount) > u.c.limit {
+		if compensation {
+			continue
+		}
+		if ok, err := u.admit(t, now); err != nil {
+			return nil, err
+		} else if !ok {
 			b := u.budget(now)
 			res := denied(rec, ReasonBudgetExceeded, fmt.Sprintf(
 				"Ceiling %q would be exceeded (%d of %d %s counted, this action adds %d). Do not perform it; tell the user the budget is spent.",

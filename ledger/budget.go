@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -22,8 +23,39 @@ import (
 // Every check and reservation happens inside the single writer, in the same
 // transaction as the decision, so no two begins can both take the last of a
 // budget.
+//
+// Shares (a shared store, several engines). A counter every begin of every
+// replica wrote would make all their batches wait for one another (see
+// pgstore). So on a shared store a ceiling is held in escrow: the counter
+// at its key is the pool, and each replica counts its own begins in a
+// share of its own (the counter's key and the replica's id) which holds a
+// grant, the part of the limit the replica may count without asking the
+// others. The pool records what it has granted in all (and to whom), and
+// may hold buckets of its own, counted as before (a ledger written before
+// shares). A begin that fits its replica's grant touches only its share.
+// One that does not takes more from the pool: what it needs and a
+// sixteenth of the limit (or what is left). When the pool has not enough,
+// the replica reclaims: it shrinks every other share's grant to what that
+// share counts now (the grants of replicas that are gone come back) and
+// decides on the exact sum of every share and the pool's buckets, as a
+// single writer would: counted + this begin ≤ limit. The pool's grants
+// never exceed the limit less what the pool counts itself, and a share
+// grants only within its grant, so the sum of all shares never passes the
+// limit. As buckets leave the window a share counts less and its grant
+// covers new begins again, without the pool. A report adjusts the share
+// its reservation names, whichever replica took it.
+//
+// What a begin's answer counts on a shared store is its replica's share,
+// the pool's buckets and every other share's whole grant (the most the
+// others can have counted): counted is an upper bound and remaining a
+// lower bound. Budgets (the operator's listing) adds up every share.
 
 const bucketsPerWindow = 60
+
+// shareChunk is the part of a limit a share takes from the pool beyond
+// what it needs: a replica asks the pool once per sixteenth of the limit
+// it spends.
+const shareChunk = 16
 
 type counterRec struct {
 	Namespace string   `json:"ns"`
@@ -35,6 +67,11 @@ type counterRec struct {
 	Limit     int64    `json:"limit"`
 	Window    string   `json:"window"`
 	Buckets   []bucket `json:"buckets"`
+	// Shares (see above). A share names its replica and holds its grant;
+	// the pool holds what it granted in all and to which replicas.
+	Replica string   `json:"replica,omitempty"`
+	Grant   int64    `json:"grant,omitempty"`
+	Shares  []string `json:"shares,omitempty"`
 }
 
 type bucket struct {
@@ -126,14 +163,22 @@ func satAdd(a, b int64) int64 {
 // ceilingUse is one ceiling as it applies to one begin.
 type ceilingUse struct {
 	c       *ceiling
-	key     []byte
-	rec     *counterRec
-	counted int64
+	key     []byte      // the counter the begin counts in: its share, if shared
+	rec     *counterRec // what is stored at key
+	pool    *counterRec // nil unless shared: the counter's pool
+	poolKey []byte
+	counted int64 // what rec counts now, or, shared, the exact sum once admit denies
 	amount  int64 // what this begin would add
+	exact   bool  // shared: counted is the exact sum (admit denied)
 }
 
 func (u *ceilingUse) budget(now time.Time) BudgetUse {
 	counted := u.rec.counted(u.c, now)
+	if u.exact {
+		counted = u.counted
+	} else if u.pool != nil { // see "What a begin's answer counts"
+		counted = satAdd(satAdd(counted, u.pool.counted(u.c, now)), max(0, u.pool.Grant-u.rec.Grant))
+	}
 	return BudgetUse{
 		Name: u.c.Name, Per: u.c.Per, Unit: u.c.unit(), Limit: u.c.limit,
 		Counted: counted, Remaining: max(0, u.c.limit-counted), Window: u.c.Window,
@@ -170,7 +215,13 @@ func counterKey(c *ceiling, in *beginInput) (k []byte, scope, run string, ok boo
 	return key("c", in.req.Namespace, c.Name, scope, run), scope, run, true
 }
 
-// ceilingsFor loads every counter that applies to a begin.
+// shareKey is the key of replica's share of the counter at k.
+func shareKey(k []byte, replica string) []byte {
+	return append(append(append([]byte(nil), k...), 0), replica...)
+}
+
+// ceilingsFor loads every counter that applies to a begin: on a shared
+// store, its replica's share and the pool.
 func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error) {
 	var uses []*ceilingUse
 	for _, c := range in.pol.ceilings {
@@ -179,12 +230,25 @@ func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error)
 			continue
 		}
 		u := &ceilingUse{c: c, key: k}
-		u.rec = &counterRec{}
-		if err := getCounter(t, u.key, u.rec); err != nil && !errors.Is(err, ErrNotFound) {
+		load := func(k []byte, replica string) (*counterRec, error) {
+			r := &counterRec{}
+			if err := getCounter(t, k, r); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
+			r.Namespace, r.Ceiling, r.Per, r.Scope, r.RunID = in.req.Namespace, c.Name, c.Per, scope, run
+			r.Unit, r.Limit, r.Window, r.Replica = c.unit(), c.limit, c.Window, replica
+			return r, nil
+		}
+		var err error
+		if in.replica != "" {
+			u.poolKey, u.key = k, shareKey(k, in.replica)
+			if u.pool, err = load(u.poolKey, ""); err != nil {
+				return nil, err
+			}
+		}
+		if u.rec, err = load(u.key, in.replica); err != nil {
 			return nil, err
 		}
-		u.rec.Namespace, u.rec.Ceiling, u.rec.Per, u.rec.Scope, u.rec.RunID = in.req.Namespace, c.Name, c.Per, scope, run
-		u.rec.Unit, u.rec.Limit, u.rec.Window = c.unit(), c.limit, c.Window
 		u.counted = u.rec.counted(c, now)
 		u.amount = 1
 		if c.money {
@@ -196,6 +260,76 @@ func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error)
 		uses = append(uses, u)
 	}
 	return uses, nil
+}
+
+// admit reports whether the begin fits the ceiling. On a shared store it
+// may take more of the limit for its replica's share from the pool, or
+// reclaim the other shares' unused grants first (see "Shares"); what it
+// changes is written with the begin's other writes. When it does not fit,
+// u.counted is what the ceiling counts in all.
+func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
+	if u.pool == nil {
+		return satAdd(u.counted, u.amount) <= u.c.limit, nil
+	}
+	need := satAdd(u.counted, u.amount) - u.rec.Grant
+	if need <= 0 {
+		return true, nil
+	}
+	free := u.c.limit - satAdd(u.pool.counted(u.c, now), u.pool.Grant)
+	if free < need {
+		total, err := u.reclaim(t, now)
+		if err != nil {
+			return false, err
+		}
+		if free = u.c.limit - satAdd(u.pool.counted(u.c, now), u.pool.Grant); free < need {
+			u.counted, u.exact = total, true
+			return false, nil
+		}
+	}
+	take := min(free, satAdd(need, u.c.limit/shareChunk))
+	u.rec.Grant += take
+	u.pool.Grant += take
+	if !slices.Contains(u.pool.Shares, u.rec.Replica) {
+		u.pool.Shares = append(u.pool.Shares, u.rec.Replica)
+	}
+	if err := t.Set(u.poolKey, u.pool.encode()); err != nil {
+		return false, err
+	}
+	return true, t.Set(u.key, u.rec.encode())
+}
+
+// reclaim shrinks the grant of every other share of the pool to what it
+// counts now, forgets shares that are gone, and returns what the ceiling
+// counts in all: the pool's buckets and every share.
+func (u *ceilingUse) reclaim(t *opTxn, now time.Time) (int64, error) {
+	total := satAdd(u.pool.counted(u.c, now), u.counted)
+	granted := u.rec.Grant
+	var kept []string
+	for _, r := range u.pool.Shares {
+		if r == u.rec.Replica {
+			kept = append(kept, r)
+			continue
+		}
+		k := shareKey(u.poolKey, r)
+		var sh counterRec
+		if err := getCounter(t, k, &sh); errors.Is(err, ErrNotFound) {
+			continue
+		} else if err != nil {
+			return 0, err
+		}
+		kept = append(kept, r)
+		counted := sh.counted(u.c, now)
+		total = satAdd(total, counted)
+		if sh.Grant != counted {
+			sh.Grant = counted
+			if err := t.Set(k, sh.encode()); err != nil {
+				return 0, err
+			}
+		}
+		granted = satAdd(granted, sh.Grant)
+	}
+	u.pool.Shares, u.pool.Grant = kept, granted
+	return total, t.Set(u.poolKey, u.pool.encode())
 }
 
 // reserve counts the begin in every counter and records what it holds.
@@ -267,14 +401,23 @@ func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterR
 // Counters are the hottest records (every begin reads and writes each
 // applicable one), so they use a compact binary encoding rather than JSON:
 // a version byte, the strings as length-prefixed bytes, then varints.
-const counterVersion = 1
+// Version 2 adds, after the buckets, the replica, the grant and the shares
+// (see "Shares"); a counter without them is written as version 1.
+const (
+	counterVersion       = 1
+	counterVersionShares = 2
+)
 
 func (r *counterRec) encode() []byte {
 	b := make([]byte, 0, 64+len(r.Buckets)*20)
-	b = append(b, counterVersion)
+	shared := r.Replica != "" || r.Grant != 0 || len(r.Shares) > 0
+	if shared {
+		b = append(b, counterVersionShares)
+	} else {
+		b = append(b, counterVersion)
+	}
 	for _, s := range []string{r.Namespace, r.Ceiling, r.Per, r.Scope, r.RunID, r.Unit, r.Window} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+		b = appendString(b, s)
 	}
 	b = binary.AppendVarint(b, r.Limit)
 	b = binary.AppendUvarint(b, uint64(len(r.Buckets)))
@@ -284,15 +427,29 @@ func (r *counterRec) encode() []byte {
 		b = binary.AppendVarint(b, k.Amount)
 		b = binary.AppendVarint(b, k.Count)
 	}
+	if shared {
+		b = appendString(b, r.Replica)
+		b = binary.AppendVarint(b, r.Grant)
+		b = binary.AppendUvarint(b, uint64(len(r.Shares)))
+		for _, s := range r.Shares {
+			b = appendString(b, s)
+		}
+	}
 	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 var errBadCounter = errors.New("ledger: corrupt ceiling counter record")
 
 func decodeCounter(b []byte, r *counterRec) error {
-	if len(b) == 0 || b[0] != counterVersion {
+	if len(b) == 0 || (b[0] != counterVersion && b[0] != counterVersionShares) {
 		return errBadCounter
 	}
+	shared := b[0] == counterVersionShares
 	b = b[1:]
 	str := func() (string, bool) {
 		n, k := binary.Uvarint(b)
@@ -333,6 +490,27 @@ func decodeCounter(b []byte, r *counterRec) error {
 			if *p, ok = num(); !ok {
 				return errBadCounter
 			}
+		}
+	}
+	r.Replica, r.Grant, r.Shares = "", 0, nil
+	if !shared {
+		return nil
+	}
+	if r.Replica, ok = str(); !ok {
+		return errBadCounter
+	}
+	if r.Grant, ok = num(); !ok {
+		return errBadCounter
+	}
+	n, k = binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return errBadCounter
+	}
+	b = b[k:]
+	r.Shares = make([]string, n)
+	for i := range r.Shares {
+		if r.Shares[i], ok = str(); !ok {
+			return errBadCounter
 		}
 	}
 	return nil

@@ -118,16 +118,28 @@ func TestBucketsAreConservative(t *testing.T) {
 }
 
 func TestCounterCodec(t *testing.T) {
-	r := &counterRec{Namespace: "shop", Ceiling: "daily", Per: "dimension:counterparty", Scope: "abc", RunID: "r1",
+	plain := counterRec{Namespace: "shop", Ceiling: "daily", Per: "dimension:counterparty", Scope: "abc", RunID: "r1",
 		Unit: "micros", Limit: 500, Window: "24h", Buckets: []bucket{{1, 2, 3, 4}, {-5, 1 << 62, 0, 9}}}
-	var got counterRec
-	if err := decodeCounter(r.encode(), &got); err != nil || fmt.Sprint(got) != fmt.Sprint(*r) {
-		t.Fatalf("round trip: %+v %v", got, err)
-	}
-	b := r.encode()
-	for i := range len(b) {
-		if err := decodeCounter(b[:i], &got); err == nil {
-			t.Fatalf("a record cut to %d bytes decoded", i)
+	pool, share := plain, plain
+	pool.Buckets, pool.Grant, pool.Shares = nil, 300, []string{"0a1b", "2c3d"}
+	share.Replica, share.Grant = "0a1b", 120
+	for _, tc := range []struct {
+		name    string
+		r       counterRec
+		version byte
+	}{{"one writer's counter", plain, counterVersion}, {"a pool", pool, counterVersionShares}, {"a share", share, counterVersionShares}} {
+		b := tc.r.encode()
+		if b[0] != tc.version {
+			t.Errorf("%s: version %d, want %d (a ledger without shares keeps version 1)", tc.name, b[0], tc.version)
+		}
+		got := counterRec{Replica: "stale", Grant: 7, Shares: []string{"stale"}}
+		if err := decodeCounter(b, &got); err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.r) {
+			t.Fatalf("%s: round trip: %+v %v", tc.name, got, err)
+		}
+		for i := range len(b) {
+			if err := decodeCounter(b[:i], &got); err == nil {
+				t.Fatalf("%s: a record cut to %d bytes decoded", tc.name, i)
+			}
 		}
 	}
 }

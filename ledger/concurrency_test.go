@@ -175,21 +175,10 @@ func TestEnginesSharingOneStore(t *testing.T) {
 	if testBackend != "postgres" {
 		t.Skip("only a shared store (PostgreSQL) has several engines")
 	}
-	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "shared", LimitMicros: i64(3000), Window: "24h", Per: "global"}}}}
+	// 480 keys of 3 each against 600: the ceiling binds after 200.
+	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "shared", LimitMicros: i64(600), Window: "24h", Per: "global"}}}}
 	h := newHarness(t, rules)
-	var engines []*ledger.Engine
-	for range 3 {
-		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		engines = append(engines, e)
-	}
+	engines := replicas(t, h, 3)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -225,10 +214,107 @@ func TestEnginesSharingOneStore(t *testing.T) {
 		}
 		total += n
 	}
-	if got := budgetsByName(t, h)["shared"]; got != int64(total*3) || got > 3000 {
-		t.Fatalf("ceiling counted %d for %d executes", got, total)
+	// Exactly as one writer would: no begin refused while room was left.
+	if got := budgetsByName(t, h)["shared"]; got != int64(total*3) || total != 200 {
+		t.Fatalf("ceiling counted %d for %d executes, want 600 for 200", got, total)
 	}
 	assertStateCounts(t, h)
+}
+
+// replicas opens n more engines on h's PostgreSQL ledger, as n more
+// sidecars would.
+func replicas(t *testing.T, h *harness, n int) []*ledger.Engine {
+	t.Helper()
+	var engines []*ledger.Engine
+	for range n {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		engines = append(engines, e)
+	}
+	return engines
+}
+
+// TestSharesDecideExactlyAtTheLimit: each replica counts in a share of its
+// own (see the ledger's "Shares"), yet a begin is refused exactly when the
+// sum over every replica would pass the limit, as with one writer.
+func TestSharesDecideExactlyAtTheLimit(t *testing.T) {
+	if testBackend != "postgres" {
+		t.Skip("only a shared store (PostgreSQL) has several engines")
+	}
+	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "ten", LimitMicros: i64(10), Window: "24h", Per: "global"}}}}
+	h := newHarness(t, rules)
+	e := replicas(t, h, 2)
+	ctx := context.Background()
+	step := func(eng *ledger.Engine, key string, cost int64, want ledger.Decision, counted int64) {
+		t.Helper()
+		res, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: key, EffectType: "shared.spend", EstimatedCostMicros: i64(cost)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Decision != want {
+			t.Fatalf("%s: %s, want %s (%+v)", key, res.Decision, want, res)
+		}
+		if want == ledger.DecisionDenied && (res.Ceiling == nil || res.Ceiling.Counted != counted) {
+			t.Fatalf("%s: refused with %+v, want %d counted", key, res.Ceiling, counted)
+		}
+		if got := budgetsByName(t, h)["ten"]; got != counted {
+			t.Fatalf("after %s: the ceiling counts %d, want %d", key, got, counted)
+		}
+	}
+	step(e[0], "a6", 6, ledger.DecisionExecute, 6)
+	step(e[1], "b5", 5, ledger.DecisionDenied, 6) // 11 > 10, though b's own share counts nothing
+	step(e[1], "b4", 4, ledger.DecisionExecute, 10)
+	step(e[0], "a1", 1, ledger.DecisionDenied, 10)
+	step(e[1], "b1", 1, ledger.DecisionDenied, 10)
+	// A failed effect gives its amount back, to whichever replica asks.
+	res, err := e[0].Get(ctx, "default", "", "b4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e[0].Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if got := budgetsByName(t, h)["ten"]; got != 6 {
+		t.Fatalf("after b4 failed, reported through another replica: %d counted, want 6", got)
+	}
+	step(e[0], "a4", 4, ledger.DecisionExecute, 10)
+}
+
+// TestAStoppedReplicasGrantComesBack: a replica that stops leaves its
+// share's grant behind; another replica reclaims what it did not use, and
+// retention removes the share once its window is empty.
+func TestAStoppedReplicasGrantComesBack(t *testing.T) {
+	if testBackend != "postgres" {
+		t.Skip("only a shared store (PostgreSQL) has several engines")
+	}
+	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "hundred", LimitMicros: i64(100), Window: "1h", Per: "global"}}}}
+	h := newHarness(t, rules)
+	e := replicas(t, h, 2)
+	ctx := context.Background()
+	if res, err := e[0].Begin(ctx, ledger.BeginRequest{IdempotencyKey: "a", EffectType: "shared.spend", EstimatedCostMicros: i64(1)}); err != nil || res.Decision != ledger.DecisionExecute {
+		t.Fatalf("a: %v %+v", err, res)
+	}
+	e[0].Close(ctx) // it took 1 and a sixteenth of the limit more
+	if res, err := e[1].Begin(ctx, ledger.BeginRequest{IdempotencyKey: "b", EffectType: "shared.spend", EstimatedCostMicros: i64(99)}); err != nil || res.Decision != ledger.DecisionExecute {
+		t.Fatalf("b, the rest of the limit: %v %+v", err, res)
+	}
+	if got := budgetsByName(t, h)["hundred"]; got != 100 {
+		t.Fatalf("counted %d, want 100", got)
+	}
+	h.clock.Advance(2 * time.Hour)
+	if _, err := e[1].Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := e[1].Budgets(ctx, ""); err != nil || len(bs) != 0 {
+		t.Fatalf("budgets after the window emptied and a purge: %+v, %v", bs, err)
+	}
 }
 
 // TestSweepsUnderLoadKeepInvariants runs the reaper (and, in a second

@@ -109,9 +109,10 @@ type Engine struct {
 	unsynced chan unsynced
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
-	// countsKey holds the state counts this engine moves (see
-	// exclusiveCountsKey).
-	countsKey []byte
+	// replica names this engine among those sharing a store ("" on an
+	// exclusive store): its state counts and ceiling shares are its own.
+	replica   string
+	countsKey []byte // the state counts this engine moves (see exclusiveCountsKey)
 
 	ops     chan *op
 	stop    chan struct{}
@@ -193,7 +194,8 @@ func New(opts Options) (*Engine, error) {
 		e.cache = &writerCaches{recs: newGenCache[*effectRec](1 << 12), vals: newGenCache[[]byte](1 << 13)}
 		e.countsKey = exclusiveCountsKey
 	} else {
-		e.countsKey = replicaCountsKey()
+		e.replica = newReplicaID()
+		e.countsKey = key("s", e.replica)
 	}
 	if d, ok := opts.Store.(Deferred); ok {
 		e.deferred = d

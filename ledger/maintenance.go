@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -176,7 +177,10 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 // purgeCounters deletes ceiling counters with nothing left in their window
 // (a counterparty seen once, an agent gone), so that scopes do not
 // accumulate forever. A counter for a run window never empties by time and
-// is kept. Each deletion re-checks the counter inside the writer.
+// is kept. Each deletion re-checks the counter inside the writer. On a
+// shared store, an idle share (of a replica that stopped, most often) is
+// deleted and its grant given back to its pool; a pool goes once it has
+// granted nothing and counts nothing.
 func (e *Engine) purgeCounters(ctx context.Context) error {
 	var dead [][]byte
 	err := e.view(func(r Reader) error {
@@ -207,8 +211,14 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 					}
 					return nil, err
 				}
-				if e.counterIdle(&c, now) {
-					if err := t.Delete(k); err != nil {
+				if !e.counterIdle(&c, now) {
+					continue
+				}
+				if err := t.Delete(k); err != nil {
+					return nil, err
+				}
+				if c.Replica != "" {
+					if err := e.returnGrant(t, k[:len(k)-len(c.Replica)-1], &c, now); err != nil {
 						return nil, err
 					}
 				}
@@ -221,11 +231,32 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 	return nil
 }
 
-// counterIdle reports whether a counter counts nothing any more.
+// returnGrant gives the grant of share, deleted, back to the pool at k,
+// and deletes the pool if it is idle then.
+func (e *Engine) returnGrant(t *opTxn, k []byte, share *counterRec, now time.Time) error {
+	var pool counterRec
+	if err := getCounter(t, k, &pool); errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	pool.Grant = max(0, pool.Grant-share.Grant)
+	pool.Shares = slices.DeleteFunc(pool.Shares, func(r string) bool { return r == share.Replica })
+	if e.counterIdle(&pool, now) {
+		return t.Delete(k)
+	}
+	return t.Set(k, pool.encode())
+}
+
+// counterIdle reports whether a counter counts nothing any more (and, a
+// pool, has granted nothing).
 func (e *Engine) counterIdle(c *counterRec, now time.Time) bool {
 	w, err := parseWindow(c.Window)
 	if err != nil || w == 0 {
 		return false // a run window, or one no longer understood: keep it
+	}
+	if c.Grant != 0 && c.Replica == "" || len(c.Shares) > 0 {
+		return false
 	}
 	for _, b := range c.Buckets {
 		if live(b, w, now) && (b.Amount != 0 || b.Count != 0) {

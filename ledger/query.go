@@ -137,8 +137,9 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 	if namespace != "" {
 		pfx = prefix("c", namespace)
 	}
+	at := map[string]int{} // a pool's key → its place in out
 	err := e.view(func(r Reader) error {
-		return r.Scan(pfx, nil, func(_, val []byte) (bool, error) {
+		return r.Scan(pfx, nil, func(k, val []byte) (bool, error) {
 			var c counterRec
 			if err := decodeCounter(val, &c); err != nil {
 				return false, err
@@ -148,10 +149,21 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 				return true, nil // the ceiling was removed from the policy
 			}
 			counted := c.counted(cc, now)
+			pool := string(k)
+			if c.Replica != "" { // a share: added to its pool's (see Shares)
+				pool = pool[:len(pool)-len(c.Replica)-1]
+			}
+			if i, ok := at[pool]; ok {
+				b := &out[i].BudgetUse
+				b.Counted = satAdd(b.Counted, counted)
+				b.Remaining = max(0, b.Limit-b.Counted)
+				return true, nil
+			}
 			scope := c.Scope
 			if c.RunID != "" {
 				scope += " run=" + c.RunID
 			}
+			at[pool] = len(out)
 			out = append(out, Budget{Namespace: c.Namespace, Scope: scope, BudgetUse: BudgetUse{
 				Name: cc.Name, Per: cc.Per, Unit: cc.unit(), Limit: cc.limit, Counted: counted,
 				Remaining: max(0, cc.limit-counted), Window: cc.Window,
@@ -174,11 +186,11 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 // per start, still part of the sum.
 var exclusiveCountsKey = key("m", "states")
 
-// replicaCountsKey returns a new replica's own state counts key.
-func replicaCountsKey() []byte {
+// newReplicaID names an engine on a shared store, for as long as it runs.
+func newReplicaID() string {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return key("s", hex.EncodeToString(id[:]))
+	return hex.EncodeToString(id[:])
 }
 
 // moveStateCount records that one effect moved between states. The deltas

@@ -99,8 +99,13 @@ type BudgetUse struct {
 	// Per is the ceiling's scope: global, agent, run or dimension:<name>.
 	Per string `json:"per"`
 	// Unit is micros for money ceilings and count for count ceilings.
-	Unit      string `json:"unit"`
-	Limit     int64  `json:"limit"`
+	Unit  string `json:"unit"`
+	Limit int64  `json:"limit"`
+	// Counted and Remaining are exact on one engine. In an execute answer
+	// from a replica sharing a ledger, Counted also counts what the other
+	// replicas may still spend without asking (their shares' grants): an
+	// upper bound, and Remaining a lower bound. A refusal and Budgets are
+	// exact (see "Shares" in budget.go).
 	Counted   int64  `json:"counted"`
 	Remaining int64  `json:"remaining"`
 	Window    string `json:"window"`

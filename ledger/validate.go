@@ -143,6 +143,7 @@ type beginInput struct {
 	dims        map[string]string // name → keyed hash
 	lease       int               // 0: default, capped later by policy
 	pol         effectivePolicy
+	replica     string // the engine's replica id on a shared store (see Shares)
 }
 
 func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
@@ -177,7 +178,7 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if len(req.Dimensions) > MaxDimensions {
 		return nil, invalidArg("dimensions", "has %d entries; the limit is %d", len(req.Dimensions), MaxDimensions)
 	}
-	in := &beginInput{dims: make(map[string]string, len(req.Dimensions))}
+	in := &beginInput{dims: make(map[string]string, len(req.Dimensions)), replica: e.replica}
 	for name, val := range req.Dimensions {
 		if !dimNameRe.MatchString(name) {
 			return nil, invalidArg("dimensions", "name %q must be lowercase letters, digits and _ (at most 63)", truncate(name, 64))

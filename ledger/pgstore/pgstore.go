@@ -36,10 +36,10 @@
 // being read shared) only tries, and if another session holds a lock, the
 // transaction fails with a serialization failure, and Update rolls it
 // back and runs the batch again with those keys among the locks it waits
-// for first. Keys whose shared lock could not be made exclusive are
-// remembered by the store (hotKeys) and locked exclusive from the start
-// in later batches, so a key that every batch writes costs no re-runs.
-// Agents never see a re-run: the engine decides the batch afresh.
+// for first. Agents never see a re-run: the engine decides the batch
+// afresh. A key that many batches of several replicas write would cost a
+// re-run each time; the engine keeps none (per-replica state counts and
+// ceiling shares: see the ledger's "Shares").
 //
 // Every batch also holds the ledger key, taken shared in its first round
 // trip with BEGIN (while the engine gathers the batch). A scan reads a
@@ -127,7 +127,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,7 +167,6 @@ type Store struct {
 	retries       int
 	lock          int64  // advisory lock key of the whole ledger (schema)
 	seed          uint64 // keys' locks are hashes of the schema and the key
-	hot           hotKeys
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -382,7 +380,6 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) err
 	}
 	if retryable(err) {
 		p.learn(t)
-		s.hot.add(t.upgraded)
 	}
 	if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 		// Closing the connection rolls back and frees its locks.
@@ -488,12 +485,11 @@ type txn struct {
 	read    map[string][]byte // what this transaction read; nil value: absent
 
 	// Locks, in a batch (Update) only; s is nil in a View.
-	s        *Store
-	plan     *plan
-	locked   bool           // the first key lock statement, which waits, is sent
-	ledgerX  bool           // the ledger key is held exclusively: no key locks
-	held     map[int64]bool // key locks asked for (true: exclusive)
-	upgraded []int64        // keys asked exclusive after shared
+	s       *Store
+	plan    *plan
+	locked  bool           // the first key lock statement, which waits, is sent
+	ledgerX bool           // the ledger key is held exclusively: no key locks
+	held    map[int64]bool // key locks asked for (true: exclusive)
 	// wantLedgerX: the next lock statement takes the ledger key exclusively.
 	wantLedgerX bool
 }
@@ -527,8 +523,8 @@ func (t *txn) query(keys [][]byte, sql string, args ...any) (pgx.Rows, error) {
 const maxKeyLocks = 1024
 
 // lock queues, in b, the locks of keys the transaction is about to read
-// (or, with write, to write) and does not hold yet: exclusive to write or
-// for a key known to be written after reads (hot), shared to read. The
+// (or, with write, to write) and does not hold yet: exclusive to write,
+// shared to read. The
 // transaction holds the ledger key (shared) from its first round trip.
 // Its first key lock statement also takes the locks that failed runs of
 // this batch asked for, in order, and waits for each; later ones only try,
@@ -547,11 +543,10 @@ func (t *txn) lock(b *pgx.Batch, keys [][]byte, write bool) {
 	}
 	for _, k := range keys {
 		h := t.s.keyLock(k)
-		x := write || t.s.hot.has(h)
-		if held, ok := t.held[h]; ok && (held || !x) {
+		if held, ok := t.held[h]; ok && (held || !write) {
 			continue
 		}
-		want[h] = want[h] || x
+		want[h] = want[h] || write
 	}
 	if len(t.held)+len(want) > maxKeyLocks {
 		t.wantLedgerX = true
@@ -571,9 +566,6 @@ func (t *txn) lock(b *pgx.Batch, keys [][]byte, write bool) {
 	hs := slices.Sorted(maps.Keys(want))
 	xs := make([]bool, len(hs))
 	for i, h := range hs {
-		if held, ok := t.held[h]; ok && !held {
-			t.upgraded = append(t.upgraded, h)
-		}
 		t.held[h], xs[i] = want[h], want[h]
 	}
 	b.Queue("SELECT lock_keys($1, $2, $3)", hs, xs, wait)
@@ -592,35 +584,6 @@ func (p *plan) learn(t *txn) {
 		p.keys[h] = p.keys[h] || x
 	}
 	p.ledgerX = p.ledgerX || t.wantLedgerX
-}
-
-// hotKeys are keys whose lock a batch had to upgrade from shared to
-// exclusive and could not (another replica held it shared): later batches
-// lock them exclusively from the start. Bounded: forgotten all at once
-// when full.
-type hotKeys struct {
-	mu sync.Mutex
-	m  map[int64]struct{}
-}
-
-const maxHotKeys = 4096
-
-func (h *hotKeys) has(k int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.m[k]
-	return ok
-}
-
-func (h *hotKeys) add(ks []int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil || len(h.m)+len(ks) > maxHotKeys {
-		h.m = map[int64]struct{}{}
-	}
-	for _, k := range ks {
-		h.m[k] = struct{}{}
-	}
 }
 
 // keyLock is the advisory lock key of a ledger key: FNV-1a of the schema
