@@ -34,8 +34,8 @@ func openPG(schema string) (*ledger.Engine, error) {
 
 type pgResults struct {
 	one, three, naive result
-	// retries per pair: batches re-run after serialization failures
-	// (Ratchet), transactions re-run (naive: none, it waits on row locks)
+	// batches re-run per pair (Ratchet: a key lock was busy; the naive
+	// design re-runs nothing, it waits on row locks)
 	oneRetries, threeRetries float64
 }
 
@@ -81,7 +81,7 @@ type workerResult struct {
 // -pg-worker), 22, 21 and 21 callers each, each its own engine with its own
 // pool and writer on the shared schema, as three sidecars would run, all
 // starting at the same moment; their rates add up. It also returns their
-// serialization retries.
+// batches re-run.
 func threeProcesses(schema string, d time.Duration) (result, int64, error) {
 	self, err := os.Executable()
 	if err != nil {
