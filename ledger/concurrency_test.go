@@ -170,15 +170,10 @@ func assertStateCounts(t testing.TB, h *harness) {
 // as three sidecars would, with concurrent callers on each spending against
 // one global ceiling: no caller may see a serialization failure (they are
 // retried inside Ratchet), keys dedupe across engines, and the ceiling
-// holds. Badger allows one process per ledger, so this runs on PostgreSQL.
+// holds, exactly as with one writer.
 func TestEnginesSharingOneStore(t *testing.T) {
-	if testBackend != "postgres" {
-		t.Skip("only a shared store (PostgreSQL) has several engines")
-	}
 	// 480 keys of 3 each against 600: the ceiling binds after 200.
-	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "shared", LimitMicros: i64(600), Window: "24h", Per: "global"}}}}
-	h := newHarness(t, rules)
-	engines := replicas(t, h, 3)
+	h, engines := replicas(t, "shared", 600, "24h", 3)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -221,10 +216,15 @@ func TestEnginesSharingOneStore(t *testing.T) {
 	assertStateCounts(t, h)
 }
 
-// replicas opens n more engines on h's PostgreSQL ledger, as n more
-// sidecars would.
-func replicas(t *testing.T, h *harness, n int) []*ledger.Engine {
+// replicas opens a PostgreSQL ledger with one global ceiling (limit in
+// micros over window), then n more engines on it, as n more sidecars
+// would. Badger allows one process per ledger: on Badger it skips.
+func replicas(t *testing.T, ceiling string, limit int64, window string, n int) (*harness, []*ledger.Engine) {
 	t.Helper()
+	if testBackend != "postgres" {
+		t.Skip("only a shared store (PostgreSQL) has several engines")
+	}
+	h := newHarness(t, []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: ceiling, LimitMicros: i64(limit), Window: window, Per: "global"}}}})
 	var engines []*ledger.Engine
 	for range n {
 		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
@@ -238,19 +238,14 @@ func replicas(t *testing.T, h *harness, n int) []*ledger.Engine {
 		t.Cleanup(func() { e.Close(context.Background()) })
 		engines = append(engines, e)
 	}
-	return engines
+	return h, engines
 }
 
 // TestSharesDecideExactlyAtTheLimit: each replica counts in a share of its
 // own (see the ledger's "Shares"), yet a begin is refused exactly when the
 // sum over every replica would pass the limit, as with one writer.
 func TestSharesDecideExactlyAtTheLimit(t *testing.T) {
-	if testBackend != "postgres" {
-		t.Skip("only a shared store (PostgreSQL) has several engines")
-	}
-	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "ten", LimitMicros: i64(10), Window: "24h", Per: "global"}}}}
-	h := newHarness(t, rules)
-	e := replicas(t, h, 2)
+	h, e := replicas(t, "ten", 10, "24h", 2)
 	ctx := context.Background()
 	step := func(eng *ledger.Engine, key string, cost int64, want ledger.Decision, counted int64) {
 		t.Helper()
@@ -291,12 +286,7 @@ func TestSharesDecideExactlyAtTheLimit(t *testing.T) {
 // share's grant behind; another replica reclaims what it did not use, and
 // retention removes the share once its window is empty.
 func TestAStoppedReplicasGrantComesBack(t *testing.T) {
-	if testBackend != "postgres" {
-		t.Skip("only a shared store (PostgreSQL) has several engines")
-	}
-	rules := []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: "hundred", LimitMicros: i64(100), Window: "1h", Per: "global"}}}}
-	h := newHarness(t, rules)
-	e := replicas(t, h, 2)
+	h, e := replicas(t, "hundred", 100, "1h", 2)
 	ctx := context.Background()
 	if res, err := e[0].Begin(ctx, ledger.BeginRequest{IdempotencyKey: "a", EffectType: "shared.spend", EstimatedCostMicros: i64(1)}); err != nil || res.Decision != ledger.DecisionExecute {
 		t.Fatalf("a: %v %+v", err, res)

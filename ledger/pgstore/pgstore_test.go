@@ -557,6 +557,23 @@ func holdBatch(t *testing.T, s *Store, read, write []string, v string) (release 
 	return release, done
 }
 
+// waitsForIt checks that what (whose result got delivers) waits for the
+// batch holdBatch started: nothing comes within 300 ms, then, once that
+// batch is released and done, the result.
+func waitsForIt[T any](t *testing.T, got <-chan T, release func(), done chan error, what string) T {
+	t.Helper()
+	select {
+	case v := <-got:
+		t.Fatalf("%s went ahead of the batch holding its keys (%v)", what, v)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return <-got
+}
+
 // TestBatchesOnOtherKeysRunSideBySide: a replica's batch waits only for
 // batches that hold a key it needs, not for every other replica's.
 func TestBatchesOnOtherKeysRunSideBySide(t *testing.T) {
@@ -604,16 +621,7 @@ func TestBatchesOnOneKeyTakeTurns(t *testing.T) {
 	release, done := holdBatch(t, a, []string{"n"}, nil, "")
 	second := make(chan error, 1)
 	go func() { second <- b.Update(incr) }()
-	select {
-	case err := <-second:
-		t.Fatalf("a batch writing a key another replica's batch read went ahead of it (%v)", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	release()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-second; err != nil {
+	if err := waitsForIt(t, second, release, done, "a batch writing a key another replica's batch read"); err != nil {
 		t.Fatal(err)
 	}
 	// Many increments from both replicas at once: none lost.
@@ -655,16 +663,7 @@ func TestAScanWaitsForEveryBatch(t *testing.T) {
 		}
 		scanned <- keys
 	}()
-	select {
-	case keys := <-scanned:
-		t.Fatalf("a scan ran beside another replica's batch and saw %q", keys)
-	case <-time.After(300 * time.Millisecond):
-	}
-	release()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if keys := <-scanned; !slices.Equal(keys, []string{"p\x00new"}) {
+	if keys := waitsForIt(t, scanned, release, done, "a scan"); !slices.Equal(keys, []string{"p\x00new"}) {
 		t.Fatalf("the scan saw %q, want the key the other batch wrote", keys)
 	}
 }
