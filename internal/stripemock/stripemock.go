@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,9 +17,16 @@ var addrRe = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
 // returns its base URL (http://127.0.0.1:PORT). stripe-mock is stateless and
 // ignores idempotency keys (it only echoes them), so it checks request and
 // response shapes, not replay behaviour.
+//
+// The binary is run itself, not through "go tool stripe-mock": that runs
+// it as a child of the go command, which killing go leaves running.
 func Start(t testing.TB) string {
 	t.Helper()
-	cmd := exec.Command("go", "tool", "stripe-mock", "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
+	bin, err := exec.Command("go", "tool", "-n", "stripe-mock").Output() // builds it on a first run
+	if err != nil {
+		t.Fatalf("building stripe-mock: %v", err)
+	}
+	cmd := exec.Command(strings.TrimSpace(string(bin)), "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +48,7 @@ func Start(t testing.TB) string {
 	select {
 	case addr := <-found:
 		return "http://" + addr
-	case <-time.After(2 * time.Minute): // the first run compiles it
+	case <-time.After(time.Minute):
 		t.Fatalf("stripe-mock did not start")
 	}
 	return ""
