@@ -3,12 +3,17 @@
 // ceilings.
 //
 // Other databases that speak PostgreSQL's protocol work if they have its
-// advisory locks, on which the store's key locks are built (see
-// "Concurrency"); serialization failures are retried whatever causes them.
-// CockroachDB has no advisory locks, so Open refuses it with
-// ErrNoAdvisoryLocks rather than run replicas without locks; supporting it
-// needs key locks of another kind (rows of a lock table taken FOR SHARE
-// and FOR UPDATE). Not built, nor tested against CockroachDB.
+// transaction-level advisory locks, on which the store's key locks are
+// built (see "Concurrency"), and nothing else of the kind (no session
+// locks). Every serialization failure is retried, whatever raised it, so a
+// database that runs every transaction SERIALIZABLE (and upgrades the
+// store's READ COMMITTED to it) works too, with more re-runs. CockroachDB
+// added transaction-level advisory locks in 2026 (cockroachdb/cockroach
+// pull 168353); versions without them answer that the function does not
+// exist, and Open refuses them with ErrNoAdvisoryLocks rather than run
+// replicas without locks. Not tested against CockroachDB: whether it runs
+// the PL/pgSQL lock function and answers txid_current and txid_status
+// (used to settle a lost commit, below) is unknown.
 //
 // Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
 // schema of its own (Options.Schema, default "ratchet"), created and
@@ -275,9 +280,9 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 	})
 }
 
-// ErrNoAdvisoryLocks means the database lacks PostgreSQL's advisory locks,
-// which the store uses to migrate once and to order replicas' batches.
-var ErrNoAdvisoryLocks = errors.New("the database has no PostgreSQL advisory locks, which the shared ledger needs (CockroachDB, for one, has none)")
+// ErrNoAdvisoryLocks means the database lacks PostgreSQL's transaction-level
+// advisory locks, which the store uses to migrate once and for its key locks.
+var ErrNoAdvisoryLocks = errors.New("the database has no PostgreSQL transaction-level advisory locks, which the shared ledger needs (CockroachDB had none before 2026)")
 
 // noAdvisoryLocks reports whether err says the advisory lock functions do
 // not exist or are not supported.
