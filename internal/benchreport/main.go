@@ -152,7 +152,7 @@ func main() {
 		w("| measure | figure | target |\n|---|---|---|\n")
 		w("| engine pairs/s at 64 callers, %d effects vs an empty ledger (measured alternately, best of two each) | %.0f vs %.0f (%.0f%%) | within 20%% |\n", sr.preloaded, sr.loaded.perSec, sr.empty.perSec, 100*sr.loaded.perSec/sr.empty.perSec)
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 2 ms |\n", ms(sr.loaded.p99))
-		w("| RSS of `ratchet serve` on that ledger under MCP load | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed) | < 512 MiB |\n", sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file)
+		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed); peak %.0f MiB | < 512 MiB |\n", serveMemLimit, sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file, sr.mem.peak)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
 	}
 	if *only != "" {

@@ -29,9 +29,12 @@ type scaleResult struct {
 
 // memFigures are a process's resident memory in MiB: in all, anonymous
 // (Go heap, stacks, Badger's tables in memory) and file-backed (mapped
-// ledger files), and the Go heap in use as the process reports it.
+// ledger files), and the Go heap in use as the process reports it, at the
+// end of the load; and the most it was resident at any moment (VmHWM:
+// a compaction building tables in memory can pass the end's figure many
+// times over).
 type memFigures struct {
-	rss, anon, file, heap float64
+	rss, anon, file, heap, peak float64
 }
 
 // benchScale fills a ledger with n effects, then measures opening it, the
@@ -86,6 +89,10 @@ var (
 	heapRe     = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
 )
 
+// serveMemLimit is the GOMEMLIMIT the Kubernetes manifest gives the
+// sidecar (configs/kubernetes), under a 512 MiB memory limit.
+const serveMemLimit = "400MiB"
+
 // serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
 // the process's resident set size (total, anonymous and file-backed) and,
 // from its metrics, its Go heap in use.
@@ -98,6 +105,7 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 	cfg := filepath.Join(dir, "bench.yaml")
 	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--data-dir", dir)
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT="+serveMemLimit)
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = nil
 	if err := cmd.Start(); err != nil {
@@ -155,7 +163,7 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 	if mib["VmRSS:"] == 0 {
 		return out, fmt.Errorf("no VmRSS")
 	}
-	out.rss, out.anon, out.file = mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"]
+	out.rss, out.anon, out.file, out.peak = mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"], mib["VmHWM:"]
 	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		return out, err

@@ -97,11 +97,19 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// the tree make compaction rewrite them level by level; with Badger's
 	// level sizes (10 MiB base) a million effects left compaction far
 	// enough behind that the engine ran at 76-79% of its empty-ledger
-	// figure. A 256 MiB base level with 8 MiB tables and more level 0
-	// tables before a stall keeps a million effects within two levels:
-	// 105% of the empty figure, 164 MiB of RSS. A ledger written before
-	// keeps its older values in the value log, still read, synced (value
-	// log first, see logSync) and reclaimed by value log GC (Compact). Value
+	// figure. A 256 MiB base level and more level 0 tables before a stall
+	// keep a million effects within two levels: 100-108% of the empty
+	// figure. Tables are 2 MiB: a compaction builds each table it writes in
+	// memory, with a compressed copy, and lets 8 and more wait to be written
+	// at once, so its memory grows with the table size. With 8 MiB tables a
+	// million-effect ledger opened just after being written (a restart)
+	// compacted its way to 0.9-1 GiB of RSS, Go heap nearly all Badger's
+	// table builders, even with GOMEMLIMIT at 400 MiB: the Kubernetes
+	// manifest's 512 MiB limit would have killed it. With 2 MiB tables the
+	// same runs peaked at 100-370 MiB (make bench reports the peak). A
+	// ledger written before keeps its older values in the value log, still
+	// read, synced (value log first, see logSync) and reclaimed by value log
+	// GC (Compact). Value
 	// log files are 64 MiB instead of 1 GiB: smaller files let value log GC
 	// reclaim sooner.
 	bo := badger.DefaultOptions(dir).
@@ -117,7 +125,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithValueThreshold(cmp.Or(opts.valueThreshold, 1<<20)).
 		WithValueLogFileSize(64 << 20).
 		WithBaseLevelSize(256 << 20).
-		WithBaseTableSize(8 << 20).
+		WithBaseTableSize(2 << 20).
 		WithNumLevelZeroTables(8).
 		WithNumLevelZeroTablesStall(24).
 		WithInMemory(opts.InMemory)
