@@ -109,9 +109,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// same runs peaked at 100-370 MiB (make bench reports the peak). A
 	// ledger written before keeps its older values in the value log, still
 	// read, synced (value log first, see logSync) and reclaimed by value log
-	// GC (Compact). Value
-	// log files are 64 MiB instead of 1 GiB: smaller files let value log GC
-	// reclaim sooner.
+	// GC (Compact). Value log files are 64 MiB instead of 1 GiB: smaller
+	// files let value log GC reclaim sooner.
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false). // Store.Sync does it: see logSync
 		WithDetectConflicts(false).
