@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,6 +305,49 @@ func TestAStoppedReplicasGrantComesBack(t *testing.T) {
 	}
 	if bs, err := e[1].Budgets(ctx, ""); err != nil || len(bs) != 0 {
 		t.Fatalf("budgets after the window emptied and a purge: %+v, %v", bs, err)
+	}
+}
+
+// TestReplicasReapTogether: every replica runs its reaper, at the same
+// moments; each lapsed lease is expired once, by one of them.
+func TestReplicasReapTogether(t *testing.T) {
+	h, e := replicas(t, "spend", 1_000_000, "24h", 3)
+	ctx := context.Background()
+	const n = 60
+	for i := range n {
+		res, err := e[i%3].Begin(ctx, ledger.BeginRequest{IdempotencyKey: "r" + itoa(int64(i)), EffectType: "shared.spend",
+			AgentID: "agent-" + itoa(int64(i%2)), EstimatedCostMicros: i64(1), LeaseSeconds: 30})
+		if err != nil || res.Decision != ledger.DecisionExecute {
+			t.Fatalf("begin %d: %v %+v", i, err, res)
+		}
+	}
+	h.clock.Advance(time.Minute)
+	var wg sync.WaitGroup
+	var reaped atomic.Int64
+	for _, eng := range append(e, h.eng) {
+		for range 2 {
+			wg.Go(func() {
+				k, err := eng.Reap(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				reaped.Add(int64(k))
+			})
+		}
+	}
+	wg.Wait()
+	if got := reaped.Load(); got != n {
+		t.Fatalf("the reapers expired %d leases between them, want %d, each once", got, n)
+	}
+	assertStateCounts(t, h)
+	for _, agent := range []string{"agent-0", "agent-1"} {
+		res, err := h.eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "after-" + agent, EffectType: "shared.spend", AgentID: agent, EstimatedCostMicros: i64(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := res.IntegrationWarning; w == nil || w.UnreportedCount != n/2 {
+			t.Fatalf("%s: integration warning %+v, want %d unreported", agent, w, n/2)
+		}
 	}
 }
 
