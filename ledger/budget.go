@@ -220,6 +220,15 @@ func shareKey(k []byte, replica string) []byte {
 	return append(append(append([]byte(nil), k...), 0), replica...)
 }
 
+// poolKey is the key of the pool of c, stored at k: k itself unless c is
+// a share (shareKey undone).
+func (c *counterRec) poolKey(k []byte) []byte {
+	if c.Replica == "" {
+		return k
+	}
+	return k[:len(k)-len(c.Replica)-1]
+}
+
 // ceilingsFor loads every counter that applies to a begin: on a shared
 // store, its replica's share and the pool.
 func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error) {

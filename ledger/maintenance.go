@@ -218,7 +218,7 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 					return nil, err
 				}
 				if c.Replica != "" {
-					if err := e.returnGrant(t, k[:len(k)-len(c.Replica)-1], &c, now); err != nil {
+					if err := e.returnGrant(t, c.poolKey(k), &c, now); err != nil {
 						return nil, err
 					}
 				}

@@ -149,10 +149,7 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 				return true, nil // the ceiling was removed from the policy
 			}
 			counted := c.counted(cc, now)
-			pool := string(k)
-			if c.Replica != "" { // a share: added to its pool's (see Shares)
-				pool = pool[:len(pool)-len(c.Replica)-1]
-			}
+			pool := string(c.poolKey(k)) // a share adds to its pool's row (see Shares)
 			if i, ok := at[pool]; ok {
 				b := &out[i].BudgetUse
 				b.Counted = satAdd(b.Counted, counted)

@@ -741,13 +741,12 @@ func (t *txn) flush() error {
 // the transaction knows of those keys: once the buffer is emptied, a
 // value read before the write must not answer a later Get.
 func (t *txn) writes() *pgx.Batch {
-	var dels, ks, vs, all [][]byte
+	var dels, ks, vs [][]byte
 	if t.read == nil {
 		t.read = map[string][]byte{}
 	}
 	for k, v := range t.pending.All() {
 		t.read[k] = v // nil: absent
-		all = append(all, []byte(k))
 		if v == nil {
 			dels = append(dels, []byte(k))
 		} else {
@@ -755,7 +754,7 @@ func (t *txn) writes() *pgx.Batch {
 		}
 	}
 	b := &pgx.Batch{}
-	t.lock(b, all, true)
+	t.lock(b, slices.Concat(dels, ks), true)
 	if len(dels) > 0 {
 		b.Queue("DELETE FROM kv WHERE k = ANY($1)", dels)
 	}
