@@ -19,7 +19,7 @@ func (e *Engine) ListApprovals(ctx context.Context, namespace, state string) ([]
 	now := e.clock.Now()
 	out := []Approval{}
 	err := e.view(func(r Reader) error {
-		return r.Scan(prefix("a"), nil, func(_, val []byte) (bool, error) {
+		return r.Scan(prefix("a"), nil, func(k, val []byte) (bool, error) {
 			rec, err := e.effectByID(r, namespace, string(val))
 			if errors.Is(err, ErrNotFound) {
 				return true, nil
@@ -27,8 +27,10 @@ func (e *Engine) ListApprovals(ctx context.Context, namespace, state string) ([]
 			if err != nil {
 				return false, err
 			}
+			// An effect asked again after an expiry is indexed under every
+			// approval id it had; it is listed under its current one.
 			a := rec.view(now).Approval
-			if a != nil && (state == "" || a.State == state) {
+			if a != nil && a.ApprovalID == lastPart(k) && (state == "" || a.State == state) {
 				out = append(out, *a)
 			}
 			return true, nil

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +93,11 @@ func (e *Engine) beginDecide(t *opTxn, in *beginInput, rec *effectRec, now time.
 				"idempotency_key %q was first used with a different effect_type, vendor or payload (effect %s); "+
 					"a retry must send exactly the same action, and a different action needs its own key", truncate(req.IdempotencyKey, 64), rec.EffectID)}
 		}
+		if rec.CompensatesEffectID != req.CompensatesEffectID {
+			return nil, &Error{Code: CodeIdempotencyKeyConflict, Field: "idempotency_key", Message: fmt.Sprintf(
+				"idempotency_key %q was first used %s (effect %s); a compensation and an ordinary action never share a key",
+				truncate(req.IdempotencyKey, 64), compensationRole(rec.CompensatesEffectID), rec.EffectID)}
+		}
 		if res, err := e.existing(t, rec, now); res != nil || err != nil {
 			return res, err
 		}
@@ -180,14 +186,21 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return nil, err
 		}
 	}
-	if req.GroupKey != "" && !compensation {
+	// The group the effect joined when it was first begun decides, not the
+	// request: a retry that drops or changes group_key is still a step of
+	// the group it joined.
+	group := req.GroupKey
+	if rec != nil {
+		group = rec.GroupKey
+	}
+	if group != "" && !compensation {
 		var g groupRec
-		err := getJSON(t, key("g", req.Namespace, req.GroupKey), &g)
+		err := getJSON(t, key("g", req.Namespace, group), &g)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
 		if g.State == GroupUnwinding || g.State == GroupUnwound {
-			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations ratchet_unwind_group returns.", truncate(req.GroupKey, 64))), nil
+			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations ratchet_unwind_group returns.", truncate(group, 64))), nil
 		}
 	}
 	if pol.deny {
@@ -254,13 +267,21 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 
 // approvalCovers reports whether a granted, unexpired approval covers a
 // begin declaring cost: an approval is for the cost it was asked for, so a
-// larger estimate asks again.
+// larger estimate asks again, and a begin that declares no cost is not
+// covered (it would count nothing against the ceilings the approver saw).
 func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
 	a := r.Approval
 	if a == nil || a.State != ApprovalApproved || !now.Before(a.ExpiresAt) {
 		return false
 	}
-	return cost == nil || *cost <= a.EstimatedCostMicros
+	return cost != nil && *cost <= a.EstimatedCostMicros
+}
+
+func compensationRole(compensates string) string {
+	if compensates == "" {
+		return "for an ordinary action"
+	}
+	return "for the compensation of effect " + compensates
 }
 
 func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error) {
@@ -281,7 +302,57 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 	case target.State != StateSucceeded:
 		return nil, newErr(CodeInvalidStateTransition, "effect %s is %s; only succeeded effects can be compensated", target.EffectID, target.State)
 	}
+	if err := e.checkHandedOut(t, in, target); err != nil {
+		return nil, err
+	}
 	return target, nil
+}
+
+// checkHandedOut refuses a compensation that is not one an unwind handed
+// out: a compensation skips approvals and ceiling checks, so calling an
+// action an undo must never unlock spending (SPEC section 4). Its target must
+// be a step of a group being unwound that declared a compensation, and the
+// begin must be that compensation: its type, vendor and payload, the undo
+// key the unwind returned, and a cost no higher than declared (none or 0
+// when none or 0 was declared).
+func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) error {
+	req := &in.req
+	const how = "; begin a compensation only as ratchet_unwind_group returned it"
+	if target.GroupKey == "" {
+		return invalidArg("compensates_effect_id", "effect %s is in no group, so nothing unwinds it%s", target.EffectID, how)
+	}
+	var g groupRec
+	if err := getJSON(t, key("g", target.Namespace, target.GroupKey), &g); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if g.State != GroupUnwinding {
+		return invalidArg("compensates_effect_id", "the group of effect %s is not being unwound; call ratchet_unwind_group first%s", target.EffectID, how)
+	}
+	c := target.Compensation
+	if c == nil {
+		return invalidArg("compensates_effect_id", "effect %s declared no compensation: it is permanent and cannot be undone", target.EffectID)
+	}
+	if want := undoKey(target.IdempotencyKey); req.IdempotencyKey != want {
+		return invalidArg("idempotency_key", "the compensation of effect %s must be begun with idempotency_key %q%s", target.EffectID, truncate(want, 64), how)
+	}
+	if req.EffectType != c.EffectType {
+		return invalidArg("effect_type", "the compensation of effect %s was declared as %q, not %q%s", target.EffectID, c.EffectType, req.EffectType, how)
+	}
+	if req.Vendor != c.Vendor {
+		return invalidArg("vendor", "the compensation of effect %s was declared with vendor %q, not %q%s", target.EffectID, c.Vendor, req.Vendor, how)
+	}
+	if !bytes.Equal(in.payload, c.Payload) {
+		return invalidArg("payload", "differs from the compensation payload declared for effect %s%s", target.EffectID, how)
+	}
+	switch cost := req.EstimatedCostMicros; {
+	case c.EstimatedCostMicros == nil && cost != nil && *cost > 0:
+		return invalidArg("estimated_cost_micros", "the compensation of effect %s declared no cost, so it may declare none (or 0)", target.EffectID)
+	case c.EstimatedCostMicros != nil && *c.EstimatedCostMicros > 0 && cost == nil:
+		return invalidArg("estimated_cost_micros", "is required: the compensation of effect %s declared %d micro-USD; send that or less", target.EffectID, *c.EstimatedCostMicros)
+	case c.EstimatedCostMicros != nil && cost != nil && *cost > *c.EstimatedCostMicros:
+		return invalidArg("estimated_cost_micros", "%d is more than the %d micro-USD declared for the compensation of effect %s", *cost, *c.EstimatedCostMicros, target.EffectID)
+	}
+	return nil
 }
 
 func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, now time.Time) (*BeginResult, error) {
@@ -332,6 +403,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	}
 	lease := now.Add(time.Duration(in.lease) * time.Second)
 	rec.State, rec.Attempt, rec.Reservations = StatePending, rec.Attempt+1, res
+	rec.AttemptAgent = req.AgentID
 	rec.LeaseExpiresAt, rec.GrantedAt = &lease, now
 	rec.EstimatedCostMicros, rec.ActualCostMicros = req.EstimatedCostMicros, nil
 	rec.Reason, rec.Since, rec.Error, rec.CompletedAt = "", nil, "", nil
@@ -359,10 +431,13 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 
 // vendorKey derives the vendor's idempotency key for the current attempt:
 // deterministic in namespace, key, attempt and vendor, unguessable without
-// the server secret, and new for every attempt.
+// the server secret, and new for every attempt. It is made from the
+// digest's bytes (122 random bits in the UUID). It is derived once, when the
+// attempt is granted, and handed out then; no later answer derives it again,
+// so a change to the derivation only ever applies to new attempts.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
-	digest := keyedHash(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
-	return vendors.ShapeKey(rec.Vendor, []byte(digest[:32]))
+	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
+	return vendors.ShapeKey(rec.Vendor, digest)
 }
 
 // integrationWarning reports an agent's unreported lease expiries.
@@ -497,9 +572,12 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 // effect from when it first finished; an approval request or an unused
 // grant from when it expires (nothing was done or reserved, and the next
 // begin would ask again anyway). Pending and indeterminate effects stay
-// until someone acts.
+// until someone acts, and so does an effect still counted as an unreported
+// expiry (reported late by its agent): only an operator clears that.
 func (r *effectRec) retention(now time.Time) time.Time {
 	switch {
+	case !r.UnreportedAt.IsZero():
+		return time.Time{}
 	case r.State.terminal() && r.stored.terminal() && !r.RetainedAt.IsZero():
 		return r.RetainedAt
 	case r.State.terminal():

@@ -145,8 +145,13 @@ func writeString(buf *bytes.Buffer, s string) {
 	buf.Truncate(buf.Len() - 1) // drop Encode's newline
 }
 
-// keyedHash is HMAC-SHA256 under the server secret, hex-encoded.
+// keyedHash is keyedSum hex-encoded.
 func keyedHash(secret []byte, parts ...string) string {
+	return hex.EncodeToString(keyedSum(secret, parts...))
+}
+
+// keyedSum is HMAC-SHA256 under the server secret of parts joined by 0x00.
+func keyedSum(secret []byte, parts ...string) []byte {
 	m := hmac.New(sha256.New, secret)
 	for i, p := range parts {
 		if i > 0 {
@@ -154,7 +159,7 @@ func keyedHash(secret []byte, parts ...string) string {
 		}
 		m.Write([]byte(p))
 	}
-	return hex.EncodeToString(m.Sum(nil))
+	return m.Sum(nil)
 }
 
 // fingerprint is the keyed hash of the canonical JSON of

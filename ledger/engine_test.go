@@ -95,7 +95,7 @@ func TestFailedStartsNextAttemptWithNewVendorKey(t *testing.T) {
 	// and vendor: reopening (same secret) and failing attempt 2 then gives
 	// attempt 3 a key distinct from both.
 	h.reopen()
-	h.report(a2.EffectID, ledger.OutcomeFailed)
+	h.report(a2.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.Attempt = 2 })
 	a3 := h.beginWant(req, ledger.DecisionExecute)
 	if a3.Attempt != 3 || a3.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
 		t.Fatalf("attempt 3: %+v", a3)
@@ -158,12 +158,23 @@ func TestLeaseExpiryBlocksUntilResolved(t *testing.T) {
 	if d.VendorReference != "pi_9" {
 		t.Fatalf("duplicate after resolve: %+v", d)
 	}
-	if w := h.beginWant(pay("inv:4", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning; w != nil {
-		t.Fatalf("warning after resolve: %+v", w)
-	}
 	eff := h.get(a.EffectID)
 	if eff.ResolvedBy != "alice" || eff.ResolutionNote != "seen in dashboard" {
 		t.Fatalf("resolution not recorded: %+v", eff)
+	}
+	// A resolve within the namespace (an agent's) settles the effect but
+	// leaves the unreported expiry; an operator's agreement clears it.
+	if w := h.beginWant(pay("inv:4", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning; w == nil || w.UnreportedCount != 1 {
+		t.Fatalf("warning after the agent's resolve: %+v", w)
+	}
+	if _, err := h.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: a.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "admin:bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if w := h.beginWant(pay("inv:6", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning; w != nil {
+		t.Fatalf("warning after the operator's resolve: %+v", w)
+	}
+	if eff := h.get(a.EffectID); eff.ResolvedBy != "admin:bob" {
+		t.Fatalf("the operator's resolution not recorded: %+v", eff)
 	}
 }
 
@@ -213,8 +224,16 @@ func TestLateReportAfterReaperSettles(t *testing.T) {
 	if eff.State != ledger.StateSucceeded {
 		t.Fatalf("late report: %+v", eff)
 	}
-	if r := h.beginWant(email("other", "bot"), ledger.DecisionExecute); r.IntegrationWarning != nil {
-		t.Fatal("a late report must clear the unreported count")
+	// The late report settles the effect, but only an operator clears the
+	// unreported expiry it counts as (SPEC section 4).
+	if r := h.beginWant(email("other", "bot"), ledger.DecisionExecute); r.IntegrationWarning == nil || r.IntegrationWarning.UnreportedCount != 1 {
+		t.Fatalf("a late report cleared the unreported count: %+v", r.IntegrationWarning)
+	}
+	if _, err := h.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: a.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "admin:bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.beginWant(email("third", "bot"), ledger.DecisionExecute); r.IntegrationWarning != nil {
+		t.Fatalf("the operator's resolve left the unreported count: %+v", r.IntegrationWarning)
 	}
 }
 

@@ -46,6 +46,12 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
 		}
+		if err := rec.checkOwner(req.AgentID); err != nil {
+			return nil, err
+		}
+		if req.Attempt == 0 && rec.Attempt > 1 {
+			return nil, invalidArg("attempt", "effect %s has had %d attempts, so a report must say which it is for: send the attempt number your execute decision returned. Nothing was applied", rec.EffectID, rec.Attempt)
+		}
 		if req.Attempt != 0 && req.Attempt != rec.Attempt {
 			return nil, newErr(CodeInvalidStateTransition, "effect %s is on attempt %d; a report for attempt %d is stale and was not applied", rec.EffectID, rec.Attempt, req.Attempt)
 		}
@@ -106,8 +112,24 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		if err != nil {
 			return nil, notFound(err, req.EffectID+req.IdempotencyKey)
 		}
+		if err := rec.checkOwner(req.AgentID); err != nil {
+			return nil, err
+		}
 		want := outcomeState(req.Resolution)
+		operator := req.byOperator()
 		switch {
+		case rec.State == want && operator && !rec.UnreportedAt.IsZero():
+			// Settled that way by its agent's late report: the operator's
+			// agreement clears the unreported expiry it still counts as.
+			if err := e.clearUnreported(t, rec); err != nil {
+				return nil, err
+			}
+			rec.ResolvedBy, rec.ResolutionNote = req.ResolvedBy, req.Note
+			if err := e.putEffect(t, rec, now); err != nil {
+				return nil, err
+			}
+			v := rec.view(now)
+			return &v, nil
 		case rec.State == want:
 			v := rec.view(now)
 			return &v, nil // already settled that way: a no-op
@@ -120,6 +142,11 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		if rec.ResolvedBy == "" {
 			rec.ResolvedBy = "unknown"
 		}
+		if operator {
+			if err := e.clearUnreported(t, rec); err != nil {
+				return nil, err
+			}
+		}
 		o := outcome{state: want, result: req.Result, vendorRef: req.VendorReference}
 		return e.settleOutcome(t, rec, o, "resolve", now)
 	})
@@ -129,6 +156,27 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 	eff := v.(*Effect)
 	e.log.Info("resolve", "namespace", eff.Namespace, "effect_id", eff.EffectID, "state", eff.State, "by", eff.ResolvedBy)
 	return eff, nil
+}
+
+// byOperator reports whether the resolve comes from an operator (the admin
+// API, which resolves in any namespace) rather than an agent. Only an
+// operator clears an effect's unreported expiry, which max_unreported
+// counts (SPEC section 4): an agent's own report or resolve settles the
+// effect but leaves that mark.
+func (r *ResolveRequest) byOperator() bool { return r.Namespace == "" }
+
+// checkOwner refuses a caller whose credentials fix an agent other than
+// the one that began the effect's current attempt.
+func (r *effectRec) checkOwner(agent string) error {
+	owner := r.AttemptAgent
+	if owner == "" {
+		owner = r.AgentID
+	}
+	if agent == "" || agent == owner {
+		return nil
+	}
+	return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
+		"effect %s was begun by another agent; your credentials may report and resolve only the effects you began", r.EffectID)}
 }
 
 func notFound(err error, id string) error {
@@ -176,9 +224,6 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		if err := t.Delete(timeKey("l", *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
 			return nil, err
 		}
-	}
-	if err := e.clearUnreported(t, rec); err != nil {
-		return nil, err
 	}
 	if o.actual != nil {
 		if err := settle(t, rec, *o.actual); err != nil {

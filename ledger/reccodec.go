@@ -21,8 +21,13 @@ import (
 // optional values behind a presence byte, times as Unix seconds and
 // nanoseconds (read back in UTC, as JSON gave them). The compensation and
 // the approval, rare and nested, are embedded as JSON. TestRecordCodecCoversEveryField fails when
-// a field is added to the record but not here.
-const recBinary = 1
+// a field is added to the record but not here. A field is added at the end
+// under a new format byte, so that a truncated record is never read as an
+// older format's whole one; every earlier binary format is still read.
+const (
+	recBinaryV1 = 1 // without AttemptAgent
+	recBinary   = 2
+)
 
 func encodeEffect(r *effectRec) ([]byte, error) {
 	w := recWriter{b: make([]byte, 0, 512)}
@@ -65,6 +70,7 @@ func encodeEffect(r *effectRec) ([]byte, error) {
 	w.time(r.GrantedAt)
 	w.time(r.UnreportedAt)
 	w.time(r.RetainedAt)
+	w.str(r.AttemptAgent)
 	return w.b, nil
 }
 
@@ -72,7 +78,7 @@ func decodeEffect(b []byte, r *effectRec) error {
 	if len(b) > 0 && b[0] == '{' {
 		return decodeJSON(b, r)
 	}
-	if len(b) == 0 || b[0] != recBinary {
+	if len(b) == 0 || b[0] != recBinary && b[0] != recBinaryV1 {
 		return errors.New("decoding ledger record: unknown format")
 	}
 	d := recReader{b: b[1:]}
@@ -115,6 +121,9 @@ func decodeEffect(b []byte, r *effectRec) error {
 	r.GrantedAt = d.time()
 	r.UnreportedAt = d.time()
 	r.RetainedAt = d.time()
+	if b[0] >= recBinary {
+		r.AttemptAgent = d.str()
+	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = errors.New("trailing bytes")
 	}

@@ -148,3 +148,17 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestRecordCodecReadsFormatOne: records written before AttemptAgent was
+// kept (format 1, the same fields but that one) are read, with it empty.
+func TestRecordCodecReadsFormatOne(t *testing.T) {
+	rec := filledRecord(t)
+	b, err := encodeEffect(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := len(rec.AttemptAgent) + 1 // its one-byte length and its bytes
+	v1 := append([]byte{recBinaryV1}, b[1:len(b)-tail]...)
+	rec.AttemptAgent = ""
+	wantDecoded(t, v1, rec, "a format 1 record")
+}

@@ -84,6 +84,10 @@ type effectRec struct {
 	UnreportedAt time.Time `json:"unreported_at,omitzero"`
 	// RetainedAt is the time under which it sits in the retention index.
 	RetainedAt time.Time `json:"retained_at,omitzero"`
+	// AttemptAgent is the agent that began the current attempt, which a
+	// token fixed to another agent may not report or resolve ("" in records
+	// written before it was kept: then AgentID).
+	AttemptAgent string `json:"attempt_agent,omitempty"`
 	// Records are stored in the binary form of reccodec.go; records
 	// written as JSON (segmentio's encoding/json, which ignores omitzero:
 	// zero times were written out and read back as zero) are still read.

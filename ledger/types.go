@@ -170,13 +170,20 @@ type ReportRequest struct {
 	Namespace string  `json:"-"`
 	EffectID  string  `json:"effect_id"`
 	Outcome   Outcome `json:"outcome"`
-	// Attempt, when set, must be the effect's current attempt; it lets a late
-	// report of an old attempt be refused instead of misapplied.
+	// Attempt is the attempt the report is for, as the execute decision
+	// numbered it. It must be the effect's current attempt, and it is
+	// required once the effect has had more than one: a retried report of
+	// an earlier attempt must never settle a later one, which may be under
+	// way.
 	Attempt          int             `json:"attempt,omitempty"`
 	Result           json.RawMessage `json:"result,omitempty"`
 	ActualCostMicros *int64          `json:"actual_cost_micros,omitempty"`
 	VendorReference  string          `json:"vendor_reference,omitempty"`
 	Error            string          `json:"error,omitempty"`
+	// AgentID, set by an adapter when the caller's credentials fix its
+	// agent, limits the report to effects whose current attempt that agent
+	// began.
+	AgentID string `json:"-"`
 }
 
 // ResolveRequest settles an indeterminate effect after checking at the vendor.
@@ -191,6 +198,10 @@ type ResolveRequest struct {
 	Note            string          `json:"note,omitempty"`
 	// ResolvedBy names who resolved: the agent id or the admin's name.
 	ResolvedBy string `json:"-"`
+	// AgentID, set by an adapter when the caller's credentials fix its
+	// agent, limits the resolve to effects whose current attempt that agent
+	// began.
+	AgentID string `json:"-"`
 }
 
 // Approval is an operator's view of an approval request.

@@ -32,7 +32,13 @@ var (
 	vendorRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 )
 
-// checkText refuses invalid UTF-8, control characters and over-long text.
+// checkText refuses invalid UTF-8, control characters, invisible format
+// characters and over-long text. Format characters (Unicode Cf: zero-width
+// spaces and joiners, bidirectional marks, overrides and isolates, the byte
+// order mark, the soft hyphen) are refused rather than stripped: they make
+// two keys that look the same differ, or make a key look like another in
+// an operator's listing, and stripping them would merge keys an agent
+// meant as different.
 func checkText(field, s string, max int, required bool) *Error {
 	if s == "" {
 		if required {
@@ -49,8 +55,13 @@ func checkText(field, s string, max int, required bool) *Error {
 	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
 		return invalidArg(field, "must not contain control characters")
 	}
+	if strings.IndexFunc(s, isFormatChar) >= 0 {
+		return invalidArg(field, "must not contain invisible formatting characters (zero-width or bidirectional controls)")
+	}
 	return nil
 }
+
+func isFormatChar(r rune) bool { return unicode.Is(unicode.Cf, r) }
 
 // checkNote is checkText for free text, where newlines and tabs are fine.
 func checkNote(field, s string) *Error {
@@ -144,6 +155,9 @@ type beginInput struct {
 	lease       int               // 0: default, capped later by policy
 	pol         effectivePolicy
 	replica     string // the engine's replica id on a shared store (see Shares)
+	// payload is the canonical payload of a compensation, compared with
+	// the one declared; nil for other begins. It is never stored.
+	payload []byte
 }
 
 func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
@@ -218,6 +232,9 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 		return nil, invalidArg("lease_seconds", "%d exceeds the maximum of %d for %s; ask for a shorter lease and report before it ends", in.lease, maxLease, req.EffectType)
 	}
 	in.fingerprint = fingerprint(e.secret, req.EffectType, req.Vendor, payload)
+	if req.CompensatesEffectID != "" {
+		in.payload = payload
+	}
 	req.Payload = nil // never kept past this point
 	in.req = req
 	return in, nil

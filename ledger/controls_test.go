@@ -1,0 +1,355 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// These tests are a hostile agent's attempts to get around a control: each
+// names the control that must hold.
+
+// counted returns what a ceiling has counted in the namespace "default".
+func counted(t *testing.T, h *harness, name string) int64 {
+	t.Helper()
+	bs, err := h.eng.Budgets(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, b := range bs {
+		if b.Name == name {
+			n += b.Counted
+		}
+	}
+	return n
+}
+
+// unwoundBooking is a group being unwound whose one step, a $50 payment,
+// declared a $50 refund as its compensation; it returns the step and the
+// compensation the unwind handed out.
+func unwoundBooking(t *testing.T, h *harness) (*ledger.BeginResult, ledger.CompensationStep) {
+	t.Helper()
+	charge := pay("charge:1", "acct_1", 50_000_000)
+	charge.GroupKey = "order:1"
+	charge.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe",
+		Payload: json.RawMessage(`{"charge":"ch_1"}`), EstimatedCostMicros: i64(50_000_000)}
+	c := h.beginWant(charge, ledger.DecisionExecute)
+	h.report(c.EffectID, ledger.OutcomeSucceeded)
+	res, err := h.eng.Unwind(context.Background(), ledger.UnwindRequest{GroupKey: "order:1"})
+	if err != nil || len(res.Compensations) != 1 {
+		t.Fatalf("unwind: %+v %v", res, err)
+	}
+	return c, res.Compensations[0]
+}
+
+// undoOf is the begin an agent sends for a compensation exactly as the
+// unwind handed it out.
+func undoOf(s ledger.CompensationStep) ledger.BeginRequest {
+	return ledger.BeginRequest{IdempotencyKey: s.IdempotencyKey, EffectType: s.EffectType, Vendor: s.Vendor,
+		Payload: s.Payload, CompensatesEffectID: s.CompensatesEffectID, EstimatedCostMicros: s.EstimatedCostMicros,
+		AgentID: "bot", Dimensions: map[string]string{"counterparty": "acct_1"}}
+}
+
+func TestCallingAnActionAnUndoUnlocksNoSpending(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	// An unrelated succeeded email, outside any group.
+	mail := h.beginWant(ledger.BeginRequest{IdempotencyKey: "mail:1", EffectType: "email.send", AgentID: "bot"}, ledger.DecisionExecute)
+	h.report(mail.EffectID, ledger.OutcomeSucceeded)
+	_, step := unwoundBooking(t, h)
+	before := counted(t, h, "daily-spend")
+
+	big := pay("big-charge", "acct_9", 10_000_000_000) // $10,000: over the threshold and both ceilings
+	for name, mod := range map[string]func(*ledger.BeginRequest){
+		"target outside any group":    func(r *ledger.BeginRequest) { r.CompensatesEffectID = mail.EffectID },
+		"target in a group, key free": func(r *ledger.BeginRequest) { r.CompensatesEffectID = step.CompensatesEffectID },
+		"the undo key, another type": func(r *ledger.BeginRequest) {
+			r.CompensatesEffectID, r.IdempotencyKey = step.CompensatesEffectID, step.IdempotencyKey
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := big
+			mod(&req)
+			_, err := h.eng.Begin(ctx, req)
+			wantCode(t, err, ledger.CodeInvalidArgument)
+			var le *ledger.Error
+			errors.As(err, &le)
+			if !strings.HasPrefix(le.Field, "compensates_effect_id") && le.Field != "idempotency_key" && le.Field != "effect_type" {
+				t.Fatalf("error names field %q: %v", le.Field, err)
+			}
+		})
+	}
+	// The declared undo, altered in any of the ways that would let it spend.
+	for name, mod := range map[string]func(*ledger.BeginRequest){
+		"cost above the declared": func(r *ledger.BeginRequest) { r.EstimatedCostMicros = i64(50_000_001) },
+		"no cost":                 func(r *ledger.BeginRequest) { r.EstimatedCostMicros = nil },
+		"another vendor":          func(r *ledger.BeginRequest) { r.Vendor = "square" },
+		"another payload":         func(r *ledger.BeginRequest) { r.Payload = json.RawMessage(`{"charge":"ch_2"}`) },
+		"another key":             func(r *ledger.BeginRequest) { r.IdempotencyKey = "undo:other" },
+		"another effect type":     func(r *ledger.BeginRequest) { r.EffectType = "payment.charge" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := undoOf(step)
+			mod(&req)
+			_, err := h.eng.Begin(ctx, req)
+			wantCode(t, err, ledger.CodeInvalidArgument)
+		})
+	}
+	if got := counted(t, h, "daily-spend"); got != before {
+		t.Fatalf("daily-spend counted %d after refused undos, want %d", got, before)
+	}
+	// A compensation of an effect whose group is not being unwound.
+	charge := pay("charge:2", "acct_2", 10_000_000)
+	charge.GroupKey = "order:2"
+	charge.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe", EstimatedCostMicros: i64(10_000_000)}
+	c2 := h.beginWant(charge, ledger.DecisionExecute)
+	h.report(c2.EffectID, ledger.OutcomeSucceeded)
+	early := ledger.BeginRequest{IdempotencyKey: "undo:charge:2", EffectType: "payment.refund", Vendor: "stripe",
+		CompensatesEffectID: c2.EffectID, EstimatedCostMicros: i64(10_000_000), AgentID: "bot",
+		Dimensions: map[string]string{"counterparty": "acct_2"}}
+	_, err := h.eng.Begin(ctx, early)
+	wantCode(t, err, ledger.CodeInvalidArgument)
+
+	// The undo exactly as handed out executes, and what it declares counts
+	// (a lower cost than declared is fine).
+	before = counted(t, h, "daily-spend")
+	undo := undoOf(step)
+	undo.EstimatedCostMicros = i64(40_000_000)
+	h.beginWant(undo, ledger.DecisionExecute)
+	if got := counted(t, h, "daily-spend"); got != before+40_000_000 {
+		t.Fatalf("daily-spend counted %d after the undo, want %d", got, before+40_000_000)
+	}
+}
+
+func TestAnUndoKeyTakenByAnOrdinaryBeginIsAConflict(t *testing.T) {
+	h := newHarness(t, testRules())
+	_, step := unwoundBooking(t, h)
+	// The agent first spends under the undo key as an ordinary begin...
+	squat := undoOf(step)
+	squat.CompensatesEffectID = ""
+	s := h.beginWant(squat, ledger.DecisionExecute)
+	h.report(s.EffectID, ledger.OutcomeFailed)
+	// ...then calls the same key an undo: the key names another effect.
+	_, err := h.eng.Begin(context.Background(), undoOf(step))
+	wantCode(t, err, ledger.CodeIdempotencyKeyConflict)
+}
+
+func TestARetriedReportOfAnOldAttemptNeverSettlesTheNewOne(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := ledger.BeginRequest{IdempotencyKey: "mail:retry", EffectType: "email.send", AgentID: "bot"}
+	first := h.beginWant(req, ledger.DecisionExecute)
+	h.report(first.EffectID, ledger.OutcomeFailed) // attempt 1, no attempt field
+	second := h.beginWant(req, ledger.DecisionExecute)
+	if second.Attempt != 2 {
+		t.Fatalf("second attempt: %+v", second)
+	}
+	// The agent's client retries its first report (its response was lost).
+	_, err := h.eng.Report(ctx, ledger.ReportRequest{EffectID: first.EffectID, Outcome: ledger.OutcomeFailed})
+	wantCode(t, err, ledger.CodeInvalidArgument)
+	_, err = h.eng.Report(ctx, ledger.ReportRequest{EffectID: first.EffectID, Outcome: ledger.OutcomeFailed, Attempt: 1})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+	if eff := h.get(first.EffectID); eff.State != ledger.StatePending || eff.Attempt != 2 {
+		t.Fatalf("attempt 2 after stale reports: %+v", eff)
+	}
+	h.beginWant(req, ledger.DecisionInFlight)
+	// The report of attempt 2, naming it, settles it.
+	h.report(first.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Attempt = 2 })
+	h.beginWant(req, ledger.DecisionDuplicate)
+}
+
+func TestAnApprovalBindsTheCostItApproved(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := pay("big:1", "acct_1", 150_000_000)
+	ask := h.beginWant(req, ledger.DecisionApprovalRequired)
+	if _, err := h.eng.Approve(ctx, ask.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	noCost := req
+	noCost.EstimatedCostMicros = nil
+	_, err := h.eng.Begin(ctx, noCost)
+	wantCode(t, err, ledger.CodeCostRequired)
+	if got := counted(t, h, "daily-spend"); got != 0 {
+		t.Fatalf("daily-spend counted %d, want 0", got)
+	}
+	res := h.beginWant(req, ledger.DecisionExecute)
+	if res.BudgetWarning != nil {
+		t.Fatalf("budget warning on a costed begin: %+v", res.BudgetWarning)
+	}
+	if got := counted(t, h, "daily-spend"); got != 150_000_000 {
+		t.Fatalf("daily-spend counted %d after the approved begin, want 150000000", got)
+	}
+}
+
+func TestARetryWithoutItsGroupKeyStaysInItsUnwindingGroup(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := step("hotel", "hotel.book", nil)
+	first := h.beginWant(req, ledger.DecisionExecute)
+	h.report(first.EffectID, ledger.OutcomeFailed)
+	if _, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: req.GroupKey}); err != nil {
+		t.Fatal(err)
+	}
+	for name, group := range map[string]string{"no group_key": "", "another group_key": "other"} {
+		t.Run(name, func(t *testing.T) {
+			retry := req
+			retry.GroupKey = group
+			if d := h.beginWant(retry, ledger.DecisionDenied); d.Reason != ledger.ReasonGroupUnwinding {
+				t.Fatalf("retry: %+v", d)
+			}
+		})
+	}
+}
+
+func TestVendorKeysCarryTheDigestsFullEntropy(t *testing.T) {
+	h := newHarness(t, testRules())
+	// A key made from the hex text of a digest has only the bytes of '0'-'9'
+	// and 'a'-'f' in it; one made from the digest's bytes almost never does.
+	hexText := func(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'f' }
+	outside := 0
+	for i := range 8 {
+		res := h.beginWant(ledger.BeginRequest{IdempotencyKey: "k" + itoa(int64(i)), EffectType: "email.send", Vendor: "stripe", AgentID: "a" + itoa(int64(i))}, ledger.DecisionExecute)
+		raw, err := uuidBytes(res.VendorIdempotencyKey.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, b := range raw {
+			if j != 6 && j != 8 && !hexText(b) { // 6 and 8 carry the version and variant
+				outside++
+			}
+		}
+	}
+	if outside == 0 {
+		t.Fatal("every byte of 8 vendor keys is the ASCII of a hex digit: the key is made from hex text")
+	}
+}
+
+func uuidBytes(u string) ([]byte, error) {
+	var out []byte
+	h := strings.ReplaceAll(u, "-", "")
+	for i := 0; i+1 < len(h); i += 2 {
+		var b byte
+		for _, c := range h[i : i+2] {
+			switch {
+			case c >= '0' && c <= '9':
+				b = b<<4 | byte(c-'0')
+			case c >= 'a' && c <= 'f':
+				b = b<<4 | byte(c-'a'+10)
+			default:
+				return nil, errors.New("not a UUID: " + u)
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func TestApprovalsListAnEffectOnceAfterANewRequest(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := pay("big:2", "acct_1", 150_000_000)
+	first := h.beginWant(req, ledger.DecisionApprovalRequired)
+	h.clock.Advance(25 * time.Hour) // the request expires
+	second := h.beginWant(req, ledger.DecisionApprovalRequired)
+	if second.ApprovalID == first.ApprovalID {
+		t.Fatal("an expired request was not renewed")
+	}
+	for _, state := range []string{"", ledger.ApprovalPending} {
+		as, err := h.eng.ListApprovals(ctx, "", state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(as) != 1 || as[0].ApprovalID != second.ApprovalID {
+			t.Fatalf("approvals in state %q: %+v", state, as)
+		}
+	}
+}
+
+func TestAnAgentCannotClearItsOwnUnreportedBlock(t *testing.T) {
+	h := newHarness(t, testRules()) // sms.*: max_unreported 2
+	ctx := context.Background()
+	sms := func(k string) ledger.BeginRequest {
+		return ledger.BeginRequest{IdempotencyKey: k, EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 10}
+	}
+	a := h.beginWant(sms("a"), ledger.DecisionExecute)
+	b := h.beginWant(sms("b"), ledger.DecisionExecute)
+	h.clock.Advance(time.Minute)
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.beginWant(sms("c"), ledger.DecisionDenied)
+	// The agent reports one late and resolves the other itself.
+	h.report(a.EffectID, ledger.OutcomeSucceeded)
+	if _, err := h.eng.Resolve(ctx, ledger.ResolveRequest{Namespace: "default", EffectID: b.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "agent:bot"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.beginWant(sms("c"), ledger.DecisionDenied); d.Reason != ledger.ReasonUnreported {
+		t.Fatalf("after the agent's own report and resolve: %+v", d)
+	}
+	// The late report settled the effect (SPEC 2) all the same.
+	if eff := h.get(a.EffectID); eff.State != ledger.StateSucceeded {
+		t.Fatalf("late report: %+v", eff)
+	}
+	// An operator's resolve, agreeing with what the agent reported, clears
+	// each mark.
+	for _, r := range []struct {
+		id  string
+		res ledger.Outcome
+	}{{a.EffectID, ledger.OutcomeSucceeded}, {b.EffectID, ledger.OutcomeFailed}} {
+		if _, err := h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: r.id, Resolution: r.res, ResolvedBy: "admin:alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := h.beginWant(sms("c"), ledger.DecisionExecute)
+	if res.IntegrationWarning != nil {
+		t.Fatalf("integration warning after the operator resolved: %+v", res.IntegrationWarning)
+	}
+}
+
+func TestAnAgentWhoseTokenFixesItsIDSettlesOnlyItsOwnEffects(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	mine := h.beginWant(ledger.BeginRequest{IdempotencyKey: "mail:mine", EffectType: "email.send", AgentID: "alice-bot"}, ledger.DecisionExecute)
+	_, err := h.eng.Report(ctx, ledger.ReportRequest{EffectID: mine.EffectID, Outcome: ledger.OutcomeFailed, AgentID: "mallory-bot"})
+	wantCode(t, err, ledger.CodeUnauthorized)
+	h.clock.Advance(2 * time.Minute) // the lease runs out: now it can be resolved
+	_, err = h.eng.Resolve(ctx, ledger.ResolveRequest{Namespace: "default", EffectID: mine.EffectID, Resolution: ledger.OutcomeFailed, AgentID: "mallory-bot"})
+	wantCode(t, err, ledger.CodeUnauthorized)
+	if eff := h.get(mine.EffectID); eff.State != ledger.StateIndeterminate {
+		t.Fatalf("after another agent's calls: %+v", eff)
+	}
+	// The owner may; so may a caller whose token fixes no agent (the proxy,
+	// an operator).
+	h.report(mine.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.AgentID = "alice-bot" })
+	// A new attempt by another agent is that agent's to report.
+	next := h.beginWant(ledger.BeginRequest{IdempotencyKey: "mail:mine", EffectType: "email.send", AgentID: "bob-bot"}, ledger.DecisionExecute)
+	_, err = h.eng.Report(ctx, ledger.ReportRequest{EffectID: next.EffectID, Attempt: 2, Outcome: ledger.OutcomeSucceeded, AgentID: "alice-bot"})
+	wantCode(t, err, ledger.CodeUnauthorized)
+	h.report(next.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Attempt, r.AgentID = 2, "bob-bot" })
+}
+
+func TestIdempotencyKeysRefuseInvisibleAndBidiCharacters(t *testing.T) {
+	h := newHarness(t, testRules())
+	for name, k := range map[string]string{
+		"zero-width space":   "order-1\u200b",
+		"right-to-left mark": "order-\u200f1",
+		"bidi override":      "\u202eorder-1",
+		"bidi isolate":       "order\u2066-1",
+		"byte order mark":    "\ufefforder-1",
+		"soft hyphen":        "or\u00adder-1",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := h.eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: k, EffectType: "email.send"})
+			wantCode(t, err, ledger.CodeInvalidArgument)
+		})
+	}
+	// Visible non-ASCII text is fine.
+	h.beginWant(ledger.BeginRequest{IdempotencyKey: "commande-été-№1", EffectType: "email.send"}, ledger.DecisionExecute)
+}
