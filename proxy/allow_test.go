@@ -46,7 +46,7 @@ func TestAllowed(t *testing.T) {
 		{"hooks.example.com.", "443", true}, // trailing dot
 	}
 	for _, c := range cases {
-		if got := p.allowed(context.Background(), c.host, c.port, "443"); got != c.want {
+		if _, got := p.allowed(context.Background(), c.host, c.port, "443"); got != c.want {
 			t.Errorf("allowed(%s:%s) = %v, want %v", c.host, c.port, got, c.want)
 		}
 	}

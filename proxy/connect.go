@@ -30,11 +30,15 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		p.intercept(w, v, host)
 		return
 	}
-	if !p.allowed(r.Context(), host, port, "443") {
+	addrs, ok := p.allowed(r.Context(), host, port, "443")
+	if !ok {
 		refuse(w, http.StatusForbidden, "ratchet: "+r.Host+" is not a vendor host and not in proxy.allow_hosts")
 		return
 	}
-	p.tunnel(w, r.Host)
+	if len(addrs) == 0 {
+		addrs = []string{r.Host}
+	}
+	p.tunnel(w, r, addrs)
 }
 
 // allowed reports whether a non-vendor host may be reached. Exact entries
@@ -43,7 +47,13 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 // reaches a loopback, private, link-local or unspecified address, so it
 // cannot be used to probe the pod's own network. An entry without a port
 // allows only the default port (443 for CONNECT, 80 for plain HTTP).
-func (p *Proxy) allowed(ctx context.Context, host, port, defPort string) bool {
+//
+// For a wildcard match it returns the addresses it checked (as host:port):
+// the caller must reach the host there, not by resolving the name again,
+// or a DNS server that answers a public address to the check and loopback
+// to the dial would get past it (DNS rebinding). Exact entries return none:
+// they are reached by name.
+func (p *Proxy) allowed(ctx context.Context, host, port, defPort string) ([]string, bool) {
 	if port == "" {
 		port = defPort
 	}
@@ -58,32 +68,42 @@ func (p *Proxy) allowed(ctx context.Context, host, port, defPort string) bool {
 			continue
 		}
 		if eh == host {
-			return true
+			return nil, true
 		}
 		if suffix, ok := strings.CutPrefix(eh, "*."); ok && strings.HasSuffix(host, "."+suffix) {
-			return p.public(ctx, host)
+			ips, ok := p.public(ctx, host)
+			if !ok {
+				return nil, false
+			}
+			addrs := make([]string, len(ips))
+			for i, ip := range ips {
+				addrs[i] = net.JoinHostPort(ip.String(), port)
+			}
+			return addrs, true
 		}
 	}
-	return false
+	return nil, false
 }
 
-// public reports whether every address host resolves to is public.
-func (p *Proxy) public(ctx context.Context, host string) bool {
+// public returns the addresses host resolves to, if every one is public.
+func (p *Proxy) public(ctx context.Context, host string) ([]net.IP, bool) {
 	if ip := net.ParseIP(host); ip != nil {
-		return publicIP(ip)
+		return []net.IP{ip}, publicIP(ip)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	addrs, err := p.opts.Resolver.LookupIPAddr(ctx, host)
 	if err != nil || len(addrs) == 0 {
-		return false
+		return nil, false
 	}
-	for _, a := range addrs {
-		if !publicIP(a.IP) {
-			return false
+	ips := make([]net.IP, len(addrs))
+	for i, a := range addrs {
+		if a.Zone != "" || !publicIP(a.IP) {
+			return nil, false
 		}
+		ips[i] = a.IP
 	}
-	return true
+	return ips, true
 }
 
 func publicIP(ip net.IP) bool {
@@ -91,11 +111,18 @@ func publicIP(ip net.IP) bool {
 		ip.IsUnspecified() || ip.IsMulticast())
 }
 
-// tunnel splices the client to an allowed host, untouched.
-func (p *Proxy) tunnel(w http.ResponseWriter, target string) {
-	up, err := net.DialTimeout("tcp", target, 10*time.Second)
+// tunnel splices the client to an allowed host, untouched, trying each of
+// its addresses in turn.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, addrs []string) {
+	var up net.Conn
+	err := errors.New("no address")
+	for _, a := range addrs {
+		if up, err = p.opts.Dial(r.Context(), "tcp", a); err == nil {
+			break
+		}
+	}
 	if err != nil {
-		refuse(w, http.StatusBadGateway, "ratchet: cannot reach "+target)
+		refuse(w, http.StatusBadGateway, "ratchet: cannot reach "+r.Host)
 		return
 	}
 	conn, err := hijack(w)

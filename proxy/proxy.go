@@ -35,6 +35,9 @@
 //     byte; a duplicate gets 409 naming the vendor's object id instead.
 //   - A report the ledger fails to record does not change the caller's
 //     answer; the lease then expires and the effect becomes indeterminate.
+//   - A host allowed through a wildcard in allow_hosts is resolved once,
+//     checked, and dialled at the checked address (no second lookup a
+//     rebinding DNS server could answer differently).
 package proxy
 
 import (
@@ -108,6 +111,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Resolver checks wildcard allow_hosts matches (default net.DefaultResolver).
 	Resolver Resolver
+	// Dial opens tunnels to allowed hosts (default a net.Dialer with a 10 s
+	// timeout). A host allowed by a wildcard is dialled at the address
+	// Resolver gave and the proxy checked, never by name again.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Clock is the time source for dedupe buckets (default time.Now).
 	Clock func() time.Time
 	// Logger gets one line per gated request; never bodies or credentials.
@@ -178,6 +185,9 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
+	}
+	if opts.Dial == nil {
+		opts.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
@@ -250,9 +260,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.vendor(w, r, v, r.URL.Path)
 			return
 		}
-		if !p.allowed(r.Context(), host, r.URL.Port(), "80") {
+		addrs, ok := p.allowed(r.Context(), host, r.URL.Port(), "80")
+		if !ok {
 			refuse(w, http.StatusForbidden, "ratchet: "+host+" is not a vendor host and not in proxy.allow_hosts")
 			return
+		}
+		if len(addrs) > 0 { // the address checked, not the name again
+			r = r.Clone(r.Context())
+			r.URL.Host = addrs[0]
 		}
 		p.pass.ServeHTTP(w, r)
 	default: // reverse mode: /<vendor>/...
