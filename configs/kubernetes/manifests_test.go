@@ -1,15 +1,20 @@
 // Package kubernetes_test checks that the example Kubernetes manifests are
 // consistent: every volume, Secret key, ConfigMap key, port and path they
-// refer to exists, and the embedded Ratchet config is valid.
+// refer to exists, and the embedded Ratchet config is valid once its token
+// placeholders are filled in (and refused until then).
 package kubernetes_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,9 +135,28 @@ func TestSidecarManifests(t *testing.T) {
 		t.Fatalf("config volume %v", vol)
 	}
 	raw := str(get(cm, "data", path.Base(cfgPath)))
-	cfg, err := config.Parse(strings.NewReader(raw), "configmap ratchet.yaml")
+	// As shipped, the token hashes are placeholders that refuse to start,
+	// each saying how to make the real one; nothing else is wrong.
+	_, err = config.Parse(strings.NewReader(raw), "configmap ratchet.yaml")
+	var ce *config.Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 {
+		t.Fatalf("the embedded config as shipped must fail on its two token placeholders: %v", err)
+	}
+	for _, p := range ce.Problems {
+		if !strings.HasSuffix(p.Path, ".token_sha256") || !strings.Contains(p.Message, "ratchet token hash < token-file") {
+			t.Errorf("placeholder problem %+v", p)
+		}
+	}
+	// Filled in as an operator would: the agent's entry is the hash of the
+	// Secret's agent-token (which the app sends as RATCHET_TOKEN), the
+	// admin's that of a token kept outside the pod.
+	agentToken, adminToken := randomToken(t), randomToken(t)
+	secret["stringData"].(obj)["agent-token"] = agentToken
+	filled := agentPlaceholderRe.ReplaceAllString(raw, "token_sha256: "+sha(agentToken))
+	filled = adminPlaceholderRe.ReplaceAllString(filled, "token_sha256: "+sha(adminToken))
+	cfg, err := config.Parse(strings.NewReader(filled), "configmap ratchet.yaml")
 	if err != nil {
-		t.Fatalf("embedded config: %v", err)
+		t.Fatalf("embedded config with its tokens filled in: %v", err)
 	}
 
 	// Ports and probes line up with the config's listeners.
@@ -187,6 +211,43 @@ func TestSidecarManifests(t *testing.T) {
 	if str(get(ref, "name")) != "ratchet-secrets" || get(secret, "stringData", str(get(ref, "key"))) == nil {
 		t.Errorf("agent token ref %v", ref)
 	}
+	// The token the app sends is an agent's, in the proxy's namespace, and
+	// not an admin's.
+	appToken := str(get(secret, "stringData", str(get(ref, "key"))))
+	var agent *config.Agent
+	for i, a := range cfg.Auth.Agents {
+		if a.TokenSHA256 == sha(appToken) {
+			agent = &cfg.Auth.Agents[i]
+		}
+	}
+	if agent == nil || agent.Namespace != cfg.Proxy.Namespace {
+		t.Errorf("the app's token is no agent of namespace %s: %+v", cfg.Proxy.Namespace, cfg.Auth.Agents)
+	}
+	for _, a := range cfg.Auth.Admins {
+		if a.TokenSHA256 == sha(appToken) {
+			t.Error("the app's token is an admin's")
+		}
+	}
+}
+
+// The placeholders of the embedded config's token hashes.
+var (
+	agentPlaceholderRe = regexp.MustCompile(`token_sha256: "REPLACE[^"]*agent-token[^"]*"`)
+	adminPlaceholderRe = regexp.MustCompile(`token_sha256: "REPLACE[^"]*admin token[^"]*"`)
+)
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomToken(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }
 
 func loopback(t *testing.T, addr string) bool {

@@ -12,6 +12,8 @@ package config
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -294,6 +296,27 @@ func (c *Config) Validate() error {
 
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// replaceHash tells an operator how to fill a token_sha256.
+const replaceHash = "replace it with the SHA-256 of a long random token of your own: ratchet token hash < token-file"
+
+// wellKnownTokens maps the SHA-256 of words that examples, tutorials and
+// tests use as tokens to a description of the word. A config whose token
+// hashes one of them (copied from an example, say) would let anyone in.
+var wellKnownTokens = func() map[string]string {
+	m := map[string]string{}
+	for _, w := range []string{"", "test", "test2", "password", "changeme", "admin", "secret", "token", "ratchet"} {
+		sum := sha256.Sum256([]byte(w))
+		desc := strconv.Quote(w)
+		if w == "" {
+			desc = "an empty token"
+		} else {
+			desc = "the well-known word " + desc
+		}
+		m[hex.EncodeToString(sum[:])] = desc
+	}
+	return m
+}()
+
 func (c *Config) problems() []Problem {
 	var probs []Problem
 	add := func(path, format string, args ...any) {
@@ -343,9 +366,17 @@ func (c *Config) problems() []Problem {
 			add("proxy.currency_micros."+cur, "must be > 0 micro-USD per major unit, got %d", v)
 		}
 	}
+	holders := map[string]string{} // token hash → the first entry with it
 	checkToken := func(p, hash, who, whoField, whoMsg string) {
-		if !hexSHA256.MatchString(hash) {
-			add(p+".token_sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, never the token itself)")
+		switch word, weak := wellKnownTokens[hash]; {
+		case !hexSHA256.MatchString(hash):
+			add(p+".token_sha256", "must be 64 lowercase hex digits, the SHA-256 of the token (never the token itself): "+replaceHash)
+		case weak:
+			add(p+".token_sha256", "is the SHA-256 of %s, which anyone can guess: "+replaceHash, word)
+		case holders[hash] != "":
+			add(p+".token_sha256", "is the same token as %s: each agent and each admin needs a token of its own (an agent's token must never open the admin API)", holders[hash])
+		default:
+			holders[hash] = p
 		}
 		if who == "" {
 			add(p+"."+whoField, "%s", whoMsg)

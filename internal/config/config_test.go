@@ -5,21 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 )
-
-func TestExampleConfigIsValid(t *testing.T) {
-	cfg, err := Load("../../configs/ratchet.example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cfg.Policies) != 4 || cfg.Auth.Agents[0].Namespace != "shop" || cfg.Proxy.CurrencyMicros["eur"] != 1_080_000 {
-		t.Fatalf("example decoded wrongly: %+v", cfg)
-	}
-	if d := cfg.LedgerDefaults(); d.Retention != 720*time.Hour || d.ApprovalTTL != 24*time.Hour || d.MaxLeaseSeconds != 3600 {
-		t.Fatalf("defaults: %+v", d)
-	}
-}
 
 func TestDefaults(t *testing.T) {
 	cfg, err := Parse(strings.NewReader(""), "empty.yaml")
