@@ -5,10 +5,23 @@
 //
 // Authentication: tokens are configured by their SHA-256 under
 // auth.admins, each with a name that is recorded on every approval and
-// resolution. With no admins configured the API is unauthenticated and must
-// listen on loopback only (the server refuses otherwise). An agent's token
-// is refused with 403: agents cannot approve their own actions. The probes
-// and /metrics need no token.
+// resolution. An agent's token is refused with 403 wherever it is
+// presented: agents cannot approve their own actions. The probes and
+// /metrics need no token. Which tokens are configured decides the mode:
+//
+//   - auth.admins listed: every /v1 call needs an admin token.
+//   - no admins and no agents (the built-in default, as "make run"): the
+//     API is unauthenticated and must listen on loopback only (serve
+//     refuses otherwise). Whoever is on the machine is trusted, as MCP is
+//     then unauthenticated too.
+//   - auth.agents listed and no admins: read-only. A sidecar shares
+//     loopback with its agent, so an unauthenticated API would let the
+//     agent approve its own action, with its token or without one. Reads,
+//     /metrics and the probes work; approve, reject and resolve answer 403
+//     admin_auth_required until auth.admins are configured. This is a
+//     warning of "ratchet config validate", not an error: the sidecar is
+//     safe (approval-gated actions wait, then expire), and a deployment
+//     that uses no approvals keeps working on upgrade.
 package admin
 
 import (
@@ -43,9 +56,10 @@ type Engine interface {
 // Options configures Handler.
 type Options struct {
 	// Admins maps SHA-256 hex digests of admin tokens to names; empty means
-	// unauthenticated (loopback only).
+	// unauthenticated (loopback only), and read-only if Agents is not empty.
 	Admins map[string]string
-	// Agents are the SHA-256 digests of agent tokens, refused here.
+	// Agents are the SHA-256 digests of agent tokens, refused here; with
+	// no Admins, their presence makes the API read-only.
 	Agents map[string]bool
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
@@ -68,18 +82,31 @@ func Handler(eng Engine, opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals))
-	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve)))
-	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject)))
-	mux.Handle("GET /v1/effects", a.auth(a.listEffects))
-	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect))
-	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve))
-	mux.Handle("GET /v1/budgets", a.auth(a.budgets))
+	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals, read))
+	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve), change))
+	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject), change))
+	mux.Handle("GET /v1/effects", a.auth(a.listEffects, read))
+	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect, read))
+	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve, change))
+	mux.Handle("GET /v1/budgets", a.auth(a.budgets, read))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
-	}))
+	}, read))
 	return mux
 }
+
+// access says whether an endpoint changes state (which a read-only API
+// refuses).
+type access bool
+
+const (
+	read   access = false
+	change access = true
+)
+
+// CodeAdminAuthRequired is the error code of a state change refused
+// because the API is read-only (agents configured, no admins).
+const CodeAdminAuthRequired = "admin_auth_required"
 
 type api struct {
 	eng  Engine
@@ -99,33 +126,51 @@ func (e *apiError) Error() string { return e.message }
 // handlerFunc is an admin endpoint; who is the admin's name.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, who string) error
 
-// auth checks the admin token and turns returned errors into JSON.
-func (a *api) auth(h handlerFunc) http.Handler {
+// auth checks who is calling (see the package doc for the modes) and
+// turns returned errors into JSON.
+func (a *api) auth(h handlerFunc, acc access) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who := "local"
-		if len(a.opts.Admins) > 0 {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-			digest := hex.EncodeToString(sum[:])
-			name, isAdmin := a.opts.Admins[digest]
-			switch {
-			case !ok || token == "":
-				writeError(w, &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "an admin bearer token is required"})
-				return
-			case a.opts.Agents[digest]:
-				writeError(w, &apiError{http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot use the admin API"})
-				return
-			case !isAdmin:
-				writeError(w, &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "unknown admin token"})
-				return
-			}
-			who = name
+		who, err := a.authenticate(r, acc)
+		if err != nil {
+			writeError(w, err)
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		if err := h(w, r, who); err != nil {
 			writeError(w, err)
 		}
 	})
+}
+
+// authenticate returns the caller's name for the record: an admin's name,
+// or "local" when the API is unauthenticated.
+func (a *api) authenticate(r *http.Request, acc access) (string, error) {
+	token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token = strings.TrimSpace(token)
+	digest := ""
+	if bearer && token != "" {
+		sum := sha256.Sum256([]byte(token))
+		digest = hex.EncodeToString(sum[:])
+	}
+	if digest != "" && a.opts.Agents[digest] {
+		return "", &apiError{http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot use the admin API"}
+	}
+	if len(a.opts.Admins) > 0 {
+		name, isAdmin := a.opts.Admins[digest]
+		switch {
+		case digest == "":
+			return "", &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "an admin bearer token is required"}
+		case !isAdmin:
+			return "", &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), "unknown admin token"}
+		}
+		return name, nil
+	}
+	if acc == change && len(a.opts.Agents) > 0 {
+		return "", &apiError{http.StatusForbidden, CodeAdminAuthRequired,
+			"the admin API is read-only: auth.agents are configured and auth.admins are not, and an agent on this host must not " +
+				"approve its own actions; configure auth.admins (ratchet token hash < token-file) to approve, reject or resolve"}
+	}
+	return "local", nil
 }
 
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {

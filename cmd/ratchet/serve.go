@@ -76,7 +76,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		if !isLoopback(cfg.Listen.Admin) {
 			return fmt.Errorf("no auth.admins are configured, so the admin API would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.Admin)
 		}
-		log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
+		if len(agents) > 0 {
+			log.Warn("auth.agents are configured and auth.admins are not: the admin API is read-only (approve, reject and resolve answer 403) and served on loopback only", "listen", cfg.Listen.Admin)
+		} else {
+			log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
+		}
 	}
 	m := metrics.New()
 	eng, err := openEngine(cfg, log, m)

@@ -125,3 +125,29 @@ func TestExampleConfigIsNotUsableAsIs(t *testing.T) {
 		t.Fatalf("defaults: %+v", d)
 	}
 }
+
+// Agents without admins make the admin API read-only: the config is valid,
+// and its warning names the line of auth.agents and says what to add.
+func TestAgentsWithoutAdminsWarnsAtTheAgentsLine(t *testing.T) {
+	const tok = "3a6eb0790f39ac87c94f3856b2dd2c5d110e6811602261a9a923d3bb23adc8b7"
+	cfg, err := Parse(strings.NewReader("data_dir: ./data\nauth:\n  agents:\n    - {token_sha256: "+tok+", namespace: shop}\n"+
+		"policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 1 || w[0].Line != 3 || w[0].Path != "auth.agents" || !strings.Contains(w[0].Message, "read-only") ||
+		!strings.Contains(w[0].Message, "add auth.admins") || !strings.Contains(w[0].Message, "policies[0] (payment.*)") {
+		t.Fatalf("warnings %+v", w)
+	}
+	for name, yaml := range map[string]string{
+		"no auth":          "",
+		"admins too":       "auth:\n  agents: [{token_sha256: " + tok + ", namespace: shop}]\n  admins: [{token_sha256: " + strings.Repeat("ab", 32) + ", name: alice}]\n",
+		"admins, no agent": "auth:\n  admins: [{token_sha256: " + strings.Repeat("ab", 32) + ", name: alice}]\n",
+	} {
+		cfg, err := Parse(strings.NewReader(yaml), "t.yaml")
+		if err != nil || len(cfg.Warnings()) != 0 {
+			t.Errorf("%s: %v %+v", name, err, cfg.Warnings())
+		}
+	}
+}

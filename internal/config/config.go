@@ -42,6 +42,10 @@ type Config struct {
 	Proxy    Proxy         `yaml:"proxy"`
 	Ledger   Ledger        `yaml:"ledger"`
 	Policies []ledger.Rule `yaml:"policies"`
+
+	// root is the parsed file, for the lines of warnings; nil when the
+	// config was built in code.
+	root *yaml.Node
 }
 
 // Listen holds the listener addresses.
@@ -259,7 +263,37 @@ func Parse(r io.Reader, name string) (*Config, error) {
 		}
 		return nil, &Error{File: name, Problems: probs}
 	}
+	cfg.root = &root
 	return &cfg, nil
+}
+
+// Warnings lists what is valid but probably not what the operator meant,
+// with the lines of a parsed file (line 0 for a config built in code).
+// "ratchet config validate" prints them and serve logs them.
+//
+// Agents without admins is a warning, not an error: the admin API is then
+// read-only (see package admin), which is safe, and a deployment that
+// uses no approvals and resolves nothing by hand keeps working.
+func (c *Config) Warnings() []Problem {
+	var warns []Problem
+	if len(c.Auth.Agents) > 0 && len(c.Auth.Admins) == 0 {
+		msg := "agents are configured and auth.admins are not, so the admin API is read-only: approve, reject and resolve " +
+			"answer 403 admin_auth_required (an agent shares the sidecar's loopback and must not approve its own actions); " +
+			"add auth.admins with tokens of their own to decide approvals"
+		for i, r := range c.Policies {
+			if r.ApprovalThresholdMicros != nil {
+				msg += fmt.Sprintf("; until then nobody can approve what policies[%d] (%s) sends for approval", i, r.Match)
+				break
+			}
+		}
+		warns = append(warns, Problem{Path: "auth.agents", Message: msg})
+	}
+	if c.root != nil {
+		for i := range warns {
+			warns[i].Line = lineOf(c.root, warns[i].Path)
+		}
+	}
+	return warns
 }
 
 // yamlError turns yaml.v3's messages into Problems with lines.

@@ -1,0 +1,147 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/metrics"
+)
+
+// serveAdmin serves the admin API with opts on a real loopback listener,
+// with one pending approval (for a $5 payment) and one indeterminate effect.
+func serveAdmin(t *testing.T, opts admin.Options) (url, approvalID, effectID string, eng *ledger.Engine) {
+	t.Helper()
+	eng, _ = setup(t)
+	ctx := context.Background()
+	big, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "p1", EffectType: "payment.charge", AgentID: "bot", EstimatedCostMicros: i64(500)})
+	if err != nil || big.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("setup: %+v %v", big, err)
+	}
+	ex, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "e1", EffectType: "email.send"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Report(ctx, ledger.ReportRequest{EffectID: ex.EffectID, Outcome: ledger.OutcomeUnknown}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Metrics = metrics.New().Handler()
+	srv := httptest.NewServer(admin.Handler(eng, opts))
+	t.Cleanup(srv.Close)
+	return srv.URL, big.ApprovalID, ex.EffectID, eng
+}
+
+// call sends one request and returns the status and the error code of a
+// JSON error answer ("" for none).
+func call(t *testing.T, method, url, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if resp.StatusCode >= 300 {
+		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
+			t.Errorf("%s %s: %d answer is not a JSON error: %s", method, url, resp.StatusCode, b)
+		}
+	}
+	return resp.StatusCode, e.Error.Code
+}
+
+var jsonCT = map[string]string{"Content-Type": "application/json"}
+
+func pendingState(t *testing.T, eng *ledger.Engine, approvalID string) string {
+	t.Helper()
+	list, err := eng.ListApprovals(context.Background(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list {
+		if a.ApprovalID == approvalID {
+			return a.State
+		}
+	}
+	t.Fatalf("approval %s not listed", approvalID)
+	return ""
+}
+
+// With agent tokens configured and no admin tokens, the admin API is
+// read-only: an agent shares the sidecar's loopback, and must not approve
+// its own action, with its token or without one.
+func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
+	url, apr, eff, eng := serveAdmin(t, admin.Options{Agents: map[string]bool{sum("agent-tok"): true}})
+	agent := map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"}
+	for _, c := range []struct {
+		name, path, body string
+		header           map[string]string
+	}{
+		{"approve, no token", "/v1/approvals/" + apr + "/approve", `{"note":"x"}`, jsonCT},
+		{"approve, agent token", "/v1/approvals/" + apr + "/approve", `{"note":"x"}`, agent},
+		{"reject, no token", "/v1/approvals/" + apr + "/reject", `{}`, jsonCT},
+		{"resolve, no token", "/v1/effects/" + eff + "/resolve", `{"resolution":"failed"}`, jsonCT},
+		{"resolve, agent token", "/v1/effects/" + eff + "/resolve", `{"resolution":"failed"}`, agent},
+	} {
+		status, code := call(t, http.MethodPost, url+c.path, c.body, c.header)
+		if status != http.StatusForbidden || (c.header["Authorization"] == "" && code != "admin_auth_required") {
+			t.Errorf("%s: %d %s, want 403 admin_auth_required", c.name, status, code)
+		}
+	}
+	if s := pendingState(t, eng, apr); s != ledger.ApprovalPending {
+		t.Fatalf("approval is %s", s)
+	}
+	if e, _ := eng.Get(context.Background(), "", eff, ""); e.State != ledger.StateIndeterminate {
+		t.Fatalf("effect is %s", e.State)
+	}
+	// Reads, metrics and probes still work.
+	for _, p := range []string{"/v1/approvals", "/v1/effects", "/v1/effects/" + eff, "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
+		if status, code := call(t, http.MethodGet, url+p, "", nil); status != 200 {
+			t.Errorf("GET %s: %d %s", p, status, code)
+		}
+	}
+	// The message says what to do.
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/approvals/"+apr+"/approve", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "auth.admins") {
+		t.Errorf("message: %s", b)
+	}
+}
+
+// An agent's token is never an admin's, in any mode.
+func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
+	url, apr, _, eng := serveAdmin(t, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}})
+	status, _ := call(t, http.MethodPost, url+"/v1/approvals/"+apr+"/approve", `{"note":"x"}`,
+		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"})
+	if status != http.StatusForbidden {
+		t.Fatalf("approve with an agent token: %d", status)
+	}
+	if s := pendingState(t, eng, apr); s != ledger.ApprovalPending {
+		t.Fatalf("approval is %s", s)
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// attack sends one request to the real listener as a browser would, and
+// returns the status and the JSON error code ("" for none).
+func attack(t *testing.T, method, u, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if resp.StatusCode >= 300 && (json.Unmarshal(b, &e) != nil || e.Error.Code == "" || e.Error.Message == "") {
+		t.Errorf("%s %s: %d is not a JSON error: %s", method, u, resp.StatusCode, b)
+	}
+	return resp.StatusCode, e.Error.Code
+}
+
+// pendingApproval has the agent ask for a $150 payment through MCP and
+// returns the approval id.
+func pendingApproval(t *testing.T, s *server, token ...string) string {
+	t.Helper()
+	a := callTool(t, connect(t, s.mcp, token...), "ratchet_begin_effect", map[string]any{
+		"idempotency_key": "inv:big", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000})
+	if a["decision"] != "approval_required" {
+		t.Fatalf("begin: %v", a)
+	}
+	return a["approval_id"].(string)
+}
+
+// approvalState reads an approval's state through the operator CLI.
+func approvalState(t *testing.T, s *server, token, id string) string {
+	t.Helper()
+	code, out, errs := cli(t, token, nil, "approvals", "list", "--state", "all", "-o", "json", "--admin", s.admin)
+	var list []ledger.Approval
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("approvals list: %d %s %s", code, out, errs)
+	}
+	for _, a := range list {
+		if a.ApprovalID == id {
+			return a.State
+		}
+	}
+	t.Fatalf("approval %s not listed: %s", id, out)
+	return ""
+}
+
+const approvalPolicy = "policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100000000\n"
+
+// With auth.agents and no auth.admins, the agent, which shares the
+// sidecar's loopback, cannot approve its own action: not with its token,
+// not without one. The admin API is read-only, says so, and config
+// validate warns at the line of auth.agents.
+func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	s := startServe(t, data, "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+approvalPolicy)
+	id := pendingApproval(t, s, "agent-tok")
+	approve := s.admin + "/v1/approvals/" + id + "/approve"
+	for name, h := range map[string]map[string]string{
+		"agent token": {"Content-Type": "application/json", "Authorization": "Bearer agent-tok"},
+		"no token":    {"Content-Type": "application/json"},
+	} {
+		if status, code := attack(t, http.MethodPost, approve, `{"note":"x"}`, h); status != http.StatusForbidden {
+			t.Errorf("approve with %s: %d %s", name, status, code)
+		}
+	}
+	if status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/reject", `{}`, map[string]string{"Content-Type": "application/json"}); status != 403 || code != "admin_auth_required" {
+		t.Errorf("reject: %d %s", status, code)
+	}
+	code, _, errs := cli(t, "", nil, "approvals", "approve", id, "--admin", s.admin)
+	if code != 1 || !strings.Contains(errs, "admin_auth_required") || !strings.Contains(errs, "auth.admins") {
+		t.Errorf("approvals approve: %d %s", code, errs)
+	}
+	// Reads, metrics and probes still answer; the approval is untouched.
+	if st := approvalState(t, s, "", id); st != "pending" {
+		t.Fatalf("approval is %s", st)
+	}
+	for _, p := range []string{"/v1/effects", "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
+		if status, code := attack(t, http.MethodGet, s.admin+p, "", nil); status != 200 {
+			t.Errorf("GET %s: %d %s", p, status, code)
+		}
+	}
+	if again := callTool(t, connect(t, s.mcp, "agent-tok"), "ratchet_begin_effect", map[string]any{
+		"idempotency_key": "inv:big", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}); again["decision"] != "approval_required" {
+		t.Fatalf("begin after the attempts: %v", again)
+	}
+	if !strings.Contains(s.stderr.String(), "the admin API is read-only") {
+		t.Errorf("serve did not log the read-only admin API:\n%s", s.stderr)
+	}
+	// config validate: valid (exit 0), with a warning at auth.agents' line.
+	cfgFile := filepath.Join(data, "..", "data.yaml")
+	code, out, errs := runArgs(t, "", "config", "validate", cfgFile)
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(errs, cfgFile+":3: warning: auth.agents:") || !strings.Contains(errs, "add auth.admins") {
+		t.Fatalf("config validate: %d %q %q", code, out, errs)
+	}
+}
+
+// With both agents and admins configured, an agent's token is refused on
+// every admin call, approve included.
+func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+approvalPolicy)
+	id := pendingApproval(t, s, "agent-tok")
+	status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/approve", `{"note":"x"}`,
+		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"})
+	if status != http.StatusForbidden || code != "unauthorized" {
+		t.Fatalf("approve with the agent's token: %d %s", status, code)
+	}
+	if st := approvalState(t, s, "admin-tok", id); st != "pending" {
+		t.Fatalf("approval is %s", st)
+	}
+}
