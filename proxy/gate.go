@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -22,10 +23,6 @@ import (
 
 // maxResponseBytes bounds an upstream answer read for classification.
 const maxResponseBytes = 16 << 20
-
-// maxStoredBody is the largest response body kept for replay: base64 of it
-// fits the ledger's 64 KiB result limit with room for the envelope.
-const maxStoredBody = 48 << 10
 
 // ratchetHeaders are Ratchet's own request headers, never sent upstream.
 var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
@@ -206,12 +203,52 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 	rp.ServeHTTP(w, r)
 }
 
-// storedResponse is a vendor answer kept for replay to duplicates.
+// storedResponse is a vendor answer kept for replay to duplicates: the
+// body as text when it is UTF-8 (JSON answers: about its own size), else
+// base64 (a third more). An answer that does not fit the ledger's result
+// limit once encoded is kept without its body, with its size and the
+// vendor's object id; a duplicate then gets 409 naming that id.
 type storedResponse struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type,omitempty"`
+	Text        string `json:"body_text,omitempty"`
 	Body        []byte `json:"body,omitempty"`
 	Omitted     bool   `json:"body_omitted,omitempty"`
+	Size        int    `json:"body_bytes,omitempty"`
+	ObjectID    string `json:"object_id,omitempty"`
+}
+
+// keep returns the stored form of a vendor answer, always within
+// ledger.MaxResultBytes as encoded: the report of an answer the vendor
+// gave must never be refused for its size.
+func keep(status int, contentType string, body []byte, objectID string) []byte {
+	k := storedResponse{Status: status, ContentType: contentType}
+	if len(body) <= ledger.MaxResultBytes {
+		if utf8.Valid(body) {
+			k.Text = string(body)
+		} else {
+			k.Body = body
+		}
+		if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
+			return b
+		}
+	}
+	k.Text, k.Body, k.Omitted, k.Size, k.ObjectID = "", nil, true, len(body), objectID
+	if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
+		return b
+	}
+	k.ContentType = "" // a header value that long is not worth keeping
+	return encodeJSON(k)
+}
+
+// encodeJSON is json.Marshal without HTML escaping (which turns each <, >
+// and & into six bytes), as the ledger's canonical form writes it.
+func encodeJSON(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // plain data always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // settle reads the vendor's answer, classifies and reports it, and hands
@@ -224,11 +261,7 @@ func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start 
 	}
 	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
 	p.opts.Observer.Upstream(c.v.Name(), string(o.Result), time.Since(start))
-	kept := storedResponse{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
-	if len(b) > maxStoredBody {
-		kept.Body, kept.Omitted = nil, true
-	}
-	result, _ := json.Marshal(kept)
+	result := keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference))
 	p.report(ctx, c, outcomes[o.Result], result, o.VendorReference, o.Reason)
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
@@ -246,18 +279,32 @@ func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []
 	// The vendor wrote these: a reason is cleaned and shortened, a reference
 	// that is not a plain id is dropped rather than altered. Either way the
 	// outcome itself is never refused over them.
-	reason = printable(reason, ledger.MaxTextLen)
-	if ref != printable(ref, ledger.MaxIDLen) {
-		ref = ""
+	reason, ref = printable(reason, ledger.MaxTextLen), vendorRef(ref)
+	req := ledger.ReportRequest{Namespace: p.opts.Namespace, EffectID: c.effectID,
+		Attempt: c.attempt, Outcome: o, Result: result, VendorReference: ref, Error: reason}
+	_, err := p.eng.Report(context.WithoutCancel(ctx), req)
+	if err != nil && req.Result != nil && ledger.CodeOf(err) == ledger.CodeInvalidArgument {
+		// keep makes results that fit; should the ledger still refuse one,
+		// the outcome matters more than the stored answer.
+		p.log.Warn("proxy report refused with its result; reporting without it", "effect_id", c.effectID, "err", err)
+		req.Result = nil
+		_, err = p.eng.Report(context.WithoutCancel(ctx), req)
 	}
-	_, err := p.eng.Report(context.WithoutCancel(ctx), ledger.ReportRequest{Namespace: p.opts.Namespace, EffectID: c.effectID,
-		Attempt: c.attempt, Outcome: o, Result: result, VendorReference: ref, Error: reason})
 	if err != nil {
 		p.log.Error("proxy report failed; the effect will become indeterminate when its lease ends",
 			"effect_id", c.effectID, "outcome", o, "err", err)
 		return
 	}
 	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+}
+
+// vendorRef returns the vendor's object id if the ledger accepts it as
+// is; one that is not a plain id is dropped rather than altered.
+func vendorRef(ref string) string {
+	if ref != printable(ref, ledger.MaxIDLen) {
+		return ""
+	}
+	return ref
 }
 
 // printable returns s as text the ledger accepts: valid UTF-8, control
@@ -279,19 +326,27 @@ func printable(s string, max int) string {
 func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult) {
 	var kept storedResponse
 	if json.Unmarshal(res.Result, &kept) != nil || kept.Status == 0 || kept.Omitted {
+		ref := res.VendorReference
+		if ref == "" {
+			ref = kept.ObjectID
+		}
 		p.write(w, v, http.StatusConflict, "ratchet_duplicate", fmt.Sprintf(
 			"Ratchet: this request was already performed (effect %s, vendor reference %q); the original response is not available to replay",
-			res.EffectID, res.VendorReference))
+			res.EffectID, ref))
 		return
+	}
+	body := kept.Body
+	if kept.Text != "" {
+		body = []byte(kept.Text)
 	}
 	h := w.Header()
 	h.Set(HeaderReplayed, "true")
 	if kept.ContentType != "" {
 		h.Set("Content-Type", kept.ContentType)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(kept.Body)))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(kept.Status)
-	w.Write(kept.Body)
+	w.Write(body)
 }
 
 // write sends a refusal in the vendor's own error shape.

@@ -31,10 +31,14 @@
 //   - The payload hashed into the fingerprint is the same canonical content,
 //     so a Ratchet-Idempotency-Key reused for different content is refused
 //     (400, idempotency_key_conflict).
-//   - Responses too large to keep (over ~48 KiB) are not replayed byte for
-//     byte; a duplicate gets 409 naming the vendor's object id instead.
+//   - The vendor's answer is kept for replay when it fits the ledger's
+//     result limit once encoded (UTF-8 bodies as text, others as base64);
+//     a larger one is kept as its status, size and the vendor's object id,
+//     and a duplicate gets 409 naming that id. The report is never refused
+//     for size.
 //   - A report the ledger fails to record does not change the caller's
 //     answer; the lease then expires and the effect becomes indeterminate.
+//     Every report names the attempt its execute was for.
 //   - A host allowed through a wildcard in allow_hosts is resolved once,
 //     checked, and dialled at the checked address (no second lookup a
 //     rebinding DNS server could answer differently).

@@ -1,0 +1,144 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
+)
+
+// fixedAnswer is an upstream that counts its calls and answers every one
+// with the same status and body.
+func fixedAnswer(status int, contentType string, body []byte) (*httptest.Server, *atomic.Int64) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(status)
+		w.Write(body)
+	}))
+	return srv, &hits
+}
+
+// TestLargeVendorAnswersAreRecorded: a 2xx answer of any size settles the
+// effect as succeeded. Around 48 KiB the stored form used to exceed the
+// ledger's result limit once encoded, the report was refused, and a
+// payment that went through later expired into indeterminate.
+func TestLargeVendorAnswersAreRecorded(t *testing.T) {
+	jsonOf := func(n int, fill string) []byte {
+		head, tail := `{"id":"pi_big","object":"payment_intent","metadata":{"blob":"`, `"}}`
+		return []byte(head + strings.Repeat(fill, (n-len(head)-len(tail))/len(fill)) + tail)
+	}
+	binary := bytes.Repeat([]byte{0xff, 0x00, 0x7f}, 47<<10/3)
+	for name, c := range map[string]struct {
+		ctype string
+		body  []byte
+	}{
+		"48 KiB of JSON":            {"application/json", jsonOf(48<<10, "x")},
+		"47 KiB of JSON":            {"application/json", jsonOf(47<<10, "x")},
+		"40 KiB of HTML characters": {"application/json", jsonOf(40<<10, "<&>")},
+		"40 KiB of escapes":         {"application/json", jsonOf(40<<10, `\"`)},
+		"63 KiB of JSON":            {"application/json", jsonOf(63<<10, "x")},
+		"47 KiB not UTF-8":          {"application/octet-stream", binary},
+		"2 MiB":                     {"application/json", jsonOf(2<<20, "x")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			up, hits := fixedAnswer(200, c.ctype, c.body)
+			defer up.Close()
+			e := newEnv(t, map[string]string{"stripe": up.URL}, nil)
+			form := "amount=100&currency=usd&customer=cus_1"
+			h := map[string]string{"Ratchet-Idempotency-Key": "big:1", "Content-Type": "application/x-www-form-urlencoded"}
+			resp := post(t, e.url+"/stripe/v1/payment_intents", form, h)
+			if b := readAll(t, resp); resp.StatusCode != 200 || !bytes.Equal([]byte(b), c.body) {
+				t.Fatalf("first answer: %d, %d bytes", resp.StatusCode, len(b))
+			}
+			effs := e.effects(t)
+			if len(effs) != 1 || effs[0].State != ledger.StateSucceeded {
+				t.Fatalf("the vendor said yes, the ledger says %+v", effs)
+			}
+			if len(effs[0].Result) > ledger.MaxResultBytes {
+				t.Fatalf("stored result is %d bytes", len(effs[0].Result))
+			}
+			// A retry never reaches the vendor: it gets the answer back byte
+			// for byte, or, where it could not be kept, the object's id.
+			resp = post(t, e.url+"/stripe/v1/payment_intents", form, h)
+			b := readAll(t, resp)
+			replayed := resp.StatusCode == 200 && resp.Header.Get("Ratchet-Replayed") == "true" && bytes.Equal([]byte(b), c.body)
+			named := resp.StatusCode == 409 && strings.Contains(b, "ratchet_duplicate") && (c.ctype != "application/json" || strings.Contains(b, "pi_big"))
+			if !replayed && !named || hits.Load() != 1 {
+				t.Fatalf("retry: %d %q (%d bytes), %d upstream calls", resp.StatusCode, resp.Header.Get("Ratchet-Replayed"), len(b), hits.Load())
+			}
+			if name == "48 KiB of JSON" && !replayed {
+				t.Fatal("a 48 KiB JSON answer fits as text and should replay byte for byte")
+			}
+		})
+	}
+}
+
+// reportSpy is the engine with every report kept for inspection.
+type reportSpy struct {
+	proxy.Engine
+	mu      sync.Mutex
+	reports []ledger.ReportRequest
+}
+
+func (s *reportSpy) Report(ctx context.Context, r ledger.ReportRequest) (*ledger.Effect, error) {
+	s.mu.Lock()
+	s.reports = append(s.reports, r)
+	s.mu.Unlock()
+	return s.Engine.Report(ctx, r)
+}
+
+// TestReportsNameTheirAttempt: every report the proxy sends names the
+// attempt its execute decision was for, so a late report can never settle
+// a later attempt.
+func TestReportsNameTheirAttempt(t *testing.T) {
+	var status atomic.Int64
+	status.Store(402)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		io.WriteString(w, `{"id":"pi_1","error":{"type":"card_error","code":"card_declined"}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, map[string]string{"stripe": up.URL}, nil)
+	spy := &reportSpy{Engine: e.eng}
+	p, err := proxy.New(spy, proxy.Options{Upstreams: map[string]string{"stripe": up.URL}, CurrencyMicros: map[string]int64{"usd": 1_000_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	h := map[string]string{"Ratchet-Idempotency-Key": "attempts:1", "Content-Type": "application/x-www-form-urlencoded"}
+	for i, s := range []int64{402, 402, 200} { // declined twice (failed: a new attempt each), then paid
+		status.Store(s)
+		resp := post(t, srv.URL+"/stripe/v1/payment_intents", "amount=100&currency=usd", h)
+		readAll(t, resp)
+		if resp.Header.Get("Ratchet-Decision") != "execute" {
+			t.Fatalf("call %d: %s", i+1, resp.Header.Get("Ratchet-Decision"))
+		}
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if len(spy.reports) != 3 {
+		t.Fatalf("%d reports", len(spy.reports))
+	}
+	for i, r := range spy.reports {
+		if r.Attempt != i+1 {
+			t.Fatalf("report %d names attempt %d", i+1, r.Attempt)
+		}
+	}
+	var res struct{ Status int }
+	if effs := e.effects(t); len(effs) != 1 || effs[0].State != ledger.StateSucceeded || effs[0].Attempt != 3 || json.Unmarshal(effs[0].Result, &res) != nil || res.Status != 200 {
+		t.Fatalf("effects: %+v", effs)
+	}
+}
