@@ -108,7 +108,7 @@ func (p *Proxy) lease(effectType string) int {
 
 // beginRequest builds the begin for a gated request.
 func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
-	content := canonicalContent(v, r.Method, path, r.Header.Get("Content-Type"), body, e)
+	content := canonicalContent(r.Method, path, r.Header.Get("Content-Type"), body, e)
 	key := r.Header.Get(HeaderIdempotencyKey)
 	if key == "" {
 		bucket := p.opts.Clock().UnixNano() / int64(p.opts.DedupeWindow)
@@ -137,8 +137,10 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 
 // canonicalContent is the action as JSON: method, path, account scope and
 // the body (JSON as sent, form fields as a sorted map, anything else by
-// hash), without a body-carried vendor key, which SDKs make random per call.
-func canonicalContent(v vendors.Vendor, method, path, contentType string, body []byte, e vendors.Effect) json.RawMessage {
+// hash), without the endpoint's body-carried vendor key, which SDKs make
+// random per call (on an endpoint that takes none, such as Square's cancel
+// by idempotency key, that field is content like any other).
+func canonicalContent(method, path, contentType string, body []byte, e vendors.Effect) json.RawMessage {
 	content := map[string]any{"method": method, "path": path}
 	if e.Scope != "" {
 		content["scope"] = e.Scope
@@ -153,8 +155,8 @@ func canonicalContent(v vendors.Vendor, method, path, contentType string, body [
 			content["body_sha256"] = hashed(string(body))
 		}
 	case json.Unmarshal(body, &obj) == nil && obj != nil:
-		if v.KeyRule().Location == vendors.InBody {
-			delete(obj, v.KeyRule().Name)
+		if e.Key.Location == vendors.InBody {
+			delete(obj, e.Key.Name)
 		}
 		content["json"] = obj
 	default:

@@ -85,6 +85,22 @@ func TestLargeVendorAnswersAreRecorded(t *testing.T) {
 	}
 }
 
+// TestSquareCancelByKeyNamesThePayment: on POST /v2/payments/cancel the
+// body's idempotency_key is not a per-call key but names the payment to
+// cancel, so cancelling B after A is another action.
+func TestSquareCancelByKeyNamesThePayment(t *testing.T) {
+	up, hits := fixedAnswer(200, "application/json", []byte(`{}`))
+	defer up.Close()
+	e := newEnvConfig(t, envConfig{}, map[string]string{"square": up.URL}, nil)
+	for i, payment := range []string{"payment-A-key", "payment-B-key"} {
+		resp := post(t, e.url+"/square/v2/payments/cancel", `{"idempotency_key":"`+payment+`"}`, map[string]string{"Authorization": "Bearer sq"})
+		readAll(t, resp)
+		if resp.Header.Get("Ratchet-Decision") != "execute" || resp.Header.Get("Ratchet-Replayed") != "" || hits.Load() != int64(i+1) {
+			t.Fatalf("cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
+		}
+	}
+}
+
 // reportSpy is the engine with every report kept for inspection.
 type reportSpy struct {
 	proxy.Engine

@@ -34,13 +34,24 @@ func rules() []ledger.Rule {
 
 func newEnv(t testing.TB, upstreams map[string]string, mod func(*proxy.Options)) *env {
 	t.Helper()
+	return newEnvConfig(t, envConfig{rules: rules()}, upstreams, mod)
+}
+
+// envConfig is what a test may change in the ledger under the proxy.
+type envConfig struct {
+	rules []ledger.Rule
+	clock ledger.Clock // nil: the system clock
+}
+
+func newEnvConfig(t testing.TB, cfg envConfig, upstreams map[string]string, mod func(*proxy.Options)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := badgerstore.Open(dir+"/ledger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: rules(), ReapInterval: -1, PurgeInterval: -1})
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: cfg.rules, Clock: cfg.clock, ReapInterval: -1, PurgeInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
