@@ -22,7 +22,7 @@ var beginSpec = toolSpec{
 
 If budget_warning is present, a spend ceiling exists but counted nothing because no cost was sent: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
 
-Errors to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
+Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
 		"idempotency_key":       {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
 		"effect_type":           {min: 3, max: 128, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
@@ -37,7 +37,16 @@ Errors to fix and retry: invalid_argument, idempotency_key_conflict (same key, d
 		"compensates_effect_id": {max: ledger.MaxIDLen, desc: "Set only when this call is an undo: the effect it reverses, as returned by ratchet_unwind_group."},
 		"estimated_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "Cost at the third party in micro-USD (1000000 = $1). Send it for every action that costs money: ceilings count only declared costs, so without it a spend limit cannot fire. It also decides whether a human must approve: actions at or above an operator's threshold return approval_required, and where a threshold applies, omitting the cost is refused with cost_required. Ratchet only counts money; it never moves any."},
 	},
+	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
+		"result": nil, "vendor_reference": nil, "retry_after_seconds": nil, "reason": nil, "approval_id": nil,
+		"budget_warning": nil, "integration_warning": nil,
+		"vendor_idempotency_key": {"value": nil, "location": nil, "name": nil, "enforced": nil}},
 }
+
+// effectOutput is the output schema of the tools that return one effect,
+// and of each effect listed: the fields an agent acts on.
+var effectOutput = fields{"effect_id": nil, "idempotency_key": nil, "state": nil, "attempt": nil,
+	"reason": nil, "result": nil, "vendor_reference": nil}
 
 var reportSpec = toolSpec{
 	name:  "ratchet_report_effect",
@@ -52,6 +61,7 @@ var reportSpec = toolSpec{
 		"vendor_reference":   {max: ledger.MaxIDLen, desc: "The vendor's id for what was created, e.g. a PaymentIntent id."},
 		"error":              {max: ledger.MaxTextLen, desc: "Short description of a failure."},
 	},
+	output: effectOutput,
 }
 
 var resolveSpec = toolSpec{
@@ -66,6 +76,7 @@ var resolveSpec = toolSpec{
 		"vendor_reference": {max: ledger.MaxIDLen, desc: "The vendor's id for what was found."},
 		"note":             {max: ledger.MaxTextLen, desc: "How you checked, for the operator."},
 	},
+	output: effectOutput,
 }
 
 var unwindSpec = toolSpec{
@@ -76,6 +87,10 @@ var unwindSpec = toolSpec{
 		"group_key": {min: 1, max: ledger.MaxIDLen, desc: "The group_key the steps were begun with."},
 		"reason":    {max: ledger.MaxTextLen, desc: "Why the workflow is being rolled back."},
 	},
+	output: fields{"group_key": nil, "state": nil, "message": nil,
+		"compensations": {"compensates_effect_id": nil, "idempotency_key": nil, "effect_type": nil, "vendor": nil, "payload": nil, "estimated_cost_micros": nil},
+		"permanent":     {"effect_id": nil, "effect_type": nil},
+		"unresolved":    {"effect_id": nil, "state": nil}},
 }
 
 var getSpec = toolSpec{
@@ -87,6 +102,7 @@ var getSpec = toolSpec{
 		"effect_id":       {max: ledger.MaxIDLen, desc: "The effect's id."},
 		"idempotency_key": {max: ledger.MaxKeyLen, desc: "The effect's key, instead of effect_id."},
 	},
+	output: effectOutput,
 }
 
 var listSpec = toolSpec{
@@ -103,4 +119,5 @@ var listSpec = toolSpec{
 		"limit":  {minimum: num(1), maximum: num(500), desc: "Page size (default 50)."},
 		"cursor": {max: 1024, desc: "next_cursor from the previous page."},
 	},
+	output: fields{"effects": effectOutput, "next_cursor": nil},
 }

@@ -78,28 +78,42 @@ func inMemory(t testing.TB, s *sdk.Server) *sdk.ClientSession {
 	return cs
 }
 
-// call calls a tool and decodes its structured content into a map; it
-// fails the test on protocol errors, not on tool errors.
+// call calls a tool and decodes its structured content into a map (for a
+// tool error, the JSON of its second text item); it fails the test on
+// protocol errors, not on tool errors. Every result is checked against the
+// tool's advertised output schema, as the TypeScript SDK does, and every
+// error for the shape the package doc promises.
 func call(t testing.TB, cs *sdk.ClientSession, tool string, args any) (map[string]any, *sdk.CallToolResult) {
 	t.Helper()
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		t.Fatalf("%s: %v", tool, err)
 	}
+	if len(res.Content) == 0 {
+		t.Fatalf("%s: no text content", tool)
+	}
 	var out map[string]any
+	if res.IsError {
+		if res.StructuredContent != nil {
+			t.Fatalf("%s: an error result carries structured content %v, which clients check against the output schema", tool, res.StructuredContent)
+		}
+		if len(res.Content) != 2 {
+			t.Fatalf("%s: error result with %d content items, want the text and the JSON", tool, len(res.Content))
+		}
+		js := res.Content[1].(*sdk.TextContent).Text
+		if err := json.Unmarshal([]byte(js), &out); err != nil {
+			t.Fatalf("%s: error JSON %s: %v", tool, js, err)
+		}
+		return out, res
+	}
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("%s: structured content %s: %v", tool, b, err)
 	}
-	if len(res.Content) == 0 {
-		t.Fatalf("%s: no text content", tool)
-	}
-	if !res.IsError {
-		var v any
-		json.Unmarshal(b, &v)
-		if err := outputSchema(t, cs, tool).Validate(&v); err != nil {
-			t.Fatalf("%s: result does not match its output schema: %v\n%s", tool, err, b)
-		}
+	var v any
+	json.Unmarshal(b, &v)
+	if err := outputSchema(t, cs, tool).Validate(&v); err != nil {
+		t.Fatalf("%s: result does not match its output schema: %v\n%s", tool, err, b)
 	}
 	return out, res
 }
@@ -156,11 +170,16 @@ func toolErr(t testing.TB, cs *sdk.ClientSession, tool string, args any, code st
 	if !res.IsError || e == nil || e["code"] != code || e["message"] == "" {
 		t.Fatalf("%s %v: got %v (isError %v), want error %s", tool, args, out, res.IsError, code)
 	}
-	if text := res.Content[0].(*sdk.TextContent).Text; !strings.HasPrefix(text, code+": ") {
-		t.Fatalf("error text %q does not start with the code", text)
+	if text := res.Content[0].(*sdk.TextContent).Text; text != code+": "+e["message"].(string) {
+		t.Fatalf("error text %q is not %q", text, code+": "+e["message"].(string))
+	}
+	if le := mcp.ErrorOf(res); le == nil || string(le.Code) != code || le.Message != e["message"] || le.Field != stringOr(e["field"]) {
+		t.Fatalf("ErrorOf: %+v, want %v", le, e)
 	}
 	return e
 }
+
+func stringOr(v any) string { s, _ := v.(string); return s }
 
 func toMap(t testing.TB, v any) map[string]any {
 	t.Helper()

@@ -11,10 +11,25 @@
 // the identity is fixed by Options. The namespace never comes from tool
 // arguments.
 //
-// Errors. Every problem with a call is a tool result with isError true,
-// whose structured content is {"error":{"code","message","field"}} and whose
-// text starts with the code, so an agent can read and fix it. The SDK's own
-// schema validation is not used for this reason: its messages carry no code.
+// Errors. Every problem with a call is a tool result with isError true and
+// two text items: "<code>: <message>" first, then the JSON
+// {"error":{"code","message","field"}} (field when one argument is at
+// fault), so an agent reads the stable code whichever item its client shows
+// it; ErrorOf reads it for Go clients. An error carries no structured
+// content: clients check structured content against the tool's output
+// schema, and the TypeScript SDK 1.x turns a mismatch into its own -32602
+// error, which would hide the code. The SDK's own argument validation is not
+// used for the same reason: its messages carry no code.
+//
+// Protocol versions. Every version the Go SDK supports is served. Over HTTP,
+// requests of the stateless 2026-07-28 protocol (those with an
+// Mcp-Protocol-Version header of 2026-07-28 or later) go to a stateless
+// handler, since the SDK serves that protocol only statelessly; older
+// clients keep their sessions. Ratchet sends nothing to clients unasked, so
+// the two differ only in bookkeeping.
+//
+// Schemas: see schema.go. interop/ proves all of this against the
+// TypeScript SDKs and the MCP Inspector.
 package mcp
 
 import (
@@ -69,8 +84,12 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	if version == "" {
 		version = "dev"
 	}
+	logger := opts.Logger
+	if logger != nil {
+		logger = slog.New(quiet{logger.Handler()})
+	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
-		&sdk.ServerOptions{Logger: opts.Logger, Instructions: instructions})
+		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
 	t := &tools{eng: eng, fallback: opts.Identity}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
@@ -78,6 +97,30 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	t.register(s)
 	return s
 }
+
+// quiet passes the SDK's warnings and errors on and demotes its other lines
+// to debug: it logs every session it connects, which for a stateless client
+// is every request.
+type quiet struct{ slog.Handler }
+
+func demote(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return slog.LevelDebug
+	}
+	return l
+}
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, demote(l))
+}
+
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
+func (q quiet) WithGroup(name string) slog.Handler    { return quiet{q.Handler.WithGroup(name)} }
 
 // instructions is what a client may show the model about the server.
 const instructions = "Ratchet gates side effects. Call ratchet_begin_effect immediately before any action that touches the outside world and obey its decision; call ratchet_report_effect right after acting."
@@ -105,8 +148,18 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	if maxBody == 0 {
 		maxBody = 1 << 20
 	}
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s },
+	server := func(*http.Request) *sdk.Server { return s }
+	sessions := sdk.NewStreamableHTTPHandler(server,
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody})
+	stateless := sdk.NewStreamableHTTPHandler(server,
+		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, Stateless: true})
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Protocol-Version") >= statelessProtocol {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		sessions.ServeHTTP(w, r)
+	})
 	if len(opts.Agents) == 0 {
 		return h
 	}
@@ -121,6 +174,10 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	}
 	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
+
+// statelessProtocol is the first protocol version without sessions, which
+// the SDK serves over HTTP only from a stateless handler.
+const statelessProtocol = "2026-07-28"
 
 // identity is the caller of one tool call.
 func (t *tools) identity(req *sdk.CallToolRequest) Identity {

@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -38,23 +37,14 @@ type toolSpec struct {
 	readOnly          bool
 	idempotent        bool
 	fields            map[string]field
-}
-
-// schemaFor infers a JSON Schema from a Go type; json.RawMessage is any JSON.
-func schemaFor[T any]() *jsonschema.Schema {
-	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-		reflect.TypeFor[json.RawMessage](): {},
-	}})
-	if err != nil {
-		panic(fmt.Sprintf("schema for %T: %v", *new(T), err))
-	}
-	return s
+	// output lists the result fields the output schema names (schema.go).
+	output fields
 }
 
 // addTool registers a tool whose arguments decode into In and whose answer
 // is Out, with a one-line summary.
 func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(context.Context, Identity, *In) (*Out, string, error)) {
-	in := schemaFor[In]()
+	in := inputSchema[In]()
 	for name, f := range spec.fields {
 		p, ok := in.Properties[name]
 		if !ok {
@@ -62,7 +52,10 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 		}
 		p.Description = f.desc
 		if f.max > 0 {
-			p.MinLength, p.MaxLength = &f.min, &f.max
+			p.MaxLength = &f.max
+		}
+		if f.min > 0 {
+			p.MinLength = &f.min
 		}
 		p.Enum, p.Minimum, p.Maximum = f.enum, f.minimum, f.maximum
 	}
@@ -75,9 +68,13 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	destructive := false
 	tool := &sdk.Tool{
 		Name: spec.name, Title: spec.title, Description: spec.desc,
-		InputSchema: in, OutputSchema: schemaFor[Out](),
-		Annotations: &sdk.ToolAnnotations{Title: spec.title, ReadOnlyHint: spec.readOnly,
-			IdempotentHint: spec.idempotent, OpenWorldHint: &openWorld, DestructiveHint: &destructive},
+		InputSchema: in, OutputSchema: outputSchema[Out](spec.output),
+		// The title is the tool's own; annotations.title would repeat it.
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: spec.readOnly,
+			IdempotentHint: spec.idempotent, OpenWorldHint: &openWorld},
+	}
+	if !spec.readOnly { // destructiveHint means nothing for a read-only tool
+		tool.Annotations.DestructiveHint = &destructive
 	}
 	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		var args In
@@ -141,7 +138,8 @@ func jsonKind(t reflect.Type) string {
 	return t.String()
 }
 
-// toolError is the structured content of a failed call.
+// toolError is the JSON of a failed call, the second text item of its
+// result.
 type toolError struct {
 	Error struct {
 		Code    ledger.Code `json:"code"`
@@ -150,8 +148,9 @@ type toolError struct {
 	} `json:"error"`
 }
 
-// errorResult turns an error into a tool result an agent can act on. Errors
-// the engine did not classify are reported without their details.
+// errorResult turns an error into a tool result an agent can act on (see
+// "Errors" in the package doc). Errors the engine did not classify are
+// reported without their details.
 func errorResult(err error) *sdk.CallToolResult {
 	var te toolError
 	var le *ledger.Error
@@ -164,10 +163,35 @@ func errorResult(err error) *sdk.CallToolResult {
 		te.Error.Code, te.Error.Message = ledger.CodeInternal, "internal error; nothing was decided, call again later"
 	}
 	js, _ := json.Marshal(te)
-	res := &sdk.CallToolResult{IsError: true, StructuredContent: json.RawMessage(js), Content: []sdk.Content{
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{
 		&sdk.TextContent{Text: string(te.Error.Code) + ": " + te.Error.Message},
+		&sdk.TextContent{Text: string(js)},
 	}}
-	return res
+}
+
+// ErrorOf returns the error a tool result reports, or nil if the call
+// succeeded: Go clients of Ratchet (and of the bridge) read the code here
+// rather than from the text. A failed result Ratchet did not shape, such as
+// one from an SDK, reports CodeInternal with the result's first text.
+func ErrorOf(res *sdk.CallToolResult) *ledger.Error {
+	if res == nil || !res.IsError {
+		return nil
+	}
+	first := ""
+	for i, c := range res.Content {
+		t, ok := c.(*sdk.TextContent)
+		if !ok {
+			continue
+		}
+		if i == 0 {
+			first = t.Text
+		}
+		var te toolError
+		if json.Unmarshal([]byte(t.Text), &te) == nil && te.Error.Code != "" {
+			return &ledger.Error{Code: te.Error.Code, Message: te.Error.Message, Field: te.Error.Field}
+		}
+	}
+	return &ledger.Error{Code: ledger.CodeInternal, Message: first}
 }
 
 func unauthorized(format string, args ...any) error {
