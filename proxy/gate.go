@@ -140,6 +140,11 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 // hash), without the endpoint's body-carried vendor key, which SDKs make
 // random per call (on an endpoint that takes none, such as Square's cancel
 // by idempotency key, that field is content like any other).
+//
+// Content over the ledger's payload limit has its body hashed instead
+// (SPEC 9: the ledger needs a fingerprint, never the payload). Only then:
+// the payload of every body that fitted before stays as it was, so an
+// effect begun before an upgrade is still the same content after it.
 func canonicalContent(method, path, contentType string, body []byte, e vendors.Effect) json.RawMessage {
 	content := map[string]any{"method": method, "path": path}
 	if e.Scope != "" {
@@ -163,6 +168,19 @@ func canonicalContent(method, path, contentType string, body []byte, e vendors.E
 		content["body_sha256"] = hashed(string(body))
 	}
 	b, _ := json.Marshal(content) // maps of strings and raw JSON always encode
+	if len(b) <= ledger.MaxPayloadBytes {
+		return b
+	}
+	for _, k := range []string{"json", "form"} {
+		if part, ok := content[k]; ok {
+			pb, _ := json.Marshal(part)
+			delete(content, k)
+			content[k+"_sha256"] = hashed(string(pb))
+		}
+	}
+	if b, _ = json.Marshal(content); len(b) > ledger.MaxPayloadBytes { // a path or scope that long
+		b, _ = json.Marshal(map[string]string{"content_sha256": hashed(string(b))})
+	}
 	return b
 }
 

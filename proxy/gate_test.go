@@ -85,6 +85,36 @@ func TestLargeVendorAnswersAreRecorded(t *testing.T) {
 	}
 }
 
+// TestLargeRequestBodiesAreGated: a body over the ledger's payload limit
+// but under proxy.max_body_bytes is gated like any other: its content is
+// fingerprinted by hash, so retries dedupe and a reused key with other
+// content is refused.
+func TestLargeRequestBodiesAreGated(t *testing.T) {
+	fake := &squareFake{}
+	up := httptest.NewServer(fake)
+	defer up.Close()
+	e := newEnv(t, map[string]string{"square": up.URL}, nil)
+	big := func(sdkKey, note string) string {
+		return strings.Replace(squarePayment, `"idempotency_key": "caller-random-1"`,
+			`"idempotency_key": "`+sdkKey+`", "note": "`+note+strings.Repeat("n", 100<<10)+`"`, 1)
+	}
+	h := map[string]string{"Ratchet-Idempotency-Key": "big-order:1"}
+	resp := post(t, e.url+"/square/v2/payments", big("sdk-1", "a"), h)
+	if b := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("a 100 KiB body: %d %s", resp.StatusCode, b)
+	}
+	// The same content (the SDK's key aside) is the same action.
+	resp = post(t, e.url+"/square/v2/payments", big("sdk-2", "a"), h)
+	if b := readAll(t, resp); resp.Header.Get("Ratchet-Replayed") != "true" || fake.hits.Load() != 1 {
+		t.Fatalf("retry: %d %s, %d upstream calls", resp.StatusCode, b, fake.hits.Load())
+	}
+	// The key with other content is a conflict.
+	resp = post(t, e.url+"/square/v2/payments", big("sdk-3", "b"), h)
+	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(b, "IDEMPOTENCY_KEY") || fake.hits.Load() != 1 {
+		t.Fatalf("other content: %d %s, %d upstream calls", resp.StatusCode, b, fake.hits.Load())
+	}
+}
+
 // TestSquareCancelByKeyNamesThePayment: on POST /v2/payments/cancel the
 // body's idempotency_key is not a per-call key but names the payment to
 // cancel, so cancelling B after A is another action.

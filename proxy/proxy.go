@@ -30,7 +30,9 @@
 //     replaced by Ratchet's key, which changes per attempt.
 //   - The payload hashed into the fingerprint is the same canonical content,
 //     so a Ratchet-Idempotency-Key reused for different content is refused
-//     (400, idempotency_key_conflict).
+//     (400, idempotency_key_conflict). Content over the ledger's payload
+//     limit has its body replaced by a SHA-256 of it; smaller content is
+//     passed whole, as before, so fingerprints do not change for it.
 //   - The vendor's answer is kept for replay when it fits the ledger's
 //     result limit once encoded (UTF-8 bodies as text, others as base64);
 //     a larger one is kept as its status, size and the vendor's object id,
