@@ -19,7 +19,7 @@ func (e *Engine) ListApprovals(ctx context.Context, namespace, state string) ([]
 	now := e.clock.Now()
 	out := []Approval{}
 	err := e.view(func(r Reader) error {
-		return r.Scan(prefix("a"), nil, func(k, val []byte) (bool, error) {
+		return r.Scan(prefix(kindApproval), nil, func(k, val []byte) (bool, error) {
 			rec, err := e.effectByID(r, namespace, string(val))
 			if errors.Is(err, ErrNotFound) {
 				return true, nil
@@ -60,7 +60,7 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 		return nil, err
 	}
 	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
-		id, err := t.Get(key("a", approvalID))
+		id, err := t.Get(key(kindApproval, approvalID))
 		if err != nil {
 			return nil, approvalNotFound(err, approvalID)
 		}

@@ -45,15 +45,15 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 // effect it compensates; its ceilings' counters.
 func (in *beginInput) reads(known knownFunc) [][]byte {
 	req := &in.req
-	kk := key("k", req.Namespace, req.IdempotencyKey)
-	ks := [][]byte{kk, key("u", req.Namespace, req.AgentID)}
+	kk := key(kindIdemKey, req.Namespace, req.IdempotencyKey)
+	ks := [][]byte{kk, key(kindUnreported, req.Namespace, req.AgentID)}
 	if id, ok := known(kk); ok && id != nil {
-		ks = append(ks, key("e", string(id)))
+		ks = append(ks, key(kindEffect, string(id)))
 	}
 	if req.CompensatesEffectID != "" {
-		ks = append(ks, key("e", req.CompensatesEffectID))
+		ks = append(ks, key(kindEffect, req.CompensatesEffectID))
 	} else if req.GroupKey != "" {
-		ks = append(ks, key("g", req.Namespace, req.GroupKey))
+		ks = append(ks, key(kindGroup, req.Namespace, req.GroupKey))
 	}
 	for _, c := range in.pol.ceilings {
 		if k, _, _, ok := counterKey(c, in); ok {
@@ -195,7 +195,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	if group != "" && !compensation {
 		var g groupRec
-		err := getJSON(t, key("g", req.Namespace, group), &g)
+		err := getJSON(t, key(kindGroup, req.Namespace, group), &g)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
@@ -208,7 +208,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	if pol.maxUnreported > 0 {
 		var a agentRec
-		if err := getJSON(t, key("u", req.Namespace, req.AgentID), &a); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := getJSON(t, key(kindUnreported, req.Namespace, req.AgentID), &a); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
 		if len(a.Unreported) >= pol.maxUnreported {
@@ -322,7 +322,7 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 		return invalidArg("compensates_effect_id", "effect %s is in no group, so nothing unwinds it%s", target.EffectID, how)
 	}
 	var g groupRec
-	if err := getJSON(t, key("g", target.Namespace, target.GroupKey), &g); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := getJSON(t, key(kindGroup, target.Namespace, target.GroupKey), &g); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	if g.State != GroupUnwinding {
@@ -371,7 +371,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 		RequestedAt: now, ExpiresAt: now.Add(e.defaults.ApprovalTTL), State: ApprovalPending,
 	}
 	rec.EstimatedCostMicros = req.EstimatedCostMicros
-	if err := t.Set(key("a", rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
+	if err := t.Set(key(kindApproval, rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
 		return nil, err
 	}
 	if err := e.putEffect(t, rec, now); err != nil {
@@ -409,7 +409,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	rec.Reason, rec.Since, rec.Error, rec.CompletedAt = "", nil, "", nil
 	// A new attempt keeps the effect's first run and agent labels (its
 	// listings stay put); its reservations follow this begin's labels.
-	if err := t.Set(timeKey("l", lease, rec.EffectID), nil); err != nil {
+	if err := t.Set(timeKey(kindLease, lease, rec.EffectID), nil); err != nil {
 		return nil, err
 	}
 	if err := e.putEffect(t, rec, now); err != nil {
@@ -443,7 +443,7 @@ func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 // integrationWarning reports an agent's unreported lease expiries.
 func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWarning, error) {
 	var a agentRec
-	if err := getJSON(t, key("u", ns, agent), &a); err != nil {
+	if err := getJSON(t, key(kindUnreported, ns, agent), &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, nil
 		}
@@ -455,150 +455,4 @@ func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWar
 	id, since := a.oldest()
 	return &IntegrationWarning{UnreportedCount: len(a.Unreported), OldestEffectID: id, OldestSince: since,
 		Message: "You have begun effects whose leases expired without a report. Call ratchet_report_effect after every action, and tell the operator: those effects are blocked until resolved."}, nil
-}
-
-// effectByKey loads the effect of an idempotency key.
-func (e *Engine) effectByKey(r Reader, ns, idemKey string) (*effectRec, error) {
-	id, err := r.Get(key("k", ns, idemKey))
-	if err != nil {
-		return nil, err
-	}
-	return e.effectByID(r, ns, string(id))
-}
-
-// effectByID loads an effect; a namespace other than "" must match, and a
-// mismatch is reported as not found so namespaces cannot probe each other.
-func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
-	rec := cachedEffect(r, id)
-	if rec == nil {
-		b, err := r.Get(key("e", id))
-		if err != nil {
-			return nil, err
-		}
-		rec = &effectRec{}
-		if err := decodeEffect(b, rec); err != nil {
-			return nil, err
-		}
-		rec.stored = rec.State
-		if t, ok := r.(*opTxn); ok && t.cache != nil {
-			t.cache.recs.put(id, rec.clone())
-		}
-	}
-	if ns != "" && rec.Namespace != ns {
-		return nil, ErrNotFound
-	}
-	return rec, nil
-}
-
-// cachedEffect returns a writable copy of an effect this writer op, or an
-// earlier one, wrote; nil when it must be read from the store.
-func cachedEffect(r Reader, id string) *effectRec {
-	t, ok := r.(*opTxn)
-	if !ok || t.cache == nil {
-		return nil
-	}
-	if rec, ok := t.recs[id]; ok {
-		if rec == nil {
-			return nil // deleted by this op: the store read answers not found
-		}
-		return rec.clone()
-	}
-	if rec, ok := t.cache.recs.get(id); ok {
-		return rec.clone()
-	}
-	return nil
-}
-
-// putEffect writes an effect and, on first write, its indexes.
-func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
-	first := rec.UpdatedAt.IsZero()
-	rec.UpdatedAt = now
-	retain := rec.retention(now) // before the stored state moves on
-	if first {
-		idx := [][]byte{
-			key("k", rec.Namespace, rec.IdempotencyKey),
-			key("n", rec.Namespace, rec.EffectID),
-		}
-		if rec.RunID != "" {
-			idx = append(idx, key("r", rec.Namespace, rec.RunID, rec.EffectID))
-		}
-		for i, k := range idx {
-			val := []byte(nil)
-			if i == 0 {
-				val = []byte(rec.EffectID)
-			}
-			if err := t.Set(k, val); err != nil {
-				return err
-			}
-		}
-		if rec.GroupKey != "" {
-			if err := e.joinGroup(t, rec); err != nil {
-				return err
-			}
-		}
-	}
-	if rec.State != rec.stored {
-		if err := moveStateCount(t, rec.stored, rec.State); err != nil {
-			return err
-		}
-		rec.stored = rec.State
-	}
-	if !retain.Equal(rec.RetainedAt) {
-		if !rec.RetainedAt.IsZero() {
-			if err := t.Delete(timeKey("t", rec.RetainedAt, rec.EffectID)); err != nil {
-				return err
-			}
-		}
-		if !retain.IsZero() {
-			if err := t.Set(timeKey("t", retain, rec.EffectID), nil); err != nil {
-				return err
-			}
-		}
-		rec.RetainedAt = retain
-	}
-	b, err := encodeEffect(rec)
-	if err != nil {
-		return err
-	}
-	if err := t.Set(key("e", rec.EffectID), b); err != nil {
-		return err
-	}
-	t.remember(rec.EffectID, rec)
-	return nil
-}
-
-// retention is the time from which retention counts for rec, under which
-// it sits in the retention index, or zero while it must stay: a finished
-// effect from when it first finished; an approval request or an unused
-// grant from when it expires (nothing was done or reserved, and the next
-// begin would ask again anyway). Pending and indeterminate effects stay
-// until someone acts, and so does an effect still counted as an unreported
-// expiry (reported late by its agent): only an operator clears that.
-func (r *effectRec) retention(now time.Time) time.Time {
-	switch {
-	case !r.UnreportedAt.IsZero():
-		return time.Time{}
-	case r.State.terminal() && r.stored.terminal() && !r.RetainedAt.IsZero():
-		return r.RetainedAt
-	case r.State.terminal():
-		return now
-	case (r.State == StateAwaitingApproval || r.State == StateApproved) && r.Approval != nil:
-		return r.Approval.ExpiresAt
-	}
-	return time.Time{}
-}
-
-// remember notes a record this op wrote (nil: deleted), for the writer's
-// cache.
-func (t *opTxn) remember(id string, rec *effectRec) {
-	if t.cache == nil {
-		return
-	}
-	if t.recs == nil {
-		t.recs = map[string]*effectRec{}
-	}
-	if rec != nil {
-		rec = rec.clone()
-	}
-	t.recs[id] = rec
 }

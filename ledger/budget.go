@@ -212,7 +212,7 @@ func counterKey(c *ceiling, in *beginInput) (k []byte, scope, run string, ok boo
 	if c.window == 0 {
 		run = in.req.RunID
 	}
-	return key("c", in.req.Namespace, c.Name, scope, run), scope, run, true
+	return key(kindCounter, in.req.Namespace, c.Name, scope, run), scope, run, true
 }
 
 // shareKey is the key of replica's share of the counter at k.

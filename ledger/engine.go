@@ -195,7 +195,7 @@ func New(opts Options) (*Engine, error) {
 		e.countsKey = exclusiveCountsKey
 	} else {
 		e.replica = newReplicaID()
-		e.countsKey = key("s", e.replica)
+		e.countsKey = key(kindReplicaCounts, e.replica)
 	}
 	if d, ok := opts.Store.(Deferred); ok {
 		e.deferred = d
@@ -648,11 +648,6 @@ func (e *Engine) view(fn func(r Reader) error) error {
 	return nil
 }
 
-// secretCheckKey holds a keyed hash of a constant, written when the ledger
-// is first opened: it proves later opens use the same secret without
-// revealing anything about it.
-var secretCheckKey = key("m", "secret-check")
-
 // checkSecret records the secret's check value in a new ledger and refuses
 // a ledger written with another secret. It runs through the writer, so of
 // several replicas opening an empty shared ledger at once with different
@@ -682,7 +677,7 @@ func (e *Engine) checkSecret() error {
 // through the writer (readiness probes call it).
 func (e *Engine) Ping(ctx context.Context) error {
 	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
-		return nil, t.Set(key("m", "ping"), []byte(now.UTC().Format(time.RFC3339Nano)))
+		return nil, t.Set(pingKey, []byte(now.UTC().Format(time.RFC3339Nano)))
 	})
 	return err
 }

@@ -44,8 +44,10 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying cause, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is an *Error with the same Code, so that
-// errors.Is(err, ledger.ErrNotFound) matches any not-found error.
+// Is reports whether target is an *Error with the same Code and no message,
+// so that errors.Is(err, ledger.ErrEffectNotFound) matches every
+// effect_not_found error, whatever its message. (ErrNotFound, a store's
+// missing key, is a plain error and matches only itself.)
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && t.Message == ""

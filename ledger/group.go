@@ -10,9 +10,16 @@ import (
 	"time"
 )
 
+// groupRec is the stored state of a group.
+type groupRec struct {
+	State     string    `json:"state"`
+	Reason    string    `json:"reason,omitempty"`
+	UnwoundAt time.Time `json:"unwound_at,omitzero"`
+}
+
 // joinGroup records a new effect as a step of its group, creating the group.
 func (e *Engine) joinGroup(t *opTxn, rec *effectRec) error {
-	gk := key("g", rec.Namespace, rec.GroupKey)
+	gk := key(kindGroup, rec.Namespace, rec.GroupKey)
 	if _, err := t.Get(gk); errors.Is(err, ErrNotFound) {
 		if err := setJSON(t, gk, &groupRec{State: GroupActive}); err != nil {
 			return err
@@ -20,7 +27,7 @@ func (e *Engine) joinGroup(t *opTxn, rec *effectRec) error {
 	} else if err != nil {
 		return err
 	}
-	return t.Set(key("m", rec.Namespace, rec.GroupKey, rec.EffectID), nil)
+	return t.Set(key(kindGroupMember, rec.Namespace, rec.GroupKey, rec.EffectID), nil)
 }
 
 // undoKey is the deterministic idempotency key for undoing an effect:
@@ -51,7 +58,7 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 		return nil, err
 	}
 	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
-		gk := key("g", req.Namespace, req.GroupKey)
+		gk := key(kindGroup, req.Namespace, req.GroupKey)
 		var g groupRec
 		if err := getJSON(t, gk, &g); err != nil {
 			if errors.Is(err, ErrNotFound) {
@@ -105,7 +112,7 @@ func (e *Engine) unwindPlan(t *opTxn, ns, group string, g *groupRec, now time.Ti
 	res := &UnwindResult{GroupKey: group, Reason: g.Reason, Compensations: []CompensationStep{},
 		Permanent: []UnwindStep{}, Unresolved: []UnwindStep{}}
 	var steps []*effectRec
-	err := t.Scan(prefix("m", ns, group), nil, func(k, _ []byte) (bool, error) {
+	err := t.Scan(prefix(kindGroupMember, ns, group), nil, func(k, _ []byte) (bool, error) {
 		rec, err := e.effectByID(t, ns, lastPart(k))
 		if err != nil {
 			return false, err
@@ -171,7 +178,7 @@ func (e *Engine) markCompensated(t *opTxn, comp *effectRec, now time.Time) error
 
 // checkUnwound marks an unwinding group unwound once nothing is left.
 func (e *Engine) checkUnwound(t *opTxn, ns, group string, now time.Time) error {
-	gk := key("g", ns, group)
+	gk := key(kindGroup, ns, group)
 	var g groupRec
 	if err := getJSON(t, gk, &g); err != nil {
 		if errors.Is(err, ErrNotFound) {

@@ -129,21 +129,21 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 		return false, nil // not retained, or not yet due
 	}
 	del := [][]byte{
-		key("e", rec.EffectID),
-		key("n", rec.Namespace, rec.EffectID),
-		timeKey("t", rec.RetainedAt, rec.EffectID),
+		key(kindEffect, rec.EffectID),
+		key(kindNamespace, rec.Namespace, rec.EffectID),
+		timeKey(kindRetention, rec.RetainedAt, rec.EffectID),
 	}
-	if id, err := t.Get(key("k", rec.Namespace, rec.IdempotencyKey)); err == nil && string(id) == rec.EffectID {
-		del = append(del, key("k", rec.Namespace, rec.IdempotencyKey))
+	if id, err := t.Get(key(kindIdemKey, rec.Namespace, rec.IdempotencyKey)); err == nil && string(id) == rec.EffectID {
+		del = append(del, key(kindIdemKey, rec.Namespace, rec.IdempotencyKey))
 	}
 	if rec.RunID != "" {
-		del = append(del, key("r", rec.Namespace, rec.RunID, rec.EffectID))
+		del = append(del, key(kindRun, rec.Namespace, rec.RunID, rec.EffectID))
 	}
 	if rec.GroupKey != "" {
-		del = append(del, key("m", rec.Namespace, rec.GroupKey, rec.EffectID))
+		del = append(del, key(kindGroupMember, rec.Namespace, rec.GroupKey, rec.EffectID))
 		// The group goes with its last step.
 		last := true
-		err := t.Scan(prefix("m", rec.Namespace, rec.GroupKey), nil, func(k, _ []byte) (bool, error) {
+		err := t.Scan(prefix(kindGroupMember, rec.Namespace, rec.GroupKey), nil, func(k, _ []byte) (bool, error) {
 			if id := lastPart(k); id != rec.EffectID {
 				if v, written := t.writes.Lookup(string(k)); !written || v != nil { // not deleted by this op
 					last = false
@@ -156,14 +156,14 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 			return false, err
 		}
 		if last {
-			del = append(del, key("g", rec.Namespace, rec.GroupKey))
+			del = append(del, key(kindGroup, rec.Namespace, rec.GroupKey))
 		}
 	}
 	if rec.Approval != nil {
-		del = append(del, key("a", rec.Approval.ApprovalID))
+		del = append(del, key(kindApproval, rec.Approval.ApprovalID))
 	}
 	for _, id := range rec.PriorApprovals {
-		del = append(del, key("a", id))
+		del = append(del, key(kindApproval, id))
 	}
 	for _, k := range del {
 		if err := t.Delete(k); err != nil {
@@ -185,7 +185,7 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 	var dead [][]byte
 	err := e.view(func(r Reader) error {
 		now := e.clock.Now()
-		return r.Scan(prefix("c"), nil, func(k, v []byte) (bool, error) {
+		return r.Scan(prefix(kindCounter), nil, func(k, v []byte) (bool, error) {
 			var c counterRec
 			if err := decodeCounter(v, &c); err != nil {
 				return false, err

@@ -40,7 +40,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 	if err = checkNote("error", req.Error); err != nil {
 		return nil, err
 	}
-	ek := key("e", req.EffectID)
+	ek := key(kindEffect, req.EffectID)
 	v, serr := e.enqueue(ctx, &op{fn: func(t *opTxn, now time.Time) (any, error) {
 		rec, err := e.effectByID(t, req.Namespace, req.EffectID)
 		if err != nil {
@@ -221,7 +221,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		return nil, newErr(CodeInvalidStateTransition, "effect %s is already %s; a %s of %s contradicts it and was not applied", rec.EffectID, rec.State, verb, o.state)
 	}
 	if rec.State == StatePending {
-		if err := t.Delete(timeKey("l", *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
+		if err := t.Delete(timeKey(kindLease, *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
 			return nil, err
 		}
 	}
@@ -264,18 +264,35 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	return &v, nil
 }
 
+// agentRec tracks an agent's effects whose leases expired unreported.
+type agentRec struct {
+	Unreported map[string]time.Time `json:"unreported"`
+}
+
+// oldest returns the earliest unreported effect.
+func (a *agentRec) oldest() (string, time.Time) {
+	var id string
+	var at time.Time
+	for k, t := range a.Unreported {
+		if id == "" || t.Before(at) || (t.Equal(at) && k < id) {
+			id, at = k, t
+		}
+	}
+	return id, at
+}
+
 // expireLease turns a pending effect whose lease ran out into an
 // indeterminate one and counts it against its agent as unreported. Its
 // reservations stay: the action may have happened.
 func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
 	at := *rec.LeaseExpiresAt
-	if err := t.Delete(timeKey("l", at, rec.EffectID)); err != nil {
+	if err := t.Delete(timeKey(kindLease, at, rec.EffectID)); err != nil {
 		return err
 	}
 	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at
 	rec.UnreportedAt = at
 	var a agentRec
-	ak := key("u", rec.Namespace, rec.AgentID)
+	ak := key(kindUnreported, rec.Namespace, rec.AgentID)
 	if err := getJSON(t, ak, &a); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
@@ -296,7 +313,7 @@ func (e *Engine) clearUnreported(t *opTxn, rec *effectRec) error {
 	}
 	rec.UnreportedAt = time.Time{}
 	var a agentRec
-	ak := key("u", rec.Namespace, rec.AgentID)
+	ak := key(kindUnreported, rec.Namespace, rec.AgentID)
 	if err := getJSON(t, ak, &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil

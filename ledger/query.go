@@ -2,12 +2,8 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 )
 
 // Get returns an effect by id, or by idempotency key within a namespace.
@@ -82,13 +78,13 @@ func (e *Engine) List(ctx context.Context, f Filter) (*Page, error) {
 	var pfx []byte
 	switch {
 	case f.Namespace != "" && f.GroupKey != "":
-		pfx = prefix("m", f.Namespace, f.GroupKey)
+		pfx = prefix(kindGroupMember, f.Namespace, f.GroupKey)
 	case f.Namespace != "" && f.RunID != "":
-		pfx = prefix("r", f.Namespace, f.RunID)
+		pfx = prefix(kindRun, f.Namespace, f.RunID)
 	case f.Namespace != "":
-		pfx = prefix("n", f.Namespace)
+		pfx = prefix(kindNamespace, f.Namespace)
 	default:
-		pfx = prefix("e")
+		pfx = prefix(kindEffect)
 	}
 	var start []byte
 	if f.Cursor != "" {
@@ -133,9 +129,9 @@ func (e *Engine) List(ctx context.Context, f Filter) (*Page, error) {
 func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error) {
 	now := e.clock.Now()
 	out := []Budget{}
-	pfx := prefix("c")
+	pfx := prefix(kindCounter)
 	if namespace != "" {
-		pfx = prefix("c", namespace)
+		pfx = prefix(kindCounter, namespace)
 	}
 	at := map[string]int{} // a pool's key → its place in out
 	err := e.view(func(r Reader) error {
@@ -169,87 +165,4 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 		})
 	})
 	return out, err
-}
-
-// State counts. How many effects are in each state is written with every
-// transition, so that reading it costs a key or a few. An engine on an
-// exclusive store keeps one record, m\0states. On a shared store each
-// engine keeps its own, s\0<replica id>, of the moves its batches made, so
-// that replicas never write the same counts (a key every batch of every
-// replica wrote would make their batches conflict). One replica's counts
-// can be negative (an effect begun through one replica and reported
-// through another); only their sum means anything, and StateCounts adds
-// them up. A replica that stops leaves its record behind, a few dozen bytes
-// per start, still part of the sum.
-var exclusiveCountsKey = key("m", "states")
-
-// newReplicaID names an engine on a shared store, for as long as it runs.
-func newReplicaID() string {
-	var id [8]byte
-	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(id[:])
-}
-
-// moveStateCount records that one effect moved between states. The deltas
-// of an op are kept with its writes and applied once per batch.
-func moveStateCount(t *opTxn, from, to State) error {
-	if t.states == nil {
-		t.states = map[State]int64{}
-	}
-	if from != "" {
-		t.states[from]--
-	}
-	if to != "" {
-		t.states[to]++
-	}
-	return nil
-}
-
-// applyStateCounts adds a batch's deltas to the counts stored at k.
-func applyStateCounts(tx Txn, k []byte, delta map[State]int64) error {
-	counts := map[State]int64{}
-	if err := getJSON(tx, k, &counts); err != nil && !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	for st, d := range delta {
-		counts[st] += d
-	}
-	b, err := json.Marshal(counts)
-	if err != nil {
-		return err
-	}
-	return tx.Set(k, b)
-}
-
-// StateCounts returns how many stored effects are in each state. A pending
-// effect whose lease has run out counts as pending until the reaper (or a
-// begin) records its expiry, within a reap interval.
-func (e *Engine) StateCounts(ctx context.Context) (map[State]int64, error) {
-	counts := map[State]int64{}
-	add := func(b []byte) error {
-		var c map[State]int64
-		if err := json.Unmarshal(b, &c); err != nil {
-			return fmt.Errorf("ledger: corrupt state counts: %w", err)
-		}
-		for st, n := range c {
-			counts[st] += n
-		}
-		return nil
-	}
-	err := e.view(func(r Reader) error {
-		b, err := r.Get(exclusiveCountsKey)
-		if err == nil {
-			err = add(b)
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		return r.Scan(prefix("s"), nil, func(_, v []byte) (bool, error) {
-			return true, add(v)
-		})
-	})
-	for st, n := range counts {
-		counts[st] = max(0, n)
-	}
-	return counts, err
 }

@@ -76,17 +76,9 @@
 // went with the first reads instead, batches at 64 callers held 33 ops
 // instead of 56, and pairs/s fell by a fifth to a third.
 //
-// Measured and set aside, before key locks: SERIALIZABLE without any lock
-// (PostgreSQL tracks reads by index page, and a batch reading more than a
-// few dozen keys of one relation is promoted to a relation-wide read lock,
-// so concurrent batches conflicted on nearly every commit: about 1.5
-// rollbacks per commit with three replicas), and one advisory lock for the
-// whole ledger (the fleet committed one batch at a time: three replicas
-// made fewer pairs/s than one). Also measured and set aside: taking the
-// WAL flush out of the transaction (each batch committed with
-// synchronous_commit off, its answer waiting for a later transaction
-// writing one WAL record under the server's setting, whose flush covers
-// every earlier commit): nothing measurable on 2 cores.
+// What was measured and set aside (SERIALIZABLE without locks, one lock
+// for the whole ledger, the WAL flush taken out of the transaction) is in
+// docs/design.md.
 //
 // A commit's answer can be lost with its connection. The store learns
 // each transaction's id in its first round trip (txid_current, sent with
@@ -298,8 +290,9 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// Update implements ledger.Store: fn runs in one SERIALIZABLE transaction,
-// re-run from the start after a serialization failure.
+// Update implements ledger.Store: fn runs in one READ COMMITTED transaction
+// that locks every key it touches (see "Concurrency"), re-run from the
+// start after a serialization failure.
 func (s *Store) Update(fn func(ledger.Txn) error) error {
 	ctx := context.Background()
 	var err error

@@ -298,3 +298,28 @@ func (d *recReader) json(dst any) {
 		d.err = err
 	}
 }
+
+// getJSON, setJSON and decodeJSON store the records kept as JSON (groups,
+// agents' unreported expiries, state counts).
+func getJSON(r Reader, k []byte, v any) error {
+	b, err := r.Get(k)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(b, v)
+}
+
+func setJSON(t Txn, k []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %q: %w", k[:1], err)
+	}
+	return t.Set(k, b)
+}
+
+func decodeJSON(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decoding ledger record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package ledger
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestBucketsAreConservative(t *testing.T) {
+	c := &ceiling{Ceiling: Ceiling{Name: "c", Window: "1h"}, window: time.Hour, limit: 10, money: true}
+	var r counterRec
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC) // mid-bucket (buckets are 1 minute)
+	s, e := c.bucketFor(t0)
+	r.add(c, t0, s, e, 7, 1)
+	for _, tc := range []struct {
+		at   time.Duration
+		want int64
+	}{
+		{0, 7},
+		{time.Hour - time.Second, 7},
+		{time.Hour, 7}, // truly slid out at t0+1h, still counted: early refusal, never late
+		{time.Hour + 29*time.Second, 7},
+		{time.Hour + 30*time.Second, 0}, // the whole bucket has left the window
+	} {
+		if got := r.counted(c, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("counted at +%v = %d, want %d", tc.at, got, tc.want)
+		}
+	}
+	// Clock stepping backwards: a grant in an earlier bucket still counts.
+	s2, e2 := c.bucketFor(t0.Add(-5 * time.Minute))
+	r.add(c, t0, s2, e2, 2, 1)
+	if got := r.counted(c, t0); got != 9 {
+		t.Fatalf("counted after backwards grant = %d", got)
+	}
+	if satAdd(1<<62, 1<<62) < 0 {
+		t.Fatal("saturating add overflowed")
+	}
+}
+
+func TestCounterCodec(t *testing.T) {
+	plain := counterRec{Namespace: "shop", Ceiling: "daily", Per: "dimension:counterparty", Scope: "abc", RunID: "r1",
+		Unit: "micros", Limit: 500, Window: "24h", Buckets: []bucket{{1, 2, 3, 4}, {-5, 1 << 62, 0, 9}}}
+	pool, share := plain, plain
+	pool.Buckets, pool.Grant, pool.Shares = nil, 300, []string{"0a1b", "2c3d"}
+	share.Replica, share.Grant = "0a1b", 120
+	for _, tc := range []struct {
+		name    string
+		r       counterRec
+		version byte
+	}{{"one writer's counter", plain, counterVersion}, {"a pool", pool, counterVersionShares}, {"a share", share, counterVersionShares}} {
+		b := tc.r.encode()
+		if b[0] != tc.version {
+			t.Errorf("%s: version %d, want %d (a ledger without shares keeps version 1)", tc.name, b[0], tc.version)
+		}
+		got := counterRec{Replica: "stale", Grant: 7, Shares: []string{"stale"}}
+		if err := decodeCounter(b, &got); err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.r) {
+			t.Fatalf("%s: round trip: %+v %v", tc.name, got, err)
+		}
+		for i := range len(b) {
+			if err := decodeCounter(b[:i], &got); err == nil {
+				t.Fatalf("%s: a record cut to %d bytes decoded", tc.name, i)
+			}
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package ledger
+
+import "bytes"
+
+// KeyKinds lists the kinds of keyLayouts.
+func KeyKinds() []string {
+	var ks []string
+	for k := range keyLayouts {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// KeyLayoutError says why k fits no layout of keyLayouts ("" when it fits).
+func KeyLayoutError(k []byte) string {
+	if len(k) < 2 || k[1] != 0 {
+		return "no kind and separator"
+	}
+	layouts, ok := keyLayouts[string(k[:1])]
+	if !ok {
+		return "unknown kind"
+	}
+	if layouts[0] == 0 { // a time index: kind, NUL, 8 bytes, NUL, an id
+		if len(k) < 12 || k[10] != 0 {
+			return "not a time index key"
+		}
+		return ""
+	}
+	parts := bytes.Count(k, []byte{0})
+	for _, n := range layouts {
+		if n == parts {
+			return ""
+		}
+	}
+	return "a layout's number of parts does not fit"
+}

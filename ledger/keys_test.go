@@ -1,0 +1,51 @@
+package ledger_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// TestEveryStoredKeyHasADocumentedLayout runs a scenario that writes every
+// kind of key and checks each key the ledger then holds against the layout
+// documented in keys.go.
+func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	// A group step with a compensation, in a run; an email ceiling per agent.
+	s := step("hotel", "hotel.book", &ledger.Compensation{EffectType: "hotel.cancel"})
+	s.RunID = "run-1"
+	r := h.beginWant(s, ledger.DecisionExecute)
+	h.report(r.EffectID, ledger.OutcomeSucceeded) // into the retention index
+	h.beginWant(email("mail", "bot"), ledger.DecisionExecute)
+	// An approval, a spend ceiling per counterparty.
+	ask := h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
+	if _, err := h.eng.Approve(ctx, ask.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionExecute) // a pending lease
+	// An unreported expiry.
+	h.beginWant(ledger.BeginRequest{IdempotencyKey: "sms", EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 5}, ledger.DecisionExecute)
+	h.clock.Advance(10 * time.Second)
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, k := range h.storedKeys("") {
+		if why := ledger.KeyLayoutError([]byte(k)); why != "" {
+			t.Errorf("key %s: %s", strconv.Quote(k), why)
+		}
+		seen[k[:1]] = true
+	}
+	for _, kind := range ledger.KeyKinds() {
+		if !seen[kind] && !(kind == "s" && testBackend != "postgres") {
+			t.Errorf("the scenario wrote no key of kind %q: the test no longer covers it", kind)
+		}
+	}
+}
