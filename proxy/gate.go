@@ -53,7 +53,10 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		p.forward(w, r, v, path, body, nil)
 		return
 	}
-	req := p.beginRequest(r, v, path, body, e)
+	req, earlier := p.beginRequest(r, v, path, body, e)
+	if earlier != "" {
+		req.IdempotencyKey = p.lookBack(r.Context(), req.IdempotencyKey, earlier)
+	}
 	req.LeaseSeconds = p.lease(e.EffectType)
 	res, err := p.eng.Begin(r.Context(), req)
 	if err != nil {
@@ -106,16 +109,22 @@ func (p *Proxy) lease(effectType string) int {
 	return min(int(math.Ceil(p.opts.UpstreamTimeout.Seconds()))+15, p.eng.MaxLeaseSeconds(effectType))
 }
 
-// beginRequest builds the begin for a gated request.
-func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
+// beginRequest builds the begin for a gated request. A key derived from
+// the content names the window it falls in (proxy.dedupe_window); earlier
+// is then the key the same content had in the window before, which
+// lookBack checks.
+func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) (req ledger.BeginRequest, earlier string) {
 	content := canonicalContent(r.Method, path, r.Header.Get("Content-Type"), body, e)
 	key := r.Header.Get(HeaderIdempotencyKey)
 	if key == "" {
 		bucket := p.opts.Clock().UnixNano() / int64(p.opts.DedupeWindow)
-		key = v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(r.Header.Get("Authorization")) +
-			"\x00" + strconv.FormatInt(bucket, 10))[:40]
+		derive := func(bucket int64) string {
+			return v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(r.Header.Get("Authorization")) +
+				"\x00" + strconv.FormatInt(bucket, 10))[:40]
+		}
+		key, earlier = derive(bucket), derive(bucket-1)
 	}
-	req := ledger.BeginRequest{
+	req = ledger.BeginRequest{
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
 		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
 		GroupKey: r.Header.Get(HeaderGroupKey),
@@ -132,7 +141,22 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 			req.EstimatedCostMicros = &micros
 		}
 	}
-	return req
+	return req, earlier
+}
+
+// lookBack makes content-derived keys a sliding window: the key of the
+// window before is taken when the same content began there less than one
+// dedupe_window ago, so two identical requests a moment apart on either
+// side of a multiple of the window are one action. Otherwise the current
+// window's key. Two identical requests whose begins are both still being
+// written at the very moment a window turns can still each take their
+// own window's key; callers that need more send a key of their own.
+func (p *Proxy) lookBack(ctx context.Context, current, earlier string) string {
+	eff, err := p.eng.Get(ctx, p.opts.Namespace, "", earlier)
+	if err != nil || p.opts.Clock().Sub(eff.CreatedAt) >= p.opts.DedupeWindow {
+		return current
+	}
+	return earlier
 }
 
 // canonicalContent is the action as JSON: method, path, account scope and

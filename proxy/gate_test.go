@@ -11,10 +11,29 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
+
+// fakeClock is one time for the proxy and the ledger under it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
 
 // fixedAnswer is an upstream that counts its calls and answers every one
 // with the same status and body.
@@ -128,6 +147,40 @@ func TestSquareCancelByKeyNamesThePayment(t *testing.T) {
 		if resp.Header.Get("Ratchet-Decision") != "execute" || resp.Header.Get("Ratchet-Replayed") != "" || hits.Load() != int64(i+1) {
 			t.Fatalf("cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
 		}
+	}
+}
+
+// TestContentKeysDedupeAcrossABucketBoundary: without a key of the
+// caller's, identical requests dedupe for dedupe_window after the first,
+// wherever the first fell: 2 ms apart across a multiple of the window is
+// one action, and one window after the first is a new one.
+func TestContentKeysDedupeAcrossABucketBoundary(t *testing.T) {
+	const window = time.Hour
+	clock := &fakeClock{now: time.Date(2026, 12, 1, 9, 59, 59, 999_000_000, time.UTC)} // 1 ms before a multiple of the window
+	up, hits := fixedAnswer(200, "application/json", []byte(`{"pspReference":"PSP1","resultCode":"Authorised"}`))
+	defer up.Close()
+	e := newEnvConfig(t, envConfig{rules: rules(), clock: clock}, map[string]string{"adyen": up.URL}, func(o *proxy.Options) {
+		o.DedupeWindow, o.Clock = window, clock.Now
+	})
+	send := func() string {
+		resp := post(t, e.url+"/adyen/v71/payments", adyenPayment, nil)
+		readAll(t, resp)
+		return resp.Header.Get("Ratchet-Decision")
+	}
+	if d := send(); d != "execute" {
+		t.Fatalf("first: %s", d)
+	}
+	clock.Add(2 * time.Millisecond)
+	if d := send(); d != "duplicate" || hits.Load() != 1 {
+		t.Fatalf("2 ms later, across the boundary: %s, %d upstream calls", d, hits.Load())
+	}
+	clock.Add(window - 3*time.Millisecond) // 1 ms before the first's window ends
+	if d := send(); d != "duplicate" || hits.Load() != 1 {
+		t.Fatalf("just inside the window: %s, %d upstream calls", d, hits.Load())
+	}
+	clock.Add(time.Millisecond)
+	if d := send(); d != "execute" || hits.Load() != 2 {
+		t.Fatalf("one window after the first: %s, %d upstream calls", d, hits.Load())
 	}
 }
 

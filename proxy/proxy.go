@@ -23,11 +23,12 @@
 //   - The content-derived key covers vendor, method, path, the canonical
 //     body (JSON canonicalised, form fields sorted), the account header
 //     (Stripe-Account) and a SHA-256 of the caller's credentials, so two
-//     merchants' identical requests never dedupe; it is bucketed by
-//     proxy.dedupe_window, so identical requests straddling a bucket
-//     boundary are not deduplicated. The caller's own vendor key is not
-//     used: SDKs such as stripe-go generate a random one per call. It is
-//     replaced by Ratchet's key, which changes per attempt.
+//     merchants' identical requests never dedupe. It names the
+//     proxy.dedupe_window it falls in, and the proxy looks one window back
+//     (lookBack), so identical requests dedupe for one window after the
+//     first wherever the window's multiples fall. The caller's own vendor
+//     key is not used: SDKs such as stripe-go generate a random one per
+//     call. It is replaced by Ratchet's key, which changes per attempt.
 //   - The payload hashed into the fingerprint is the same canonical content,
 //     so a Ratchet-Idempotency-Key reused for different content is refused
 //     (400, idempotency_key_conflict). Content over the ledger's payload
@@ -68,6 +69,7 @@ import (
 type Engine interface {
 	Begin(context.Context, ledger.BeginRequest) (*ledger.BeginResult, error)
 	Report(context.Context, ledger.ReportRequest) (*ledger.Effect, error)
+	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
 	MaxLeaseSeconds(effectType string) int
 }
 
