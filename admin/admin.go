@@ -22,6 +22,24 @@
 //     warning of "ratchet config validate", not an error: the sidecar is
 //     safe (approval-gated actions wait, then expire), and a deployment
 //     that uses no approvals keeps working on upgrade.
+//
+// Web pages: an operator's browser runs pages from anywhere, and a page
+// may send a "simple" cross-site POST (text/plain, no preflight) to
+// 127.0.0.1, or point a name of its own at 127.0.0.1 (DNS rebinding) and
+// then read and write as if same-origin. So, before any endpoint:
+//
+//   - when unauthenticated (no auth.admins), a Host that is not localhost
+//     or a loopback IP is refused (403 host_not_allowed), on every path;
+//     with admin tokens any Host is served, since the token is what a page
+//     cannot forge and the API may then be reached by a Service name;
+//   - a cross-origin state change, as the browser's Sec-Fetch-Site or
+//     Origin header tells it, is refused (403 cross_origin_refused; Go's
+//     http.CrossOriginProtection); the CLI sends neither header;
+//   - a POST whose Content-Type is not application/json is refused (415
+//     unsupported_media_type), as no page can send that cross-origin
+//     without a CORS preflight, which this API never grants.
+//
+// Every refusal is a JSON error like the rest of the API.
 package admin
 
 import (
@@ -31,13 +49,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -92,7 +113,45 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}, read))
-	return mux
+	return a.guard(mux)
+}
+
+// guard refuses what a web page could send (see the package doc) before
+// any endpoint sees the request.
+func (a *api) guard(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(a.opts.Admins) == 0 && !loopback.Is(r.Host) {
+			writeError(w, &apiError{http.StatusForbidden, CodeHostNotAllowed, fmt.Sprintf("Host %q is not localhost or a loopback address: "+
+				"without auth.admins the admin API answers only requests addressed to localhost, 127.0.0.1 or [::1]", truncate(r.Host, 100))})
+			return
+		}
+		if err := cop.Check(r); err != nil {
+			writeError(w, &apiError{http.StatusForbidden, CodeCrossOriginRefused, "a cross-origin request cannot change state here (" + err.Error() + ")"})
+			return
+		}
+		if r.Method == http.MethodPost {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeError(w, &apiError{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "a POST must carry a JSON body with Content-Type: application/json"})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// The error codes of the guard.
+const (
+	CodeHostNotAllowed       = "host_not_allowed"
+	CodeCrossOriginRefused   = "cross_origin_refused"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+)
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // access says whether an endpoint changes state (which a read-only API

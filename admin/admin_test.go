@@ -159,6 +159,7 @@ func TestAdminAuth(t *testing.T) {
 	// A body that is not the expected JSON is a 400 with a code.
 	req, _ = http.NewRequest(http.MethodPost, url+"/v1/approvals/apr_x/approve", strings.NewReader(`{"nope":1}`))
 	req.Header.Set("Authorization", "Bearer admin-tok")
+	req.Header.Set("Content-Type", "application/json")
 	resp, _ = http.DefaultClient.Do(req)
 	if resp.StatusCode != 400 {
 		t.Errorf("bad body: %d", resp.StatusCode)

@@ -39,6 +39,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		u += "?" + q.Encode()
 	}
 	var rd io.Reader
+	if method == http.MethodPost && body == nil {
+		body = struct{}{} // the API takes POSTs only as application/json
+	}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {

@@ -145,3 +145,46 @@ func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
 		t.Fatalf("approval is %s", s)
 	}
 }
+
+// The admin API's guards against web pages, on a real listener: foreign
+// Host refused when unauthenticated, cross-origin state changes refused,
+// POST bodies only as application/json; each refusal a JSON error.
+func TestAdminRefusesCrossSiteRequests(t *testing.T) {
+	url, apr, eff, eng := serveAdmin(t, admin.Options{})
+	approve := url + "/v1/approvals/" + apr + "/approve"
+	crossSite := map[string]string{"Content-Type": "text/plain", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
+	for _, c := range []struct {
+		name, method, url, body string
+		header                  map[string]string
+		status                  int
+		code                    string
+	}{
+		{"cross-site approve", http.MethodPost, approve, `{"note":"x"}`, crossSite, 403, "cross_origin_refused"},
+		{"cross-site resolve", http.MethodPost, url + "/v1/effects/" + eff + "/resolve", `{"resolution":"failed"}`, crossSite, 403, "cross_origin_refused"},
+		{"cross-site, JSON", http.MethodPost, approve, `{}`, map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-site"}, 403, "cross_origin_refused"},
+		{"text/plain", http.MethodPost, approve, `{}`, map[string]string{"Content-Type": "text/plain"}, 415, "unsupported_media_type"},
+		{"json lookalike", http.MethodPost, approve, `{}`, map[string]string{"Content-Type": "application/jsonx"}, 415, "unsupported_media_type"},
+		{"foreign Host", http.MethodGet, url + "/v1/effects", "", map[string]string{"Host": "evil.example"}, 403, "host_not_allowed"},
+		{"foreign Host, probe", http.MethodGet, url + "/healthz", "", map[string]string{"Host": "evil.example"}, 403, "host_not_allowed"},
+		{"name resolving to loopback", http.MethodGet, url + "/v1/effects", "", map[string]string{"Host": "127.0.0.1.nip.io"}, 403, "host_not_allowed"},
+	} {
+		if status, code := call(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, status, code, c.status, c.code)
+		}
+	}
+	if s := pendingState(t, eng, apr); s != ledger.ApprovalPending {
+		t.Fatalf("approval is %s", s)
+	}
+	// JSON with a charset, from the API's own origin, is the operator.
+	if status, code := call(t, http.MethodPost, approve, `{"note":"ok"}`, map[string]string{
+		"Content-Type": "application/json; charset=utf-8", "Origin": url, "Sec-Fetch-Site": "same-origin"}); status != 200 {
+		t.Fatalf("same-origin approve: %d %s", status, code)
+	}
+
+	// With admin tokens the API may be reached under any name (a Service,
+	// a pod IP): the token is what a page cannot forge.
+	url, _, _, _ = serveAdmin(t, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}})
+	if status, code := call(t, http.MethodGet, url+"/v1/effects", "", map[string]string{"Host": "ratchet.shop.svc:8788", "Authorization": "Bearer admin-tok"}); status != 200 {
+		t.Fatalf("authenticated, Host a Service name: %d %s", status, code)
+	}
+}

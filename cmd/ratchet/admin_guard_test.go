@@ -135,3 +135,64 @@ func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
 		t.Fatalf("approval is %s", st)
 	}
 }
+
+// With no tokens at all (the "make run" default) the admin API is
+// unauthenticated on loopback. A web page the operator has open must not
+// be able to use it: not by a cross-site "simple" POST (text/plain, which
+// a page may send without a preflight), and not by DNS rebinding (its own
+// name pointed at 127.0.0.1, so its requests carry its Host and count as
+// same-origin to the browser). Each request is what a browser sends.
+func TestAdminAPIRefusesAttackerPages(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), approvalPolicy)
+	id := pendingApproval(t, s)
+	approve := s.admin + "/v1/approvals/" + id + "/approve"
+	hostPort := strings.TrimPrefix(s.admin, "http://")
+	_, port, _ := strings.Cut(hostPort, ":")
+	evil := "evil.example:" + port
+	for _, c := range []struct {
+		name, method, url, body string
+		header                  map[string]string
+		status                  int
+		code                    string
+	}{
+		{"cross-site simple POST", http.MethodPost, approve, `{"note":"x"}`, map[string]string{
+			"Content-Type": "text/plain;charset=UTF-8", "Origin": "https://evil.example", "Referer": "https://evil.example/",
+			"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "empty"}, 403, "cross_origin_refused"},
+		{"cross-site form POST", http.MethodPost, approve, `note=x`, map[string]string{
+			"Content-Type": "application/x-www-form-urlencoded", "Origin": "null",
+			"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, 403, "cross_origin_refused"},
+		{"cross-site POST from a browser without Sec-Fetch", http.MethodPost, approve, `{"note":"x"}`, map[string]string{
+			"Content-Type": "text/plain", "Origin": "https://evil.example"}, 403, "cross_origin_refused"},
+		{"text/plain POST with no browser headers", http.MethodPost, approve, `{"note":"x"}`, map[string]string{
+			"Content-Type": "text/plain"}, 415, "unsupported_media_type"},
+		{"POST with no Content-Type", http.MethodPost, approve, `{"note":"x"}`, nil, 415, "unsupported_media_type"},
+		{"rebound page reads approvals", http.MethodGet, s.admin + "/v1/approvals", "", map[string]string{
+			"Host": evil, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, 403, "host_not_allowed"},
+		{"rebound page reads effects", http.MethodGet, s.admin + "/v1/effects", "", map[string]string{
+			"Host": "evil.example"}, 403, "host_not_allowed"},
+		{"rebound page reads metrics", http.MethodGet, s.admin + "/metrics", "", map[string]string{
+			"Host": evil, "Sec-Fetch-Site": "same-origin"}, 403, "host_not_allowed"},
+		{"rebound page approves", http.MethodPost, approve, `{"note":"x"}`, map[string]string{
+			"Host": evil, "Origin": "http://" + evil, "Content-Type": "application/json",
+			"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, 403, "host_not_allowed"},
+	} {
+		if status, code := attack(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, status, code, c.status, c.code)
+		}
+	}
+	if st := approvalState(t, s, "", id); st != "pending" {
+		t.Fatalf("after the attacks the approval is %s", st)
+	}
+	// The operator's own tools still work: the CLI (JSON body, Host
+	// 127.0.0.1), a page of the admin API's own origin, and localhost.
+	if status, code := attack(t, http.MethodGet, s.admin+"/v1/effects", "", map[string]string{"Host": "localhost:" + port}); status != 200 {
+		t.Errorf("Host localhost: %d %s", status, code)
+	}
+	if status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/apr_none/reject", `{}`, map[string]string{
+		"Content-Type": "application/json", "Origin": s.admin, "Sec-Fetch-Site": "same-origin"}); status != 404 {
+		t.Errorf("same-origin POST: %d %s", status, code)
+	}
+	if code, out, errs := cli(t, "", nil, "approvals", "approve", id, "--note", "mine", "--admin", s.admin); code != 0 || !strings.Contains(out, "approved by local") {
+		t.Fatalf("the operator's CLI: %d %s %s", code, out, errs)
+	}
+}

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
@@ -174,14 +174,4 @@ func openStore(cfg *config.Config, log *slog.Logger) (*badgerstore.Store, error)
 }
 
 // isLoopback reports whether a listen address only accepts local callers.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopback(addr string) bool { return loopback.Is(addr) }

@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 )
 
 type obj = map[string]any
@@ -175,10 +176,10 @@ func TestSidecarManifests(t *testing.T) {
 		}
 	}
 	// A listener beyond loopback needs tokens, or serve refuses to start.
-	if !loopback(t, cfg.Listen.Admin) && len(cfg.Auth.Admins) == 0 {
+	if !loopback.Is(cfg.Listen.Admin) && len(cfg.Auth.Admins) == 0 {
 		t.Error("admin listens beyond loopback without auth.admins")
 	}
-	if !loopback(t, cfg.Listen.MCP) && len(cfg.Auth.Agents) == 0 {
+	if !loopback.Is(cfg.Listen.MCP) && len(cfg.Auth.Agents) == 0 {
 		t.Error("MCP listens beyond loopback without auth.agents")
 	}
 
@@ -248,16 +249,6 @@ func randomToken(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-func loopback(t *testing.T, addr string) bool {
-	t.Helper()
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip := net.ParseIP(h)
-	return h == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 func yamlString(v any) string {
