@@ -18,7 +18,7 @@ func (e *Engine) ListApprovals(ctx context.Context, namespace, state string) ([]
 	}
 	now := e.clock.Now()
 	out := []Approval{}
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		return r.Scan(prefix(kindApproval), nil, func(k, val []byte) (bool, error) {
 			rec, err := e.effectByID(r, namespace, string(val))
 			if errors.Is(err, ErrNotFound) {

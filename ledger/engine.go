@@ -114,6 +114,9 @@ type Engine struct {
 	replica   string
 	countsKey []byte // the state counts this engine moves (see exclusiveCountsKey)
 
+	storeCtx  context.Context    // the writer's store calls (see New)
+	stopStore context.CancelFunc // ends storeCtx: Close
+
 	ops     chan *op
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -173,6 +176,10 @@ func New(opts Options) (*Engine, error) {
 		ops:      make(chan *op, 1024),
 		stop:     make(chan struct{}),
 	}
+	// The writer's store calls run on a context of the engine's own: a
+	// batch carries many callers' decisions, so no one caller's request
+	// may cancel it; Close ends it if the store hangs past Close's context.
+	e.storeCtx, e.stopStore = context.WithCancel(context.Background())
 	if e.clock == nil {
 		e.clock = systemClock{}
 	}
@@ -257,8 +264,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		e.stopStore() // a store waiting on its server gives up the commit
 		return fmt.Errorf("closing ledger: %w", ctx.Err())
 	}
+	e.stopStore()
 	if err := e.store.Close(); err != nil {
 		return fmt.Errorf("closing ledger store: %w", err)
 	}
@@ -356,7 +365,7 @@ func (e *Engine) commit(batch []*op) []*op {
 		update = e.deferred.UpdateDeferred
 	}
 	runs := 0
-	err := update(func(tx Txn) error {
+	err := update(e.storeCtx, func(tx Txn) error {
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
 		// A store may also run fn again; the batch is decided afresh,
@@ -631,14 +640,14 @@ func (t *opTxn) flush() (int, error) {
 	return n, nil
 }
 
-// view runs fn against committed data.
-func (e *Engine) view(fn func(r Reader) error) error {
+// view runs fn against committed data, for as long as ctx lasts.
+func (e *Engine) view(ctx context.Context, fn func(r Reader) error) error {
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()
 	if e.closed {
 		return ErrClosed
 	}
-	if err := e.store.View(fn); err != nil {
+	if err := e.store.View(ctx, fn); err != nil {
 		var le *Error
 		if errors.As(err, &le) {
 			return err

@@ -23,14 +23,14 @@ type faultyStore struct {
 
 var errDiscardRun = errors.New("injected serialization failure")
 
-func (s *faultyStore) UpdateDeferred(fn func(ledger.Txn) error) error {
+func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
 	if s.failCommit.Load() {
 		return errors.New("injected commit failure")
 	}
 	if s.rerun.Swap(false) {
 		// As a shared store does after a serialization failure: the
 		// first run's writes are discarded and fn runs again.
-		err := s.Store.UpdateDeferred(func(tx ledger.Txn) error {
+		err := s.Store.UpdateDeferred(ctx, func(tx ledger.Txn) error {
 			if err := fn(tx); err != nil {
 				return err
 			}
@@ -40,7 +40,7 @@ func (s *faultyStore) UpdateDeferred(fn func(ledger.Txn) error) error {
 			return err
 		}
 	}
-	return s.Store.UpdateDeferred(fn)
+	return s.Store.UpdateDeferred(ctx, fn)
 }
 
 func (s *faultyStore) Sync() error {

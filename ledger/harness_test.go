@@ -224,7 +224,7 @@ func (h *harness) storedKeys(prefix string) []string {
 	}
 	st := h.openStore()
 	var keys []string
-	err := st.View(func(r ledger.Reader) error {
+	err := st.View(context.Background(), func(r ledger.Reader) error {
 		return r.Scan([]byte(prefix), nil, func(k, _ []byte) (bool, error) {
 			keys = append(keys, string(k))
 			return true, nil

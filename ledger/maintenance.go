@@ -64,7 +64,7 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 	for {
 		until := cutoff(e.clock.Now())
 		var keys [][]byte
-		err := e.view(func(r Reader) error {
+		err := e.view(ctx, func(r Reader) error {
 			return r.Scan(prefix(kind), nil, func(k, _ []byte) (bool, error) {
 				if at, _, _ := timeKeyParts(k); at.After(until) || len(keys) == sweepBatch {
 					return false, nil
@@ -183,7 +183,7 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 // granted nothing and counts nothing.
 func (e *Engine) purgeCounters(ctx context.Context) error {
 	var dead [][]byte
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		now := e.clock.Now()
 		return r.Scan(prefix(kindCounter), nil, func(k, v []byte) (bool, error) {
 			var c counterRec

@@ -28,7 +28,7 @@ func (e *Engine) Get(ctx context.Context, namespace, effectID, idempotencyKey st
 	}
 	now := e.clock.Now()
 	var out Effect
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		var rec *effectRec
 		var err error
 		if effectID != "" {
@@ -96,7 +96,7 @@ func (e *Engine) List(ctx context.Context, f Filter) (*Page, error) {
 	}
 	now := e.clock.Now()
 	page := &Page{Effects: []Effect{}}
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		return r.Scan(pfx, start, func(k, _ []byte) (bool, error) {
 			id := lastPart(k)
 			if len(page.Effects) == f.Limit {
@@ -134,7 +134,7 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 		pfx = prefix(kindCounter, namespace)
 	}
 	at := map[string]int{} // a pool's key → its place in out
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		return r.Scan(pfx, nil, func(k, val []byte) (bool, error) {
 			var c counterRec
 			if err := decodeCounter(val, &c); err != nil {

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -45,4 +46,30 @@ func TestListFiltersAndPages(t *testing.T) {
 	wantCode(t, err, ledger.CodeInvalidArgument)
 	_, err = h.eng.List(ctx, ledger.Filter{Cursor: "!!"})
 	wantCode(t, err, ledger.CodeInvalidArgument)
+}
+
+// TestReadsStopWithTheirRequest: a read whose request has ended is not
+// run (on PostgreSQL its queries carry the request's context).
+func TestReadsStopWithTheirRequest(t *testing.T) {
+	h := newHarness(t, testRules())
+	r := h.beginWant(email("ctx", "bot"), ledger.DecisionExecute)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := h.eng.Get(ctx, "", r.EffectID, "")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get after its context ended: %v", err)
+	}
+	if _, err := h.eng.List(ctx, ledger.Filter{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("List after its context ended: %v", err)
+	}
+	if _, err := h.eng.Budgets(ctx, ""); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Budgets after its context ended: %v", err)
+	}
+	if _, err := h.eng.ListApprovals(ctx, "", ""); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ListApprovals after its context ended: %v", err)
+	}
+	if _, err := h.eng.StateCounts(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("StateCounts after its context ended: %v", err)
+	}
+	h.get(r.EffectID) // a live context still reads
 }

@@ -65,7 +65,7 @@ func (e *Engine) StateCounts(ctx context.Context) (map[State]int64, error) {
 		}
 		return nil
 	}
-	err := e.view(func(r Reader) error {
+	err := e.view(ctx, func(r Reader) error {
 		b, err := r.Get(exclusiveCountsKey)
 		if err == nil {
 			err = add(b)

@@ -1,6 +1,9 @@
 package ledger
 
-import "iter"
+import (
+	"context"
+	"iter"
+)
 
 // Store is the narrow seam between the engine and durable storage: an
 // ordered key-value space with transactions. The engine serialises every
@@ -13,10 +16,12 @@ import "iter"
 type Store interface {
 	// Update runs fn in one read-write transaction and commits it durably
 	// (fsync or equivalent) before returning. If fn returns an error nothing
-	// is written.
-	Update(fn func(Txn) error) error
-	// View runs fn against a consistent snapshot of committed data.
-	View(fn func(Reader) error) error
+	// is written. When ctx ends, a store that waits on a server gives up
+	// and returns an error that wraps ctx's (what was committed stays).
+	Update(ctx context.Context, fn func(Txn) error) error
+	// View runs fn against a consistent snapshot of committed data. When ctx
+	// ends, reads still to come fail with an error that wraps ctx's.
+	View(ctx context.Context, fn func(Reader) error) error
 	// Close releases the store.
 	Close() error
 }
@@ -67,7 +72,7 @@ type Prefetcher interface {
 // are being synced, and answers a batch only after a Sync that began after
 // its commit has returned.
 type Deferred interface {
-	UpdateDeferred(fn func(Txn) error) error
+	UpdateDeferred(ctx context.Context, fn func(Txn) error) error
 	Sync() error
 }
 

@@ -27,6 +27,7 @@ package badgerstore
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -162,8 +163,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 }
 
 // Update implements ledger.Store: UpdateDeferred, then Sync.
-func (s *Store) Update(fn func(ledger.Txn) error) error {
-	if err := s.UpdateDeferred(fn); err != nil {
+func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
+	if err := s.UpdateDeferred(ctx, fn); err != nil {
 		return err
 	}
 	return s.Sync()
@@ -171,11 +172,16 @@ func (s *Store) Update(fn func(ledger.Txn) error) error {
 
 // UpdateDeferred implements ledger.Deferred: it commits fn's writes, which
 // later transactions and reads see at once, without waiting for the disk.
-func (s *Store) UpdateDeferred(fn func(ledger.Txn) error) error {
+// Badger never waits on anything but the local disk, so ctx is checked
+// only before the transaction starts.
+func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ledger update: %w", err)
+	}
 	if err := s.checkDisk(); err != nil {
 		return err
 	}
-	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
 }
 
 // Sync implements ledger.Deferred: everything committed before it was
@@ -205,9 +211,14 @@ func (s *Store) checkDisk() error {
 	return nil
 }
 
-// View implements ledger.Store.
-func (s *Store) View(fn func(ledger.Reader) error) error {
-	return s.db.View(func(txn *badger.Txn) error { return fn(txnAdapter{txn}) })
+// View implements ledger.Store. A read of Badger never waits on anything
+// but the local disk; ctx is checked before each Get and between the keys
+// of a Scan, so a long listing stops when its request does.
+func (s *Store) View(ctx context.Context, fn func(ledger.Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ledger read: %w", err)
+	}
+	return s.db.View(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn, ctx: ctx}) })
 }
 
 // Exclusive implements ledger.Exclusive: Badger allows one process per
@@ -232,9 +243,24 @@ func (s *Store) Restore(r io.Reader) error {
 	return s.Sync()
 }
 
-type txnAdapter struct{ txn *badger.Txn }
+// txnAdapter is a Badger transaction as a ledger.Txn; ctx, when set (a
+// View's), is checked before each read.
+type txnAdapter struct {
+	txn *badger.Txn
+	ctx context.Context
+}
+
+func (t txnAdapter) ctxErr() error {
+	if t.ctx == nil || t.ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("ledger read: %w", t.ctx.Err())
+}
 
 func (t txnAdapter) Get(key []byte) ([]byte, error) {
+	if err := t.ctxErr(); err != nil {
+		return nil, err
+	}
 	item, err := t.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, ledger.ErrNotFound
@@ -253,6 +279,9 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 		seek = start
 	}
 	for it.Seek(seek); it.ValidForPrefix(prefix); it.Next() {
+		if err := t.ctxErr(); err != nil {
+			return err
+		}
 		item := it.Item()
 		val, err := item.ValueCopy(nil)
 		if err != nil {

@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -18,7 +19,7 @@ func TestStore(t *testing.T) {
 	if _, err := Open(dir, nil); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second open: %v, want ErrLocked", err)
 	}
-	err = s.Update(func(tx ledger.Txn) error {
+	err = s.Update(context.Background(), func(tx ledger.Txn) error {
 		for _, k := range []string{"p\x00b", "p\x00a", "p\x00c", "q\x00z"} {
 			if err := tx.Set([]byte(k), []byte("v"+k)); err != nil {
 				return err
@@ -34,7 +35,7 @@ func TestStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := errors.New("boom")
-	if err := s.Update(func(tx ledger.Txn) error { tx.Set([]byte("p\x00x"), nil); return failed }); !errors.Is(err, failed) {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error { tx.Set([]byte("p\x00x"), nil); return failed }); !errors.Is(err, failed) {
 		t.Fatalf("failing update: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -46,7 +47,7 @@ func TestStore(t *testing.T) {
 	}
 	defer s.Close()
 	var got []string
-	err = s.View(func(r ledger.Reader) error {
+	err = s.View(context.Background(), func(r ledger.Reader) error {
 		if _, err := r.Get([]byte("p\x00x")); !errors.Is(err, ledger.ErrNotFound) {
 			t.Errorf("a failed update left a write: %v", err)
 		}
@@ -72,7 +73,7 @@ func TestInMemoryTakesLargeValues(t *testing.T) {
 	}
 	defer s.Close()
 	big := bytes.Repeat([]byte{'r'}, 4<<10)
-	if err := s.Update(func(tx ledger.Txn) error { return tx.Set([]byte("e\x00big"), big) }); err != nil {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("e\x00big"), big) }); err != nil {
 		t.Fatal(err)
 	}
 	wantValue(t, s, "e\x00big", big)
@@ -81,7 +82,7 @@ func TestInMemoryTakesLargeValues(t *testing.T) {
 // wantValue fails unless s holds want under key.
 func wantValue(t *testing.T, s *Store, key string, want []byte) {
 	t.Helper()
-	err := s.View(func(r ledger.Reader) error {
+	err := s.View(context.Background(), func(r ledger.Reader) error {
 		v, err := r.Get([]byte(key))
 		if err == nil && !bytes.Equal(v, want) {
 			err = errors.New("value changed")
@@ -104,7 +105,7 @@ func TestLedgerFromBeforeRecordsStayedInTheTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx ledger.Txn) error {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		for i := range 100 {
 			if err := tx.Set(fmt.Appendf(nil, "e\x00old%03d", i), old); err != nil {
 				return err
@@ -125,7 +126,7 @@ func TestLedgerFromBeforeRecordsStayedInTheTree(t *testing.T) {
 	}
 	reopen()
 	renewed := bytes.Repeat([]byte{'n'}, 2048)
-	if err := s.Update(func(tx ledger.Txn) error {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		for i := range 50 { // half rewritten, a fifth of the rest deleted
 			if err := tx.Set(fmt.Appendf(nil, "e\x00old%03d", i), renewed); err != nil {
 				return err
@@ -153,7 +154,7 @@ func TestLedgerFromBeforeRecordsStayedInTheTree(t *testing.T) {
 		case i < 50:
 			wantValue(t, s, k, renewed)
 		case i < 60:
-			s.View(func(r ledger.Reader) error {
+			s.View(context.Background(), func(r ledger.Reader) error {
 				if _, err := r.Get([]byte(k)); err != ledger.ErrNotFound {
 					t.Errorf("%q deleted, then read: %v", k, err)
 				}

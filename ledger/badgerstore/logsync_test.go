@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,7 +120,7 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 	}
 	put := func(s *Store, batch, n, size int) {
 		t.Helper()
-		err := s.Update(func(tx ledger.Txn) error {
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
 			for i := range n {
 				if err := tx.Set(fmt.Appendf(nil, "k\x00%08d-%06d", batch, i), bytes.Repeat([]byte{byte(i)}, size)); err != nil {
 					return err
@@ -205,7 +206,7 @@ func TestValuesAreDurableBeforeTheirPointers(t *testing.T) {
 	}
 	val := bytes.Repeat([]byte{'v'}, 8<<10) // over the threshold: in the value log
 	for i := range 50 {
-		err := s.Update(func(tx ledger.Txn) error {
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
 			for j := range 8 {
 				if err := tx.Set(fmt.Appendf(nil, "e\x00%03d-%d", i, j), val); err != nil {
 					return err
@@ -238,7 +239,7 @@ func TestRecordsStayInTheTree(t *testing.T) {
 		defer s.Close()
 		val := bytes.Repeat([]byte{'r'}, 256<<10)
 		for i := range 8 {
-			if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "e\x00%d", i), val) }); err != nil {
+			if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "e\x00%d", i), val) }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -288,7 +289,7 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 	}
 	val := bytes.Repeat([]byte{'v'}, 1<<20)
 	for i := range 80 { // more than one 64 MiB value log file
-		if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "k%03d", i), val) }); err != nil {
+		if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "k%03d", i), val) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -306,14 +307,14 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 	}
 	reopen()
 	for i := 1; i < 60; i++ {
-		if err := s.Update(func(tx ledger.Txn) error { return tx.Delete(fmt.Appendf(nil, "k%03d", i)) }); err != nil {
+		if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Delete(fmt.Appendf(nil, "k%03d", i)) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	reopen()
 	// More level 0 tables than Badger keeps before it compacts them.
 	for i := range 10 { // NumLevelZeroTables is 8
-		if err := s.Update(func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "f%d", i), nil) }); err != nil {
+		if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "f%d", i), nil) }); err != nil {
 			t.Fatal(err)
 		}
 		reopen()

@@ -293,14 +293,15 @@ func retryable(err error) bool {
 // Update implements ledger.Store: fn runs in one READ COMMITTED transaction
 // that locks every key it touches (see "Concurrency"), re-run from the
 // start after a serialization failure.
-func (s *Store) Update(fn func(ledger.Txn) error) error {
-	ctx := context.Background()
+func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	var err error
 	p := &plan{keys: map[int64]bool{}}
 	for attempt := range s.retries {
 		err = s.try(ctx, fn, p)
 		if lost, ok := errors.AsType[*lostCommit](err); ok {
-			committed, serr := s.settle(ctx, lost)
+			// Settling is owed even when ctx has ended: the batch's
+			// callers are owed the truth about what committed.
+			committed, serr := s.settle(context.WithoutCancel(ctx), lost)
 			switch {
 			case serr != nil:
 				s.log.Error("postgres commit answer lost; its outcome is unknown, the batch is reported failed", "xid", lost.xid, "err", serr)
@@ -441,8 +442,7 @@ func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, _
 }
 
 // View implements ledger.Store with a read-only snapshot.
-func (s *Store) View(fn func(ledger.Reader) error) error {
-	ctx := context.Background()
+func (s *Store) View(ctx context.Context, fn func(ledger.Reader) error) error {
 	return pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		t := &txn{ctx: ctx, q: tx}
 		err := fn(t)

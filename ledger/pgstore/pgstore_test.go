@@ -3,6 +3,7 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -59,7 +60,7 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 func TestScanPagesInOrder(t *testing.T) {
 	s := openFresh(t)
 	const n = 1300 // more than two pages
-	err := s.Update(func(tx ledger.Txn) error {
+	err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		for i := range n {
 			if err := tx.Set([]byte(fmt.Sprintf("p\x00%05d", i)), []byte{byte(i)}); err != nil {
 				return err
@@ -72,7 +73,7 @@ func TestScanPagesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got [][]byte
-	err = s.View(func(r ledger.Reader) error {
+	err = s.View(context.Background(), func(r ledger.Reader) error {
 		return r.Scan([]byte("p\x00"), []byte("p\x0000100"), func(k, _ []byte) (bool, error) {
 			got = append(got, k)
 			return true, nil
@@ -87,14 +88,14 @@ func TestScanPagesInOrder(t *testing.T) {
 		}
 	}
 	// A failing statement voids the batch: nothing of it is written.
-	err = s.Update(func(tx ledger.Txn) error {
+	err = s.Update(context.Background(), func(tx ledger.Txn) error {
 		tx.Set([]byte("q\x00kept?"), []byte("x"))
 		return fmt.Errorf("the op failed")
 	})
 	if err == nil {
 		t.Fatal("a failed batch committed")
 	}
-	s.View(func(r ledger.Reader) error {
+	s.View(context.Background(), func(r ledger.Reader) error {
 		if _, err := r.Get([]byte("q\x00kept?")); err != ledger.ErrNotFound {
 			t.Fatalf("a failed batch left a write: %v", err)
 		}
@@ -115,13 +116,13 @@ func TestPrefetchAndLockRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Update(func(tx ledger.Txn) error {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		tx.Set([]byte("a"), []byte("1"))
 		return tx.Set([]byte("empty"), nil)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Update(func(tx ledger.Txn) error {
+	err = s.Update(context.Background(), func(tx ledger.Txn) error {
 		tx.Set([]byte("mine"), []byte("2"))
 		tx.Delete([]byte("a"))
 		vals, err := tx.(ledger.Prefetcher).Prefetch([][]byte{[]byte("a"), []byte("empty"), []byte("none"), []byte("mine"), []byte("empty")})
@@ -152,11 +153,11 @@ func TestPrefetchAndLockRelease(t *testing.T) {
 	}
 	defer other.Close()
 	for _, st := range []*Store{other, s} {
-		if err := st.Update(func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) }); err != nil {
+		if err := st.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.View(func(r ledger.Reader) error {
+	s.View(context.Background(), func(r ledger.Reader) error {
 		if v, err := r.Get([]byte("a")); err != nil || string(v) != "1" {
 			t.Errorf("a = %q, %v: the failed batch's delete leaked", v, err)
 		}
@@ -187,13 +188,13 @@ func TestNoAdvisoryLocksIsNamed(t *testing.T) {
 // then read as written, not as first read.
 func TestReadsAfterAScanSeeTheWritesItFlushed(t *testing.T) {
 	s := openFresh(t)
-	if err := s.Update(func(tx ledger.Txn) error {
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		tx.Set([]byte("c\x00gone"), []byte("old"))
 		return tx.Set([]byte("c\x00counter"), []byte("1"))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Update(func(tx ledger.Txn) error {
+	err := s.Update(context.Background(), func(tx ledger.Txn) error {
 		if _, err := tx.(ledger.Prefetcher).Prefetch([][]byte{[]byte("c\x00counter"), []byte("c\x00gone")}); err != nil {
 			return err
 		}
@@ -260,14 +261,14 @@ func TestLostCommitAnswers(t *testing.T) {
 			// it, in a round trip of its own: a batch of the same shape
 			// first, so that the cut falls on the round trip of the
 			// writes and the COMMIT.
-			if err := s.Update(func(tx ledger.Txn) error {
+			if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 				tx.Get([]byte("warm"))
 				return tx.Set([]byte("warm"), []byte("x"))
 			}); err != nil {
 				t.Fatal(err)
 			}
 			runs := 0
-			err := s.Update(func(tx ledger.Txn) error {
+			err := s.Update(context.Background(), func(tx ledger.Txn) error {
 				runs++
 				// A read first: the round trip that begins the
 				// transaction and learns its id.
@@ -298,7 +299,7 @@ func TestLostCommitAnswers(t *testing.T) {
 			logged.Reset()
 			// What the server holds: the run that committed. (Where the
 			// store could not ask, the transaction had committed.)
-			s.View(func(rd ledger.Reader) error {
+			s.View(context.Background(), func(rd ledger.Reader) error {
 				if v, err := rd.Get(k); err != nil || string(v) != fmt.Sprint("run ", tc.runs) {
 					t.Errorf("stored %q, %v; want run %d", v, err, tc.runs)
 				}
@@ -451,7 +452,7 @@ func TestAStuckReplicaLosesTheLock(t *testing.T) {
 	defer other.Close()
 	done := make(chan error, 1)
 	go func() {
-		done <- other.Update(func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) })
+		done <- other.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("after"), []byte("x")) })
 	}()
 	select {
 	case err := <-done:
@@ -481,7 +482,7 @@ func TestWritesDoNotWaitForReaders(t *testing.T) {
 		reading.Add(1)
 		go func() {
 			defer readers.Done()
-			s.View(func(ledger.Reader) error {
+			s.View(context.Background(), func(ledger.Reader) error {
 				reading.Done()
 				<-release
 				return nil
@@ -494,7 +495,9 @@ func TestWritesDoNotWaitForReaders(t *testing.T) {
 	defer readers.Wait()
 	defer free()
 	done := make(chan error, 1)
-	go func() { done <- s.Update(func(tx ledger.Txn) error { return tx.Set([]byte("w"), []byte("x")) }) }()
+	go func() {
+		done <- s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("w"), []byte("x")) })
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -535,7 +538,7 @@ func holdBatch(t *testing.T, s *Store, read, write []string, v string) (release 
 	release = func() { rel.Do(func() { close(released) }) }
 	t.Cleanup(release)
 	go func() {
-		done <- s.Update(func(tx ledger.Txn) error {
+		done <- s.Update(context.Background(), func(tx ledger.Txn) error {
 			for _, k := range read {
 				if _, err := tx.Get([]byte(k)); err != nil && err != ledger.ErrNotFound {
 					return err
@@ -581,7 +584,7 @@ func TestBatchesOnOtherKeysRunSideBySide(t *testing.T) {
 	release, done := holdBatch(t, a, []string{"x"}, []string{"x"}, "a")
 	other := make(chan error, 1)
 	go func() {
-		other <- b.Update(func(tx ledger.Txn) error {
+		other <- b.Update(context.Background(), func(tx ledger.Txn) error {
 			if _, err := tx.Get([]byte("y")); err != ledger.ErrNotFound {
 				return fmt.Errorf("y: %v", err)
 			}
@@ -607,7 +610,7 @@ func TestBatchesOnOtherKeysRunSideBySide(t *testing.T) {
 // no update is lost; it waits rather than failing.
 func TestBatchesOnOneKeyTakeTurns(t *testing.T) {
 	a, b := openPair(t)
-	if err := a.Update(func(tx ledger.Txn) error { return tx.Set([]byte("n"), []byte("0")) }); err != nil {
+	if err := a.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("n"), []byte("0")) }); err != nil {
 		t.Fatal(err)
 	}
 	incr := func(tx ledger.Txn) error {
@@ -620,7 +623,7 @@ func TestBatchesOnOneKeyTakeTurns(t *testing.T) {
 	}
 	release, done := holdBatch(t, a, []string{"n"}, nil, "")
 	second := make(chan error, 1)
-	go func() { second <- b.Update(incr) }()
+	go func() { second <- b.Update(context.Background(), incr) }()
 	if err := waitsForIt(t, second, release, done, "a batch writing a key another replica's batch read"); err != nil {
 		t.Fatal(err)
 	}
@@ -628,13 +631,13 @@ func TestBatchesOnOneKeyTakeTurns(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 40 {
 		wg.Go(func() {
-			if err := []*Store{a, b}[i%2].Update(incr); err != nil {
+			if err := []*Store{a, b}[i%2].Update(context.Background(), incr); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	a.View(func(r ledger.Reader) error {
+	a.View(context.Background(), func(r ledger.Reader) error {
 		if v, err := r.Get([]byte("n")); err != nil || string(v) != "41" {
 			t.Errorf("n = %q, %v; want 41", v, err)
 		}
@@ -651,7 +654,7 @@ func TestAScanWaitsForEveryBatch(t *testing.T) {
 	scanned := make(chan []string, 1)
 	go func() {
 		var keys []string
-		err := b.Update(func(tx ledger.Txn) error {
+		err := b.Update(context.Background(), func(tx ledger.Txn) error {
 			keys = keys[:0]
 			return tx.Scan([]byte("p\x00"), nil, func(k, _ []byte) (bool, error) {
 				keys = append(keys, string(k))
@@ -665,5 +668,31 @@ func TestAScanWaitsForEveryBatch(t *testing.T) {
 	}()
 	if keys := waitsForIt(t, scanned, release, done, "a scan"); !slices.Equal(keys, []string{"p\x00new"}) {
 		t.Fatalf("the scan saw %q, want the key the other batch wrote", keys)
+	}
+}
+
+// TestAReadStopsWhenItsRequestEnds: a View's queries run on its context,
+// so a read whose request ended (a client gone, a deadline) fails instead
+// of waiting on the server.
+func TestAReadStopsWhenItsRequestEnds(t *testing.T) {
+	s := openFresh(t)
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("r\x00a"), []byte("x")) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	err := s.View(ctx, func(r ledger.Reader) error {
+		if _, err := r.Get([]byte("r\x00a")); err != nil {
+			return err
+		}
+		cancel() // the request ends mid-read
+		_, err := r.Get([]byte("r\x00b"))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a read after its context ended: %v", err)
+	}
+	err = s.View(ctx, func(r ledger.Reader) error { _, err := r.Get([]byte("r\x00a")); return err })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a View begun after its context ended: %v", err)
 	}
 }
