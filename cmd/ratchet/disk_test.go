@@ -12,6 +12,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
+
+	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // TestDiskFull runs the real binary on a small tmpfs, fills the disk under
@@ -27,13 +29,18 @@ func TestDiskFull(t *testing.T) {
 	data := filepath.Join(mnt, "data")
 	s := startServe(t, data, "ledger: {min_free_bytes: 134217728}\n") // 128 MiB floor
 	cs := connect(t, s.mcp)
-	beginKey := func(key string) (map[string]any, bool) {
+	// beginKey returns the answer, or the error's code for a tool error
+	// (which carries no structured content).
+	beginKey := func(key string) (map[string]any, string) {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect",
 			Arguments: map[string]any{"idempotency_key": key, "effect_type": "email.send"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res.StructuredContent.(map[string]any), res.IsError
+		if e := mcp.ErrorOf(res); e != nil {
+			return nil, string(e.Code)
+		}
+		return res.StructuredContent.(map[string]any), ""
 	}
 	ready := func() int {
 		resp, err := http.Get(s.admin + "/readyz")
@@ -43,8 +50,8 @@ func TestDiskFull(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if out, isErr := beginKey("before"); isErr || out["decision"] != "execute" || ready() != 200 {
-		t.Fatalf("before: %v", out)
+	if out, code := beginKey("before"); code != "" || out["decision"] != "execute" || ready() != 200 {
+		t.Fatalf("before: %v %s", out, code)
 	}
 
 	// Fill the disk until less than the floor is free.
@@ -55,9 +62,8 @@ func TestDiskFull(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, free-64<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, isErr := beginKey("during")
-	if !isErr || out["error"].(map[string]any)["code"] != "unavailable" {
-		t.Fatalf("begin on a full disk: %v", out)
+	if out, code := beginKey("during"); code != "unavailable" {
+		t.Fatalf("begin on a full disk: %v %s", out, code)
 	}
 	if code := ready(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz on a full disk: %d", code)
@@ -72,8 +78,8 @@ func TestDiskFull(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if out, isErr := beginKey("during"); isErr || out["decision"] != "execute" {
-		t.Fatalf("after space returned: %v", out)
+	if out, code := beginKey("during"); code != "" || out["decision"] != "execute" {
+		t.Fatalf("after space returned: %v %s", out, code)
 	}
 	if out, _ := beginKey("before"); out["decision"] != "in_flight" {
 		t.Fatalf("the earlier effect was lost: %v", out)
