@@ -76,11 +76,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		if !isLoopback(cfg.Listen.Admin) {
 			return fmt.Errorf("no auth.admins are configured, so the admin API would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.Admin)
 		}
-		if len(agents) > 0 {
-			log.Warn("auth.agents are configured and auth.admins are not: the admin API is read-only (approve, reject and resolve answer 403) and served on loopback only", "listen", cfg.Listen.Admin)
-		} else {
+		if len(agents) == 0 {
 			log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
-		}
+		} // with agents, the config's warning below says the API is read-only
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: "+w.Path+": "+w.Message, "line", w.Line)
 	}
 	m := metrics.New()
 	eng, err := openEngine(cfg, log, m)
