@@ -140,10 +140,17 @@ func (a *api) guard(next http.Handler) http.Handler {
 	})
 }
 
-// The error codes of the guard.
+// The error codes of the admin API's own refusals (the engine's codes are
+// ledger.Code values).
 const (
-	CodeHostNotAllowed       = "host_not_allowed"
-	CodeCrossOriginRefused   = "cross_origin_refused"
+	// CodeAdminAuthRequired: a state change on a read-only API (agents
+	// configured, no admins).
+	CodeAdminAuthRequired = "admin_auth_required"
+	// CodeHostNotAllowed: a Host that is not loopback, unauthenticated.
+	CodeHostNotAllowed = "host_not_allowed"
+	// CodeCrossOriginRefused: a browser's cross-origin state change.
+	CodeCrossOriginRefused = "cross_origin_refused"
+	// CodeUnsupportedMediaType: a POST that is not application/json.
 	CodeUnsupportedMediaType = "unsupported_media_type"
 )
 
@@ -162,10 +169,6 @@ const (
 	read   access = false
 	change access = true
 )
-
-// CodeAdminAuthRequired is the error code of a state change refused
-// because the API is read-only (agents configured, no admins).
-const CodeAdminAuthRequired = "admin_auth_required"
 
 type api struct {
 	eng  Engine
