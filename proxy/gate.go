@@ -241,7 +241,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 			if isTimeout(err) {
 				status, msg = http.StatusGatewayTimeout, "Ratchet: the vendor did not answer in time; the outcome is unknown and this action is blocked until resolved"
 			}
-			p.write(w, c.v, status, "ratchet_upstream_unknown", msg)
+			p.write(w, c.v, status, vendors.RefusalUnknown, msg)
 		}
 	}
 	rp.ServeHTTP(w, r)
@@ -374,7 +374,7 @@ func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.Begi
 		if ref == "" {
 			ref = kept.ObjectID
 		}
-		p.write(w, v, http.StatusConflict, "ratchet_duplicate", fmt.Sprintf(
+		p.write(w, v, http.StatusConflict, vendors.RefusalDuplicate, fmt.Sprintf(
 			"Ratchet: this request was already performed (effect %s, vendor reference %q); the original response is not available to replay",
 			res.EffectID, ref))
 		return
@@ -393,11 +393,17 @@ func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.Begi
 	w.Write(body)
 }
 
-// write sends a refusal in the vendor's own error shape.
+// write sends a refusal in the vendor's own error shape, at the status and
+// with the headers its SDK handles best (vendors.Vendor.Refusal).
 func (p *Proxy) write(w http.ResponseWriter, v vendors.Vendor, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(v.ErrorBody(status, code, msg))
+	rep := v.Refusal(status, code, msg)
+	h := w.Header()
+	for k, vals := range rep.Header {
+		h[k] = vals
+	}
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(rep.Status)
+	w.Write(rep.Body)
 }
 
 // decisionAnswer maps a decision that does not reach the vendor to an HTTP

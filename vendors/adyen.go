@@ -24,6 +24,10 @@ import (
 // Refused, Error and Cancelled are final refusals. Errors are the
 // ServiceError object {status, errorCode, message, errorType, pspReference}
 // (https://docs.adyen.com/development-resources/serviceexception).
+// Keys are kept per company account; the body's merchantAccount says which
+// merchant a call is for, and then the API key (any of the company's
+// credentials) is no part of the key's scope. The Node library shows the
+// message of a body with a status field at any status.
 type Adyen struct{}
 
 var _ Vendor = Adyen{}
@@ -36,7 +40,7 @@ func (Adyen) Hosts() []string { return []string{"checkout-test.adyen.com"} }
 
 // KeyRule implements Vendor.
 func (Adyen) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "idempotency-key", MaxLen: 64, Enforced: true, RetentionHours: 7 * 24}
+	return KeyRule{Location: InHeader, Name: "idempotency-key", MaxLen: 64, Enforced: true, RetentionHours: 7 * 24, PerEndpoint: true}
 }
 
 var adyenVersion = regexp.MustCompile(`^v[0-9]+$`)
@@ -69,6 +73,11 @@ func (a Adyen) Classify(r *Request) (Effect, bool) {
 	e := Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
 		Money:        minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
 		Counterparty: firstString(body, []string{"shopperReference"}),
+	}
+	if m := str(body, "merchantAccount"); m != "" {
+		e.Merchant = "merchantAccount=" + m
+	} else if k, a := r.Header.Get("X-API-Key"), r.Header.Get("Authorization"); k != "" || a != "" {
+		e.Credential = k + "\x00" + a
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == "payments":
@@ -105,7 +114,11 @@ func (Adyen) Outcome(r *Response) Outcome {
 	return o
 }
 
-// ErrorBody implements Vendor: Adyen's ServiceError.
-func (Adyen) ErrorBody(status int, code, message string) []byte {
-	return errorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})
+// Refusal implements Vendor: Adyen's ServiceError. A conflict is 422,
+// Adyen's status for a request that fails validation.
+func (Adyen) Refusal(status int, code, message string) Reply {
+	if code == RefusalConflict {
+		status = http.StatusUnprocessableEntity
+	}
+	return Reply{Status: status, Body: errorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})}
 }

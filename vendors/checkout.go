@@ -15,6 +15,12 @@ import (
 // https://www.checkout.com/docs/payments/accept-payments/format-the-amount-value
 // — amount is an integer in minor units. A 201 with "approved": false is a
 // declined payment. Errors are {request_id, error_type, error_codes}.
+// processing_channel_id selects the merchant's entity and scopes keys;
+// without it a secret key (sk_…) does, an OAuth access token (refreshed)
+// never. checkout-sdk-node keeps an error's body only for 422, 429 and
+// statuses it does not name (it drops it for 401, 403, 404, 409 and 502),
+// so refusals come as 422, in_flight as 429 (Checkout.com's earlier status
+// for a request in progress) and an unknown outcome as 504.
 type Checkout struct{}
 
 var _ Vendor = Checkout{}
@@ -27,7 +33,7 @@ func (Checkout) Hosts() []string { return []string{"api.checkout.com", "api.sand
 
 // KeyRule implements Vendor.
 func (Checkout) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "Cko-Idempotency-Key", Enforced: true, RetentionHours: 24}
+	return KeyRule{Location: InHeader, Name: "Cko-Idempotency-Key", Enforced: true, RetentionHours: 24, PerEndpoint: true}
 }
 
 // Classify implements Vendor.
@@ -40,6 +46,11 @@ func (c Checkout) Classify(r *Request) (Effect, bool) {
 	e := Effect{EffectType: restType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
 		Money:        minorMoney(body, []string{"amount"}, []string{"currency"}),
 		Counterparty: firstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
+	}
+	if pc := str(body, "processing_channel_id"); pc != "" {
+		e.Merchant = "processing_channel_id=" + pc
+	} else if a := r.Header.Get("Authorization"); strings.HasPrefix(strings.TrimPrefix(a, "Bearer "), "sk_") {
+		e.Credential = a
 	}
 	switch {
 	case r.Method == http.MethodPost && len(parts) == 1 && (parts[0] == "payments" || parts[0] == "transfers"):
@@ -65,7 +76,19 @@ func (Checkout) Outcome(r *Response) Outcome {
 	return o
 }
 
-// ErrorBody implements Vendor: Checkout.com's error object.
-func (Checkout) ErrorBody(_ int, code, message string) []byte {
-	return errorJSON(map[string]any{"request_id": "ratchet", "error_type": code, "error_codes": []string{message}})
+// Refusal implements Vendor: Checkout.com's error object, at a status whose
+// body checkout-sdk-node keeps.
+func (Checkout) Refusal(status int, code, message string) Reply {
+	errType := code
+	switch {
+	case code == RefusalInFlight:
+		status = http.StatusTooManyRequests
+	case code == RefusalConflict:
+		status, errType = http.StatusUnprocessableEntity, "request_invalid"
+	case status == http.StatusForbidden, status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusNotFound:
+		status = http.StatusUnprocessableEntity
+	case status == http.StatusBadGateway:
+		status = http.StatusGatewayTimeout
+	}
+	return Reply{Status: status, Body: errorJSON(map[string]any{"request_id": "ratchet", "error_type": errType, "error_codes": []string{message}})}
 }

@@ -24,7 +24,7 @@ func (g Generic) Classify(r *Request) (Effect, bool) {
 		return Effect{}, false
 	}
 	return Effect{EffectType: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
-		CallerKey: r.Header.Get("Idempotency-Key")}, true
+		CallerKey: r.Header.Get("Idempotency-Key"), Credential: r.Header.Get("Authorization")}, true
 }
 
 // Outcome implements Vendor with the common status rule.
@@ -32,7 +32,7 @@ func (Generic) Outcome(r *Response) Outcome {
 	return Outcome{Result: byStatus(r.Status), VendorReference: str(jsonObject(r.Body), "id")}
 }
 
-// ErrorBody implements Vendor.
-func (Generic) ErrorBody(_ int, code, message string) []byte {
-	return errorJSON(map[string]any{"error": map[string]any{"code": code, "message": message}})
+// Refusal implements Vendor.
+func (Generic) Refusal(status int, code, message string) Reply {
+	return Reply{Status: status, Body: errorJSON(map[string]any{"error": map[string]any{"code": code, "message": message}})}
 }

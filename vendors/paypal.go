@@ -14,7 +14,14 @@ import (
 // — 1 to 108 characters, "The server stores keys for 6 hours". Amounts
 // are decimal strings with a currency_code
 // (https://developer.paypal.com/api/orders/v2/definitions/purchase_unit);
-// errors are {name, message, debug_id, details}.
+// errors are {name, message, debug_id, details}. A platform acts for
+// another merchant with PayPal-Auth-Assertion
+// (https://developer.paypal.com/api/rest/requests/), which scopes keys; the
+// OAuth bearer token, refreshed every few hours, never does (HTTP Basic
+// client credentials would). The server SDK parses an error body only
+// for 400, 401 and 422, so refusals come as 422 (PayPal's own status for a
+// request it will not process), a conflict with PayPal's
+// PAYPAL_REQUEST_ID_PREVIOUSLY_USED.
 type PayPal struct{}
 
 var _ Vendor = PayPal{}
@@ -27,7 +34,7 @@ func (PayPal) Hosts() []string { return []string{"api-m.paypal.com", "api-m.sand
 
 // KeyRule implements Vendor.
 func (PayPal) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "PayPal-Request-Id", MaxLen: 108, Enforced: true, RetentionHours: 6}
+	return KeyRule{Location: InHeader, Name: "PayPal-Request-Id", MaxLen: 108, Enforced: true, RetentionHours: 6, PerEndpoint: true}
 }
 
 // Classify implements Vendor.
@@ -39,6 +46,12 @@ func (p PayPal) Classify(r *Request) (Effect, bool) {
 	}
 	body := jsonObject(r.Body)
 	e := Effect{Key: p.KeyRule(), CallerKey: r.Header.Get("PayPal-Request-Id")}
+	if a := r.Header.Get("PayPal-Auth-Assertion"); a != "" {
+		e.Scope = "auth_assertion=" + a
+	}
+	if a := r.Header.Get("Authorization"); len(a) > 6 && strings.EqualFold(a[:6], "basic ") {
+		e.Credential = a
+	}
 	// /v2/checkout/orders, /v2/payments/captures/{id}/refund: the second
 	// segment is a namespace.
 	res := append([]string{parts[1] + "_" + parts[2]}, parts[3:]...)
@@ -77,8 +90,16 @@ func (PayPal) Outcome(r *Response) Outcome {
 	return o
 }
 
-// ErrorBody implements Vendor: PayPal's {name, message, details}.
-func (PayPal) ErrorBody(_ int, code, message string) []byte {
-	return errorJSON(map[string]any{"name": strings.ToUpper(code), "message": message,
-		"details": []any{map[string]any{"issue": strings.ToUpper(code), "description": message}}})
+// Refusal implements Vendor: PayPal's {name, message, details}, at a status
+// whose body the server SDK reads (400, 401, 422; other refusals 422).
+func (PayPal) Refusal(status int, code, message string) Reply {
+	name, issue := strings.ToUpper(code), strings.ToUpper(code)
+	if code == RefusalConflict {
+		status, name, issue = http.StatusUnprocessableEntity, "UNPROCESSABLE_ENTITY", "PAYPAL_REQUEST_ID_PREVIOUSLY_USED"
+	}
+	if status >= 400 && status < 500 && status != http.StatusBadRequest && status != http.StatusUnauthorized {
+		status = http.StatusUnprocessableEntity
+	}
+	return Reply{Status: status, Body: errorJSON(map[string]any{"name": name, "message": message, "debug_id": "ratchet",
+		"details": []any{map[string]any{"issue": issue, "description": message}}})}
 }

@@ -27,12 +27,28 @@ type Effect struct {
 	// destination account, shopper reference), when present.
 	Counterparty string
 	// CallerKey is the idempotency key the caller already put in the
-	// request, if any.
+	// request, in the vendor's own place, if any.
 	CallerKey string
+	// KeyFromSDK is true when CallerKey is one an SDK mints afresh for
+	// every call (stripe-go's, stripe-node's retry keys): it says only
+	// that the SDK's own retries of one call are the same call, nothing
+	// about two calls the application makes.
+	KeyFromSDK bool
 	// Scope names the account the request acts for when a header says so
-	// (Stripe-Account): identical requests for two accounts are different
-	// actions.
+	// (Stripe-Account, Stripe-Context, PayPal-Auth-Assertion): identical
+	// requests for two accounts are different actions.
 	Scope string
+	// Merchant names the merchant a body field selects (Adyen's
+	// merchantAccount, Square's location, Checkout.com's processing
+	// channel). It is in the content already; keys derived from the
+	// caller's key are scoped by it too.
+	Merchant string
+	// Credential is the stable part of the caller's credentials, which
+	// scopes derived keys: a static secret (a Stripe or Checkout.com secret
+	// key, an Adyen API key, HTTP Basic credentials) where no Merchant is
+	// named. It is empty for OAuth bearer tokens, which are refreshed: a
+	// retry with a fresh token is the same call.
+	Credential string
 	// Key says where this endpoint takes an idempotency key; Location is
 	// empty for endpoints that take none (the request is gated but not
 	// stamped).

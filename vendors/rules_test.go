@@ -267,7 +267,7 @@ func TestStamp(t *testing.T) {
 func TestErrorBodies(t *testing.T) {
 	for _, name := range []string{"stripe", "square", "adyen", "paypal", "checkout", "acme"} {
 		v, _ := Lookup(name)
-		b := v.ErrorBody(403, "ratchet_denied", "Ratchet denied this request: budget exceeded")
+		b := v.Refusal(403, "ratchet_denied", "Ratchet denied this request: budget exceeded").Body
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -276,7 +276,99 @@ func TestErrorBodies(t *testing.T) {
 			t.Fatalf("%s: message missing: %s", name, b)
 		}
 	}
-	if got := (Square{}).ErrorBody(403, "ratchet_denied", "no"); !strings.Contains(string(got), `"code":"RATCHET_DENIED"`) {
+	if got := (Square{}).Refusal(403, "ratchet_denied", "no").Body; !strings.Contains(string(got), `"code":"RATCHET_DENIED"`) {
 		t.Fatalf("square error %s", got)
+	}
+}
+
+// TestRefusalsEachSDKShows: each refusal comes at a status whose body the
+// vendor's official SDK reads, and stripe SDKs are told not to retry what
+// can only be refused again.
+func TestRefusalsEachSDKShows(t *testing.T) {
+	cases := []struct {
+		vendor, code string
+		status       int
+		wantStatus   int
+		wantBody     string
+		shouldRetry  string // Stripe-Should-Retry
+	}{
+		{"stripe", RefusalBlocked, 409, 409, `"code":"ratchet_blocked"`, "false"},
+		{"stripe", RefusalInFlight, 409, 409, `"code":"ratchet_in_flight"`, ""}, // worth a retry after a moment
+		{"stripe", RefusalUnknown, 504, 504, `"type":"invalid_request_error"`, "false"},
+		{"stripe", RefusalDuplicate, 409, 409, `ratchet_duplicate`, "false"},
+		{"stripe", RefusalConflict, 400, 400, `"type":"idempotency_error"`, ""},
+		{"stripe", "ratchet_denied", 403, 403, `"code":"ratchet_denied"`, ""},
+		{"square", RefusalConflict, 400, 400, `"code":"IDEMPOTENCY_KEY_REUSED"`, ""},
+		{"square", RefusalBlocked, 409, 409, `"code":"RATCHET_BLOCKED"`, ""},
+		{"adyen", RefusalConflict, 400, 422, `"status":422`, ""},
+		{"adyen", RefusalBlocked, 409, 409, `"status":409`, ""},
+		{"paypal", RefusalBlocked, 409, 422, `"issue":"RATCHET_BLOCKED"`, ""},
+		{"paypal", "ratchet_approval_required", 403, 422, `"name":"RATCHET_APPROVAL_REQUIRED"`, ""},
+		{"paypal", "ratchet_body_too_large", 413, 422, `RATCHET_BODY_TOO_LARGE`, ""},
+		{"paypal", "ratchet_cost_required", 400, 400, `RATCHET_COST_REQUIRED`, ""},
+		{"paypal", RefusalConflict, 400, 422, `"issue":"PAYPAL_REQUEST_ID_PREVIOUSLY_USED"`, ""},
+		{"paypal", RefusalUnknown, 504, 504, `RATCHET_UPSTREAM_UNKNOWN`, ""},
+		{"checkout", RefusalInFlight, 409, 429, `"error_type":"ratchet_in_flight"`, ""},
+		{"checkout", RefusalBlocked, 409, 422, `"error_type":"ratchet_blocked"`, ""},
+		{"checkout", "ratchet_denied", 403, 422, `"error_type":"ratchet_denied"`, ""},
+		{"checkout", RefusalUnknown, 502, 504, `"error_type":"ratchet_upstream_unknown"`, ""},
+		{"checkout", RefusalConflict, 400, 422, `"error_type":"request_invalid"`, ""},
+	}
+	for _, c := range cases {
+		v, _ := Lookup(c.vendor)
+		r := v.Refusal(c.status, c.code, "Ratchet: the message")
+		if r.Status != c.wantStatus || !strings.Contains(string(r.Body), c.wantBody) || !strings.Contains(string(r.Body), "Ratchet: the message") ||
+			r.Header.Get("Stripe-Should-Retry") != c.shouldRetry {
+			t.Errorf("%s %s %d: %d %v %s", c.vendor, c.code, c.status, r.Status, r.Header, r.Body)
+		}
+	}
+}
+
+// TestWhoseCallItIs: the caller's key, whether an SDK minted it, the
+// account a header names, the merchant a body names, and the credential
+// that scopes keys: a static secret, never a refreshed OAuth token.
+func TestWhoseCallItIs(t *testing.T) {
+	cases := []struct {
+		name, vendor, path, body string
+		header                   http.Header
+		key                      string
+		fromSDK                  bool
+		scope, merchant, cred    string
+	}{
+		{"stripe, caller's key", "stripe", "/v1/payment_intents", "amount=1&currency=usd",
+			http.Header{"Idempotency-Key": {"order-1"}, "Authorization": {"Bearer sk_test_1"}}, "order-1", false, "", "", "Bearer sk_test_1"},
+		{"stripe-go's key", "stripe", "/v1/payment_intents", "amount=1&currency=usd",
+			http.Header{"Idempotency-Key": {"1764581234567890123_Ab-_9z"}}, "1764581234567890123_Ab-_9z", true, "", "", ""},
+		{"stripe-node's retry key", "stripe", "/v1/refunds", "charge=ch_1",
+			http.Header{"Idempotency-Key": {"stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c"}}, "stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c", true, "", "", ""},
+		{"stripe account", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Account": {"acct_1"}}, "", false, "acct_1", "", ""},
+		{"stripe context", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Context": {"acct_1"}}, "", false, " context=acct_1", "", ""},
+		{"square location", "square", "/v2/payments", `{"idempotency_key":"k","location_id":"L1"}`,
+			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "location=L1", ""},
+		{"square, no location", "square", "/v2/refunds", `{"idempotency_key":"k","payment_id":"p"}`,
+			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "", "Bearer EAAA1"},
+		{"square order location", "square", "/v2/orders", `{"idempotency_key":"k","order":{"location_id":"L2"}}`, nil, "k", false, "", "location=L2", ""},
+		{"adyen merchant", "adyen", "/v71/payments", `{"merchantAccount":"M1"}`,
+			http.Header{"X-Api-Key": {"AQE1"}, "Idempotency-Key": {"k"}}, "k", false, "", "merchantAccount=M1", ""},
+		{"adyen, no merchant", "adyen", "/v71/payments", `{}`, http.Header{"X-Api-Key": {"AQE1"}}, "", false, "", "", "AQE1\x00"},
+		{"paypal assertion", "paypal", "/v2/checkout/orders", `{}`,
+			http.Header{"Paypal-Auth-Assertion": {"eyJhbGciOiJub25lIn0.eyJpc3MiOiJjIiwicGF5ZXJfaWQiOiJQIn0."}, "Authorization": {"Bearer A21AA"}, "Paypal-Request-Id": {"k"}},
+			"k", false, "auth_assertion=eyJhbGciOiJub25lIn0.eyJpc3MiOiJjIiwicGF5ZXJfaWQiOiJQIn0.", "", ""},
+		{"paypal basic", "paypal", "/v2/checkout/orders", `{}`, http.Header{"Authorization": {"Basic Y2xpZW50OnNlY3JldA=="}}, "", false, "", "", "Basic Y2xpZW50OnNlY3JldA=="},
+		{"checkout channel", "checkout", "/payments", `{"processing_channel_id":"pc_1"}`,
+			http.Header{"Authorization": {"Bearer sk_sbox_1"}, "Cko-Idempotency-Key": {"k"}}, "k", false, "", "processing_channel_id=pc_1", ""},
+		{"checkout secret key", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer sk_sbox_1"}}, "", false, "", "", "Bearer sk_sbox_1"},
+		{"checkout oauth", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer eyJhbGciOi"}}, "", false, "", "", ""},
+	}
+	for _, c := range cases {
+		v, _ := Lookup(c.vendor)
+		h := c.header
+		if h == nil {
+			h = http.Header{}
+		}
+		e, ok := v.Classify(&Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
+		if !ok || e.CallerKey != c.key || e.KeyFromSDK != c.fromSDK || e.Scope != c.scope || e.Merchant != c.merchant || e.Credential != c.cred {
+			t.Errorf("%s: %+v", c.name, e)
+		}
 	}
 }

@@ -17,7 +17,13 @@ import (
 // {"errors": [{"category", "code", "detail", "field"}]}
 // (https://developer.squareup.com/reference/square/objects/Error); Square
 // documents no retention period for keys (developer forum threads 28303,
-// 28309).
+// 28309). The SDKs leave the key to the caller (it is a required field).
+// A key reused with other parameters is refused with IDEMPOTENCY_KEY_REUSED
+// (https://developer.squareup.com/docs/working-with-apis/idempotency).
+// The merchant is the access token's seller; location_id, where a request
+// names one, selects it (location ids are the seller's own), and then the
+// token, which OAuth refreshes, is no part of the key's scope. A request
+// that names no location is scoped by its token.
 type Square struct{}
 
 var _ Vendor = Square{}
@@ -32,7 +38,7 @@ func (Square) Hosts() []string {
 
 // KeyRule implements Vendor.
 func (Square) KeyRule() KeyRule {
-	return KeyRule{Location: InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true}
+	return KeyRule{Location: InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true, PerEndpoint: true}
 }
 
 // squareEndpoint is one documented Square request that takes a key.
@@ -91,6 +97,7 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 			continue
 		}
 		e := Effect{EffectType: ep.effectType, Counterparty: firstString(body, ep.counterparty...)}
+		e.Merchant, e.Credential = squareMerchant(body, r.Header)
 		if ep.keyMax > 0 {
 			e.Key = s.KeyRule()
 			e.Key.MaxLen = ep.keyMax
@@ -103,7 +110,19 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 	}
 	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an
 	// unknown endpoint is named by its first segment and method only.
-	return Effect{EffectType: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}, true
+	e := Effect{EffectType: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}
+	e.Merchant, e.Credential = squareMerchant(body, r.Header)
+	return e, true
+}
+
+// squareMerchant returns the location a request names, or else its
+// credentials, which then scope it.
+func squareMerchant(body any, h http.Header) (merchant, credential string) {
+	if loc := firstString(body, []string{"location_id"}, []string{"order", "location_id"},
+		[]string{"quick_pay", "location_id"}, []string{"invoice", "location_id"}); loc != "" {
+		return "location=" + loc, ""
+	}
+	return "", h.Get("Authorization")
 }
 
 // squareReads are the last path segments of Square POSTs that only read
@@ -130,13 +149,18 @@ func (Square) Outcome(r *Response) Outcome {
 	return o
 }
 
-// ErrorBody implements Vendor: Square's {"errors": [...]}.
-func (Square) ErrorBody(status int, code, message string) []byte {
+// Refusal implements Vendor: Square's {"errors": [...]}, which the SDKs
+// show at any status; a conflict carries Square's own code for it.
+func (Square) Refusal(status int, code, message string) Reply {
 	category := "INVALID_REQUEST_ERROR"
 	if status == http.StatusTooManyRequests {
 		category = "RATE_LIMIT_ERROR"
 	}
-	return errorJSON(map[string]any{"errors": []any{map[string]any{
-		"category": category, "code": strings.ToUpper(code), "detail": message,
-	}}})
+	code = strings.ToUpper(code)
+	if code == strings.ToUpper(RefusalConflict) {
+		code = "IDEMPOTENCY_KEY_REUSED"
+	}
+	return Reply{Status: status, Body: errorJSON(map[string]any{"errors": []any{map[string]any{
+		"category": category, "code": code, "detail": message,
+	}}})}
 }

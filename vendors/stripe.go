@@ -3,6 +3,7 @@ package vendors
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -17,6 +18,16 @@ import (
 // before anything executes; 402 is a processed request that failed (a
 // decline); 5xx and network errors are ambiguous. v1 bodies are
 // form-encoded; v2 (/v2/...) bodies are JSON and also take the key on DELETE.
+// A key reused on another endpoint is an error
+// (https://docs.stripe.com/changelog/2015-09-03), so keys are not per
+// endpoint. The account a call acts for is the API key's, or the connected
+// account named by Stripe-Account or Stripe-Context
+// (https://docs.stripe.com/context). stripe-go sends a key it mints for
+// every POST (NewIdempotencyKey: UnixNano, "_", six base64url characters)
+// and stripe-node one prefixed stripe-node-retry- when retries are on; such
+// keys say nothing about two calls being one (KeyFromSDK). SDKs honour
+// Stripe-Should-Retry: false, which Ratchet sends where a retry can only be
+// refused again.
 type Stripe struct{}
 
 var _ Vendor = Stripe{}
@@ -30,6 +41,25 @@ func (Stripe) Hosts() []string { return []string{"api.stripe.com"} }
 // KeyRule implements Vendor.
 func (Stripe) KeyRule() KeyRule {
 	return KeyRule{Location: InHeader, Name: "Idempotency-Key", MaxLen: 255, Enforced: true, RetentionHours: 24}
+}
+
+// stripeGoKey is the shape of the key stripe-go mints for a call.
+var stripeGoKey = regexp.MustCompile(`^[0-9]{19}_[A-Za-z0-9_-]{6}$`)
+
+// stripeKeyFromSDK reports whether an Idempotency-Key is one a Stripe SDK
+// minted for a single call.
+func stripeKeyFromSDK(k string) bool {
+	return strings.HasPrefix(k, "stripe-node-retry-") || stripeGoKey.MatchString(k)
+}
+
+// stripeScope names the account a request acts for beyond the API key's:
+// Stripe-Account alone as it always was, with Stripe-Context after it.
+func stripeScope(h http.Header) string {
+	scope := h.Get("Stripe-Account")
+	if c := h.Get("Stripe-Context"); c != "" {
+		scope += " context=" + c
+	}
+	return scope
 }
 
 // stripeNamespaces are path prefixes that group resources
@@ -53,7 +83,8 @@ func (s Stripe) Classify(r *Request) (Effect, bool) {
 		res = append([]string{res[0] + "_" + res[1]}, res[2:]...)
 	}
 	e := Effect{EffectType: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
-		Scope: r.Header.Get("Stripe-Account")}
+		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization")}
+	e.KeyFromSDK = stripeKeyFromSDK(e.CallerKey)
 	if r.Method == http.MethodPost || (v2 && r.Method == http.MethodDelete) {
 		e.Key = s.KeyRule()
 	}
@@ -105,10 +136,23 @@ func (Stripe) Outcome(r *Response) Outcome {
 	return o
 }
 
-// ErrorBody implements Vendor: Stripe's {"error": {type, code, message}},
-// which stripe-go turns into a *stripe.Error.
-func (Stripe) ErrorBody(_ int, code, message string) []byte {
-	return errorJSON(map[string]any{"error": map[string]any{
-		"type": "invalid_request_error", "code": code, "message": message,
-	}})
+// Refusal implements Vendor: Stripe's {"error": {type, code, message}},
+// which stripe-go turns into a *stripe.Error (a conflict into a
+// *stripe.IdempotencyError, as Stripe's own). stripe-go and stripe-node
+// retry a 409 and a 5xx unless told Stripe-Should-Retry: false, which a
+// blocked call, one performed already and one whose outcome is unknown
+// get: their retries could only be refused again.
+func (Stripe) Refusal(status int, code, message string) Reply {
+	typ := "invalid_request_error"
+	if code == RefusalConflict {
+		typ = "idempotency_error"
+	}
+	r := Reply{Status: status, Body: errorJSON(map[string]any{"error": map[string]any{
+		"type": typ, "code": code, "message": message,
+	}})}
+	switch code {
+	case RefusalBlocked, RefusalDuplicate, RefusalUnknown:
+		r.Header = http.Header{"Stripe-Should-Retry": {"false"}}
+	}
+	return r
 }

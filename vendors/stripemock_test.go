@@ -75,7 +75,7 @@ func TestStripeFixturesThroughStripeMock(t *testing.T) {
 	if err := json.Unmarshal(body, &mockErr); err != nil || mockErr.Error == nil || mockErr.Error.Msg == "" {
 		t.Fatalf("stripe-mock error body: %v %s", err, body)
 	}
-	if err := json.Unmarshal(Stripe{}.ErrorBody(403, "ratchet_denied", "Ratchet denied this payment: budget exceeded"), &ours); err != nil {
+	if err := json.Unmarshal(Stripe{}.Refusal(403, "ratchet_denied", "Ratchet denied this payment: budget exceeded").Body, &ours); err != nil {
 		t.Fatal(err)
 	}
 	if ours.Error == nil || ours.Error.Msg != "Ratchet denied this payment: budget exceeded" || ours.Error.Type != stripe.ErrorTypeInvalidRequest || ours.Error.Code != "ratchet_denied" {

@@ -27,6 +27,7 @@ package vendors
 import (
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"regexp"
 	"strings"
 )
@@ -55,6 +56,13 @@ type KeyRule struct {
 	// RetentionHours is how long the vendor documents keeping keys; zero
 	// means the vendor publishes no figure.
 	RetentionHours int
+	// PerEndpoint is true when a key names a call on one endpoint only, so
+	// the same key sent to another endpoint is another call. False where
+	// the vendor refuses a key reused on another endpoint (Stripe); true
+	// where the vendor documents nothing either way, so that a caller
+	// reusing an order number as the key on two endpoints is never refused
+	// for it.
+	PerEndpoint bool
 }
 
 // Vendor is one vendor's rules.
@@ -71,11 +79,32 @@ type Vendor interface {
 	Classify(r *Request) (Effect, bool)
 	// Outcome classifies the vendor's answer to an effect.
 	Outcome(r *Response) Outcome
-	// ErrorBody renders a refusal in the vendor's own error shape, so the
-	// vendor's SDK shows the message. code is Ratchet's (e.g.
-	// "ratchet_denied").
-	ErrorBody(status int, code, message string) []byte
+	// Refusal renders an answer Ratchet gives instead of the vendor's in
+	// the vendor's own error shape, with the status and headers the
+	// vendor's official SDK handles best, so it shows the message and does
+	// not retry what cannot succeed. status is what Ratchet means (409 for
+	// in_flight and blocked, 403 for approval_required and denied, 400 for
+	// a conflict); code is Ratchet's (one of the Refusal constants, or
+	// "ratchet_" and an engine error code).
+	Refusal(status int, code, message string) Reply
 }
+
+// Reply is a refusal as it goes to the caller.
+type Reply struct {
+	Status int
+	// Header holds headers to add (nil for none).
+	Header http.Header
+	Body   []byte
+}
+
+// Codes of the refusals vendors shape specially.
+const (
+	RefusalInFlight  = "ratchet_in_flight"
+	RefusalBlocked   = "ratchet_blocked"
+	RefusalDuplicate = "ratchet_duplicate" // performed, answer too large to replay
+	RefusalConflict  = "ratchet_idempotency_key_conflict"
+	RefusalUnknown   = "ratchet_upstream_unknown" // the vendor did not answer
+)
 
 // Key is the vendor idempotency key handed to an agent with an execute
 // decision: the value and where to put it.
