@@ -109,17 +109,24 @@ func (p *Proxy) lease(effectType string) int {
 	return min(int(math.Ceil(p.opts.UpstreamTimeout.Seconds()))+15, p.eng.MaxLeaseSeconds(effectType))
 }
 
-// beginRequest builds the begin for a gated request. A key derived from
+// beginRequest builds the begin for a gated request. Its key is, in
+// order: the Ratchet-Idempotency-Key header; the caller's own key in the
+// vendor's place (unless an SDK minted it for the one call), scoped by
+// whose call it is; or one derived from the content. A key derived from
 // the content names the window it falls in (proxy.dedupe_window); earlier
 // is then the key the same content had in the window before, which
 // lookBack checks.
 func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) (req ledger.BeginRequest, earlier string) {
 	content := canonicalContent(r.Method, path, r.Header.Get("Content-Type"), body, e)
 	key := r.Header.Get(HeaderIdempotencyKey)
-	if key == "" {
+	switch {
+	case key != "":
+	case e.CallerKey != "" && !e.KeyFromSDK:
+		key = callerKey(v, r.Method, path, e)
+	default:
 		bucket := p.opts.Clock().UnixNano() / int64(p.opts.DedupeWindow)
 		derive := func(bucket int64) string {
-			return v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(r.Header.Get("Authorization")) +
+			return v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(e.Credential) +
 				"\x00" + strconv.FormatInt(bucket, 10))[:40]
 		}
 		key, earlier = derive(bucket), derive(bucket-1)
@@ -142,6 +149,22 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		}
 	}
 	return req, earlier
+}
+
+// callerKey is the Ratchet key of a request that carries the caller's own
+// idempotency key: that key within the account a header names, the merchant
+// the body names, the stable credential where neither does, and the
+// endpoint where the vendor's keys are per endpoint. Nothing in it changes
+// when an OAuth token is refreshed or the caller restarts, so the same key
+// and content is one call until the ledger forgets it, the same key with
+// other content is idempotency_key_conflict (the content is the
+// fingerprint), and a new key is a new call.
+func callerKey(v vendors.Vendor, method, path string, e vendors.Effect) string {
+	endpoint := ""
+	if v.KeyRule().PerEndpoint {
+		endpoint = method + " " + path
+	}
+	return v.Name() + ":key:" + hashed(strings.Join([]string{e.Scope, e.Merchant, hashed(e.Credential), endpoint, e.CallerKey}, "\x00"))[:40]
 }
 
 // lookBack makes content-derived keys a sliding window: the key of the

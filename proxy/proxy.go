@@ -11,24 +11,43 @@
 //     are tunnelled only when listed in allow_hosts, and refused otherwise.
 //     It is never an open proxy.
 //
-// A request that vendors classifies as a side effect is gated: key from the
-// Ratchet-Idempotency-Key header, else derived from the content; cost and
-// counterparty from the vendor's format; begin; on execute the vendor key
-// is stamped, the request forwarded, the answer classified and reported,
-// with the response (status, content type, body) as the stored result.
-// Other decisions answer without contacting the vendor, in the vendor's own
-// error shape. Reads pass through untouched.
+// A request that vendors classifies as a side effect is gated: key, cost
+// and counterparty from the vendor's format; begin; on execute the vendor
+// key is stamped, the request forwarded, the answer classified and
+// reported, with the response (status, content type, body) as the stored
+// result. Other decisions answer without contacting the vendor, in the
+// vendor's own error shape at a status its SDK reads. Reads pass through
+// untouched.
+//
+// Keys: whose call is it? In order:
+//   - The Ratchet-Idempotency-Key header, as given.
+//   - The caller's own idempotency key in the vendor's place (Stripe's and
+//     Adyen's Idempotency-Key, Square's idempotency_key, PayPal-Request-Id,
+//     Cko-Idempotency-Key), scoped by the account a header names
+//     (Stripe-Account, Stripe-Context, PayPal-Auth-Assertion), the merchant
+//     the body names (Adyen merchantAccount, Square location_id,
+//     Checkout.com processing_channel_id), a static credential where
+//     neither does, and the endpoint where the vendor's keys are per
+//     endpoint. An OAuth bearer token does not scope it (but for Square
+//     requests naming no location, where the token alone says whose call
+//     it is): a retry with a refreshed token, or from a restarted client,
+//     is the same call. The
+//     same key with other content is idempotency_key_conflict, as the
+//     vendor would answer; a new key is a new call. A key an SDK minted for
+//     the one call (stripe-go's, stripe-node's stripe-node-retry-) is not
+//     the application's statement that two calls are one, and is skipped.
+//   - Else a key derived from the content: vendor, method, path, the
+//     canonical body (JSON canonicalised, form fields sorted), the account
+//     header and the stable credential, so two merchants' identical
+//     requests never dedupe. It names the proxy.dedupe_window it falls in,
+//     and the proxy looks one window back (lookBack), so identical requests
+//     dedupe for one window after the first wherever the window's multiples
+//     fall.
+//
+// The caller's vendor key is never forwarded: Ratchet's replaces it, a new
+// one per attempt.
 //
 // Decisions recorded here, where the spec is silent:
-//   - The content-derived key covers vendor, method, path, the canonical
-//     body (JSON canonicalised, form fields sorted), the account header
-//     (Stripe-Account) and a SHA-256 of the caller's credentials, so two
-//     merchants' identical requests never dedupe. It names the
-//     proxy.dedupe_window it falls in, and the proxy looks one window back
-//     (lookBack), so identical requests dedupe for one window after the
-//     first wherever the window's multiples fall. The caller's own vendor
-//     key is not used: SDKs such as stripe-go generate a random one per
-//     call. It is replaced by Ratchet's key, which changes per attempt.
 //   - The payload hashed into the fingerprint is the same canonical content,
 //     so a Ratchet-Idempotency-Key reused for different content is refused
 //     (400, idempotency_key_conflict). Content over the ledger's payload

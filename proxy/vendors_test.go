@@ -68,7 +68,7 @@ func readAll(t testing.TB, resp *http.Response) string {
 
 const squarePayment = `{"idempotency_key": "caller-random-1", "source_id": "ccof:GaJGNaZa8x4OgDJn4GB", "amount_money": {"amount": 1000, "currency": "USD"}, "customer_id": "W92WH6P11H4Z77CTET0RNTGFW8", "location_id": "L88917AVBK2S5"}`
 
-func TestSquareBodyKeyAndContentDedupe(t *testing.T) {
+func TestSquareBodyKeyAndCallersKey(t *testing.T) {
 	fake := &squareFake{}
 	up := httptest.NewServer(fake)
 	defer up.Close()
@@ -91,18 +91,18 @@ func TestSquareBodyKeyAndContentDedupe(t *testing.T) {
 	if fake.auth[0] != "Bearer sq-token|" {
 		t.Fatalf("upstream headers: %q", fake.auth[0])
 	}
-	// The same content with the SDK's next random key dedupes (no
-	// Ratchet-Idempotency-Key: the key derives from the content).
-	retry := strings.Replace(squarePayment, "caller-random-1", "caller-random-2", 1)
-	resp = post(t, e.url+"/square/v2/payments", retry, map[string]string{"Authorization": "Bearer sq-token"})
+	// The caller's key again with the same content is the same call, with
+	// a refreshed token too (Square's location names the merchant).
+	resp = post(t, e.url+"/square/v2/payments", squarePayment, map[string]string{"Authorization": "Bearer sq-token-refreshed"})
 	if b := readAll(t, resp); resp.Header.Get("Ratchet-Replayed") != "true" || b != `{"payment":{"id":"R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY","status":"COMPLETED","amount_money":{"amount":1000,"currency":"USD"}}}` {
 		t.Fatalf("replay: %d %q %s", resp.StatusCode, resp.Header.Get("Ratchet-Replayed"), b)
 	}
-	// Another merchant's token with the same content is a different action.
-	resp = post(t, e.url+"/square/v2/payments", retry, map[string]string{"Authorization": "Bearer other-merchant"})
+	// A new key of the caller's is a new call, identical content or not.
+	retry := strings.Replace(squarePayment, "caller-random-1", "caller-random-2", 1)
+	resp = post(t, e.url+"/square/v2/payments", retry, map[string]string{"Authorization": "Bearer sq-token"})
 	readAll(t, resp)
 	if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != 2 {
-		t.Fatalf("other merchant: %s, hits %d", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
+		t.Fatalf("a new key: %s, hits %d", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
 	}
 	effs := e.effects(t)
 	if len(effs) != 2 || effs[0].Vendor != "square" || effs[0].DimensionNames[0] != "counterparty" || *effs[0].EstimatedCostMicros != 10_000_000 {
