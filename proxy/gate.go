@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -270,15 +270,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 	rp.ServeHTTP(w, r)
 }
 
-// storedResponse is a vendor answer kept for replay to duplicates: the
-// body as text when it is UTF-8 (JSON answers: about its own size), else
-// base64 (a third more). An answer that does not fit the ledger's result
-// limit once encoded is kept without its body, with its size and the
-// vendor's object id; a duplicate then gets 409 naming that id.
+// storedResponse is a vendor answer kept for replay to duplicates, its
+// body in base64 (a third larger) as it always was. An answer that does not fit the
+// ledger's result limit once encoded is kept without its body, with its
+// size and the vendor's object id; a duplicate then gets 409 naming that
+// id.
 type storedResponse struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type,omitempty"`
-	Text        string `json:"body_text,omitempty"`
 	Body        []byte `json:"body,omitempty"`
 	Omitted     bool   `json:"body_omitted,omitempty"`
 	Size        int    `json:"body_bytes,omitempty"`
@@ -290,17 +289,13 @@ type storedResponse struct {
 // gave must never be refused for its size.
 func keep(status int, contentType string, body []byte, objectID string) []byte {
 	k := storedResponse{Status: status, ContentType: contentType}
-	if len(body) <= ledger.MaxResultBytes {
-		if utf8.Valid(body) {
-			k.Text = string(body)
-		} else {
-			k.Body = body
-		}
+	if base64.StdEncoding.EncodedLen(len(body)) <= ledger.MaxResultBytes {
+		k.Body = body
 		if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
 			return b
 		}
 	}
-	k.Text, k.Body, k.Omitted, k.Size, k.ObjectID = "", nil, true, len(body), objectID
+	k.Body, k.Omitted, k.Size, k.ObjectID = nil, true, len(body), objectID
 	if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
 		return b
 	}
@@ -403,9 +398,6 @@ func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.Begi
 		return
 	}
 	body := kept.Body
-	if kept.Text != "" {
-		body = []byte(kept.Text)
-	}
 	h := w.Header()
 	h.Set(HeaderReplayed, "true")
 	if kept.ContentType != "" {

@@ -54,7 +54,7 @@
 //     limit has its body replaced by a SHA-256 of it; smaller content is
 //     passed whole, as before, so fingerprints do not change for it.
 //   - The vendor's answer is kept for replay when it fits the ledger's
-//     result limit once encoded (UTF-8 bodies as text, others as base64);
+//     result limit once encoded (the body in base64, about 48 KiB at most);
 //     a larger one is kept as its status, size and the vendor's object id,
 //     and a duplicate gets 409 naming that id. The report is never refused
 //     for size.
