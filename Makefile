@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short bench lint fmt clean
+.PHONY: all build run test test-short interop bench lint fmt clean
 
 all: lint test
 
@@ -17,12 +17,24 @@ run:
 # Every test, with the race detector (the engine is concurrent by design).
 # Fuzz tests run their seed corpus here; run one for longer with e.g.
 #   go test -run XXX -fuzz FuzzCanonicalJSON -fuzztime 1m ./ledger
+# Then the interop suite when Node.js is here (CI sets RATCHET_REQUIRE_INTEROP
+# so that it is never skipped there).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop; \
+	elif [ -n "$$RATCHET_REQUIRE_INTEROP" ]; then echo "Node.js is required for the interop suite" >&2; exit 1; \
+	else echo "Node.js not found: the interop suite (make interop) did not run"; fi
 
 test-short:
 	$(GO) test -count=1 ./...
+
+# The official TypeScript MCP clients and the Inspector CLI against a real
+# ratchet over HTTP, stdio and the bridge (interop/, under a minute).
+# Installs the pinned npm packages on first use, without a lock file.
+interop: build
+	cd interop && { [ -d node_modules ] || npm install --no-package-lock; } && \
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs
 
 # Throughput and latency against baselines measured in the same run, with a
 # million-effect ledger; rewrites BENCHMARKS.md (about 3 minutes on 2 cores).
