@@ -1,11 +1,14 @@
 package proxy_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,5 +323,39 @@ func TestStripeGoStopsRetryingABlockedCall(t *testing.T) {
 	}
 	if effs := e.effects(t); len(effs) != 1 || effs[0].State != ledger.StateIndeterminate {
 		t.Fatalf("effects: %+v", effs)
+	}
+}
+
+// TestTwoMerchantsNeverShareAResponseInForwardMode: PayPal's server SDK
+// takes an environment, not a URL, so it comes through forward mode; the
+// intercepted requests are keyed as in reverse mode.
+func TestTwoMerchantsNeverShareAResponseInForwardMode(t *testing.T) {
+	s := shapes[2]
+	fake := &vendorFake{ok: s.ok}
+	up := httptest.NewServer(fake)
+	defer up.Close()
+	e := newEnvConfig(t, envConfig{}, map[string]string{"paypal": up.URL}, nil)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.ca.PEM())
+	proxyURL, _ := url.Parse(e.url)
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	send := func(merchant, token string) string {
+		h, body := s.request("order-1001", merchant, token, "n")
+		req, _ := http.NewRequest(http.MethodPost, "https://api-m.sandbox.paypal.com/v2/checkout/orders", strings.NewReader(body))
+		req.Header = h
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		return resp.Header.Get("Ratchet-Decision")
+	}
+	if d1, d2 := send("M1", "platform-token"), send("M2", "platform-token"); d1 != "execute" || d2 != "execute" || fake.hits.Load() != 2 {
+		t.Fatalf("two merchants: %s, %s, %d calls", d1, d2, fake.hits.Load())
+	}
+	// The first merchant's retry with a refreshed token is its own call again.
+	if d := send("M1", "refreshed-token"); d != "duplicate" || fake.hits.Load() != 2 {
+		t.Fatalf("retry: %s, %d calls", d, fake.hits.Load())
 	}
 }
