@@ -31,9 +31,11 @@ test-short:
 
 # The official TypeScript MCP clients and the Inspector CLI against a real
 # ratchet over HTTP, stdio and the bridge (interop/, under a minute).
-# Installs the pinned npm packages on first use, without a lock file.
+# Installs the pinned npm packages when package.json is newer than the last
+# install, without a lock file.
 interop: build
-	cd interop && { [ -d node_modules ] || npm install --no-package-lock; } && \
+	cd interop && { [ node_modules/.installed -nt package.json ] || \
+		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
 		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs
 
 # Throughput and latency against baselines measured in the same run, with a
