@@ -179,12 +179,23 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	req := &in.req
 	pol := &in.pol
 	compensation := req.CompensatesEffectID != ""
+	// undo: a compensation that skips approval thresholds and ceiling
+	// checks (SPEC section 4, "undo must always be possible"). Only one an
+	// unwind handed out qualifies (checkHandedOut), and only when it costs
+	// no more than what it undoes: the agent declares a compensation
+	// itself, so one worth more than its step (a $10,000 "refund" of a
+	// no-cost step) is checked like any begin, but for the group.
+	undo := false
 	var target *effectRec
 	if compensation {
 		var err error
 		if target, err = e.compensationTarget(t, in); err != nil {
 			return nil, err
 		}
+		if len(in.dims) == 0 { // the undo targets whom its step did
+			in.dims = target.Dimensions
+		}
+		undo = req.EstimatedCostMicros != nil && *req.EstimatedCostMicros <= target.cost()
 	}
 	// The group the effect joined when it was first begun decides, not the
 	// request: a retry that drops or changes group_key is still a step of
@@ -222,7 +233,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		}
 	}
 	approved := rec != nil && rec.approvalCovers(req.EstimatedCostMicros, now)
-	if pol.threshold != nil && req.EstimatedCostMicros == nil && !compensation && !approved {
+	if pol.threshold != nil && req.EstimatedCostMicros == nil && !undo && !approved {
 		return nil, &Error{Code: CodeCostRequired, Field: "estimated_cost_micros", Message: fmt.Sprintf(
 			"an approval threshold applies to %s; begin again with estimated_cost_micros (micro-USD, 1000000 = $1)", req.EffectType)}
 	}
@@ -235,7 +246,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		if u.c.money && req.EstimatedCostMicros == nil {
 			uncounted = append(uncounted, u.c.Name)
 		}
-		if compensation {
+		if undo {
 			continue
 		}
 		if ok, err := u.admit(t, now); err != nil {
@@ -249,8 +260,11 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return res, nil
 		}
 	}
-	if pol.threshold != nil && !compensation && !approved && *req.EstimatedCostMicros >= *pol.threshold {
+	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
 		return e.requestApproval(t, in, rec, *pol.threshold, now)
+	}
+	if approved { // an approval is for one execute: a later attempt asks again
+		rec.Approval.UsedAt = &now
 	}
 	res, err := e.execute(t, in, rec, uses, now)
 	if err != nil {
@@ -271,10 +285,30 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 // covered (it would count nothing against the ceilings the approver saw).
 func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
 	a := r.Approval
-	if a == nil || a.State != ApprovalApproved || !now.Before(a.ExpiresAt) {
+	if a == nil || a.State != ApprovalApproved || a.UsedAt != nil || !now.Before(a.ExpiresAt) {
 		return false
 	}
 	return cost != nil && *cost <= a.EstimatedCostMicros
+}
+
+// cost is what an effect counts in its ceilings: its actual cost once
+// reported, else its estimate, else nothing.
+func (r *effectRec) cost() int64 {
+	switch {
+	case r.ActualCostMicros != nil:
+		return *r.ActualCostMicros
+	case r.EstimatedCostMicros != nil:
+		return *r.EstimatedCostMicros
+	}
+	return 0
+}
+
+// noNull is a canonical payload with null as no payload.
+func noNull(p []byte) []byte {
+	if string(p) == "null" {
+		return nil
+	}
+	return p
 }
 
 func compensationRole(compensates string) string {
@@ -341,7 +375,7 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 	if req.Vendor != c.Vendor {
 		return invalidArg("vendor", "the compensation of effect %s was declared with vendor %q, not %q%s", target.EffectID, c.Vendor, req.Vendor, how)
 	}
-	if !bytes.Equal(in.payload, c.Payload) {
+	if !bytes.Equal(noNull(in.payload), noNull(c.Payload)) {
 		return invalidArg("payload", "differs from the compensation payload declared for effect %s%s", target.EffectID, how)
 	}
 	switch cost := req.EstimatedCostMicros; {

@@ -24,14 +24,31 @@ import (
 // a field is added to the record but not here. A field is added at the end
 // under a new format byte, so that a truncated record is never read as an
 // older format's whole one; every earlier binary format is still read.
+//
+// A record whose agents are all its first agent (AttemptAgent and
+// UnreportedAgent empty or AgentID: nearly all) is written in format 1, so
+// that the version before format 2 reads it and a rolling upgrade or a
+// rollback of a fleet meets format 2 only for records another agent took
+// over; the decoder fills the agents in from AgentID.
 const (
-	recBinaryV1 = 1 // without AttemptAgent
+	recBinaryV1 = 1 // without AttemptAgent and UnreportedAgent
 	recBinary   = 2
 )
 
 func encodeEffect(r *effectRec) ([]byte, error) {
 	w := recWriter{b: make([]byte, 0, 512)}
-	w.b = append(w.b, recBinary)
+	attemptAgent, unreportedAgent := r.AttemptAgent, r.UnreportedAgent
+	if attemptAgent == r.AgentID {
+		attemptAgent = ""
+	}
+	if unreportedAgent == r.AgentID || r.UnreportedAt.IsZero() {
+		unreportedAgent = ""
+	}
+	format := byte(recBinaryV1)
+	if attemptAgent != "" || unreportedAgent != "" {
+		format = recBinary
+	}
+	w.b = append(w.b, format)
 	e := &r.Effect
 	for _, s := range []string{e.EffectID, e.Namespace, e.IdempotencyKey, e.EffectType, e.Vendor, e.RunID,
 		e.AgentID, e.GroupKey, string(e.State), e.Fingerprint, e.VendorReference, e.Error, e.Reason,
@@ -70,7 +87,10 @@ func encodeEffect(r *effectRec) ([]byte, error) {
 	w.time(r.GrantedAt)
 	w.time(r.UnreportedAt)
 	w.time(r.RetainedAt)
-	w.str(r.AttemptAgent)
+	if format == recBinary {
+		w.str(attemptAgent)
+		w.str(unreportedAgent)
+	}
 	return w.b, nil
 }
 
@@ -123,6 +143,13 @@ func decodeEffect(b []byte, r *effectRec) error {
 	r.RetainedAt = d.time()
 	if b[0] >= recBinary {
 		r.AttemptAgent = d.str()
+		r.UnreportedAgent = d.str()
+	}
+	if r.AttemptAgent == "" {
+		r.AttemptAgent = e.AgentID
+	}
+	if r.UnreportedAgent == "" && !r.UnreportedAt.IsZero() {
+		r.UnreportedAgent = e.AgentID
 	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = errors.New("trailing bytes")

@@ -149,16 +149,36 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// TestRecordCodecReadsFormatOne: records written before AttemptAgent was
-// kept (format 1, the same fields but that one) are read, with it empty.
+// TestRecordCodecReadsFormatOne: records written before the attempt's and
+// the unreported expiry's agents were kept (format 1, the same fields but
+// those two) are read, with both taken to be the effect's first agent.
 func TestRecordCodecReadsFormatOne(t *testing.T) {
 	rec := filledRecord(t)
 	b, err := encodeEffect(&rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail := len(rec.AttemptAgent) + 1 // its one-byte length and its bytes
+	if b[0] != recBinary {
+		t.Fatalf("a record another agent took over written in format %d", b[0])
+	}
+	tail := len(rec.AttemptAgent) + 1 + len(rec.UnreportedAgent) + 1 // each a one-byte length and its bytes
 	v1 := append([]byte{recBinaryV1}, b[1:len(b)-tail]...)
-	rec.AttemptAgent = ""
+	rec.AttemptAgent, rec.UnreportedAgent = rec.AgentID, rec.AgentID
 	wantDecoded(t, v1, rec, "a format 1 record")
+}
+
+// TestRecordCodecWritesFormatOneWhenItCan: a record whose agents are its
+// first agent is written in format 1, which the version before format 2
+// reads (a rollback, or replicas of two versions sharing a ledger).
+func TestRecordCodecWritesFormatOneWhenItCan(t *testing.T) {
+	rec := filledRecord(t)
+	rec.AttemptAgent, rec.UnreportedAgent = rec.AgentID, rec.AgentID
+	b, err := encodeEffect(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != recBinaryV1 {
+		t.Fatalf("written in format %d, want 1", b[0])
+	}
+	wantDecoded(t, b, rec, "a record of one agent")
 }

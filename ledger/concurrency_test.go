@@ -376,7 +376,12 @@ func TestSweepsUnderLoadKeepInvariants(t *testing.T) {
 						return
 					default:
 					}
-					h.clock.Advance(7 * time.Second)
+					// The clock moves at most 9.7 h in all, inside the
+					// ceilings' 24 h window, however many sweeps a slow
+					// machine fits in, so the check below stays exact.
+					if i < 5000 {
+						h.clock.Advance(7 * time.Second)
+					}
 					n, err := h.eng.Reap(ctx)
 					if err != nil {
 						t.Error(err)
@@ -444,7 +449,7 @@ func settle(h *harness, res *ledger.BeginResult, outcome ledger.Outcome) {
 	ctx := context.Background()
 	switch {
 	case res.Decision == ledger.DecisionExecute && outcome != "":
-		h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: outcome})
+		h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Attempt: res.Attempt, Outcome: outcome})
 	case res.Decision == ledger.DecisionBlocked:
 		h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: res.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "op"})
 	}

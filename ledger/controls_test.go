@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,12 +339,17 @@ func TestAnAgentWhoseTokenFixesItsIDSettlesOnlyItsOwnEffects(t *testing.T) {
 func TestIdempotencyKeysRefuseInvisibleAndBidiCharacters(t *testing.T) {
 	h := newHarness(t, testRules())
 	for name, k := range map[string]string{
-		"zero-width space":   "order-1\u200b",
-		"right-to-left mark": "order-\u200f1",
-		"bidi override":      "\u202eorder-1",
-		"bidi isolate":       "order\u2066-1",
-		"byte order mark":    "\ufefforder-1",
-		"soft hyphen":        "or\u00adder-1",
+		"zero-width space":          "order-1\u200b",
+		"right-to-left mark":        "order-\u200f1",
+		"bidi override":             "\u202eorder-1",
+		"bidi isolate":              "order\u2066-1",
+		"byte order mark":           "\ufefforder-1",
+		"soft hyphen":               "or\u00adder-1",
+		"combining grapheme joiner": "order-1\u034f",
+		"variation selector 16":     "order-1\ufe0f",
+		"hangul filler":             "order-1\u3164",
+		"braille blank":             "order-1\u2800",
+		"decomposed é":              "commande-e\u0301t\u00e9",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := h.eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: k, EffectType: "email.send"})
@@ -352,4 +358,294 @@ func TestIdempotencyKeysRefuseInvisibleAndBidiCharacters(t *testing.T) {
 	}
 	// Visible non-ASCII text is fine.
 	h.beginWant(ledger.BeginRequest{IdempotencyKey: "commande-été-№1", EffectType: "email.send"}, ledger.DecisionExecute)
+}
+
+// sms-like rules with a money ceiling and max_unreported.
+func markRules() []ledger.Rule {
+	return []ledger.Rule{
+		{Match: "pay.*", MaxUnreported: 1, MaxLeaseSeconds: 120,
+			Ceilings: []ledger.Ceiling{{Name: "pay-spend", LimitMicros: i64(1000), Window: "24h", Per: "global"}}},
+		{Match: "sms.*", MaxUnreported: 2, MaxLeaseSeconds: 120},
+	}
+}
+
+// The agent declares the compensation itself, at begin, on any step; the
+// unwind (an agent tool) then hands that declaration back, and the begin of
+// it skips approvals and ceilings. So "calling an action an undo" still
+// unlocks spending: it takes one cheap step more.
+func TestAnUndoWorthMoreThanItsStepNeedsApproval(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	// A cheap step with no policy at all, declaring a $10,000 charge as its "undo".
+	stepReq := ledger.BeginRequest{IdempotencyKey: "noop:1", EffectType: "noop.step", AgentID: "bot", GroupKey: "g1",
+		Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
+			Payload: json.RawMessage(`{"amount":10000000000}`), EstimatedCostMicros: i64(10_000_000_000)}}
+	s := h.beginWant(stepReq, ledger.DecisionExecute)
+	h.report(s.EffectID, ledger.OutcomeSucceeded)
+	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g1"})
+	if err != nil || len(res.Compensations) != 1 {
+		t.Fatalf("unwind: %+v %v", res, err)
+	}
+	undo := undoOf(res.Compensations[0])
+	undo.Dimensions = map[string]string{"counterparty": "acct_9"}
+	got, err := h.eng.Begin(ctx, undo)
+	if err == nil && got.Decision == ledger.DecisionExecute {
+		t.Fatalf("a $10,000 payment.charge declared as the compensation of a no-op step executed without approval; daily-spend counts %d of 500000000, per-counterparty %d of 200000000",
+			counted(t, h, "daily-spend"), counted(t, h, "per-counterparty"))
+	}
+}
+
+// The same with no cost declared: nothing is counted at all.
+func TestAnUndoWithoutACostIsCheckedLikeAnyBegin(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	stepReq := ledger.BeginRequest{IdempotencyKey: "noop:2", EffectType: "noop.step", AgentID: "bot", GroupKey: "g2",
+		Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
+			Payload: json.RawMessage(`{"amount":10000000000}`)}}
+	s := h.beginWant(stepReq, ledger.DecisionExecute)
+	h.report(s.EffectID, ledger.OutcomeSucceeded)
+	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g2"})
+	if err != nil || len(res.Compensations) != 1 {
+		t.Fatalf("unwind: %+v %v", res, err)
+	}
+	undo := undoOf(res.Compensations[0])
+	undo.Dimensions = map[string]string{"counterparty": "acct_9"}
+	got, err := h.eng.Begin(ctx, undo)
+	if err == nil && got.Decision == ledger.DecisionExecute {
+		t.Fatalf("an uncosted payment.charge declared as a compensation executed (budget_warning=%v); daily-spend counts %d",
+			got.BudgetWarning != nil, counted(t, h, "daily-spend"))
+	}
+}
+
+// An effect that carries an unreported mark and was then compensated can
+// never be cleared: the operator's resolve is refused whatever it says, so
+// the agent's max_unreported quota is spent for good and the effect is
+// never purged.
+func TestAnOperatorClearsTheMarkOfACompensatedEffect(t *testing.T) {
+	h := newHarness(t, markRules())
+	ctx := context.Background()
+	req := ledger.BeginRequest{IdempotencyKey: "s1", EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 10, GroupKey: "gs",
+		Compensation: &ledger.Compensation{EffectType: "sms.retract"}}
+	s := h.beginWant(req, ledger.DecisionExecute)
+	h.clock.Advance(time.Minute)
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.report(s.EffectID, ledger.OutcomeSucceeded) // late, by the agent: the mark stays
+	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "gs"})
+	if err != nil || len(res.Compensations) != 1 {
+		t.Fatalf("unwind: %+v %v", res, err)
+	}
+	u := h.beginWant(undoOf(res.Compensations[0]), ledger.DecisionExecute)
+	h.report(u.EffectID, ledger.OutcomeSucceeded)
+	if eff := h.get(s.EffectID); eff.State != ledger.StateCompensated {
+		t.Fatalf("step: %+v", eff)
+	}
+	// It happened and was undone: failed contradicts that; succeeded
+	// agrees and clears the mark.
+	_, err = h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: s.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "admin:alice"})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+	if _, err := h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: s.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "admin:alice"}); err != nil {
+		t.Fatalf("operator resolve succeeded of a compensated effect with an unreported mark: %v", err)
+	}
+	b := h.beginWant(ledger.BeginRequest{IdempotencyKey: "s2", EffectType: "sms.send", AgentID: "bot"}, ledger.DecisionExecute)
+	if b.IntegrationWarning != nil {
+		t.Fatalf("after every operator resolve, the agent still carries %d unreported (oldest %s)", b.IntegrationWarning.UnreportedCount, b.IntegrationWarning.OldestEffectID)
+	}
+}
+
+// The unreported mark goes to the effect's first agent, not to the agent
+// that began the attempt that went unreported: another agent in the
+// namespace can get a victim blocked, and escapes max_unreported itself.
+func TestTheUnreportedMarkGoesToTheAttemptsAgent(t *testing.T) {
+	h := newHarness(t, markRules())
+	ctx := context.Background()
+	for _, k := range []string{"v1", "v2"} {
+		req := ledger.BeginRequest{IdempotencyKey: k, EffectType: "sms.send", AgentID: "victim", LeaseSeconds: 10}
+		v := h.beginWant(req, ledger.DecisionExecute)
+		h.report(v.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.AgentID = "victim" })
+		req.AgentID = "mallory"
+		h.beginWant(req, ledger.DecisionExecute) // attempt 2, mallory's; never reported
+	}
+	h.clock.Advance(time.Minute)
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.begin(ledger.BeginRequest{IdempotencyKey: "v3", EffectType: "sms.send", AgentID: "victim"}); d.Decision != ledger.DecisionExecute {
+		t.Errorf("the victim, who reported every attempt it began, is %s (%s)", d.Decision, d.Reason)
+	}
+	if d := h.begin(ledger.BeginRequest{IdempotencyKey: "m3", EffectType: "sms.send", AgentID: "mallory"}); d.Decision != ledger.DecisionDenied {
+		t.Errorf("mallory, who left 2 attempts unreported (max 2), is %s", d.Decision)
+	}
+}
+
+// One approval covers any number of attempts while unexpired: each
+// failed report releases the spend, and the next begin executes again
+// with a new vendor key, no human asked.
+func TestAnApprovalCoversOneExecute(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := pay("big:retry", "acct_1", 150_000_000)
+	ask := h.beginWant(req, ledger.DecisionApprovalRequired)
+	if _, err := h.eng.Approve(ctx, ask.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	executes := 0
+	for i := 1; i <= 5; i++ {
+		res := h.begin(req)
+		if res.Decision != ledger.DecisionExecute {
+			break
+		}
+		executes++
+		keys[res.VendorIdempotencyKey.Value] = true
+		h.report(res.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.Attempt = res.Attempt })
+	}
+	if executes > 1 {
+		t.Fatalf("one approval of $150 executed %d attempts with %d distinct vendor keys; daily-spend counts %d", executes, len(keys), counted(t, h, "daily-spend"))
+	}
+}
+
+// A compensation declared with payload null is begun without one (or the
+// reverse): the agent sends what it was handed out, give or take a null.
+func TestACompensationsNullPayloadIsNoPayload(t *testing.T) {
+	for name, c := range map[string]struct{ declared, sent json.RawMessage }{
+		"declared null, sent none": {json.RawMessage(`null`), nil},
+		"declared none, sent null": {nil, json.RawMessage(`null`)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, testRules())
+			ctx := context.Background()
+			s := h.beginWant(ledger.BeginRequest{IdempotencyKey: "hotel", EffectType: "hotel.book", AgentID: "bot", GroupKey: "trip",
+				Compensation: &ledger.Compensation{EffectType: "hotel.cancel", Payload: c.declared}}, ledger.DecisionExecute)
+			h.report(s.EffectID, ledger.OutcomeSucceeded)
+			res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip"})
+			if err != nil || len(res.Compensations) != 1 {
+				t.Fatalf("unwind: %+v %v", res, err)
+			}
+			undo := undoOf(res.Compensations[0])
+			undo.Payload = c.sent
+			if _, err := h.eng.Begin(ctx, undo); err != nil {
+				t.Fatalf("compensation begun as handed out but for a null payload: %v", err)
+			}
+		})
+	}
+}
+
+// The unwind hands out no dimensions, so a compensation begun exactly as
+// handed out is refused when its type requires one: undo is not always
+// possible.
+func TestACompensationTargetsWhomItsStepDid(t *testing.T) {
+	h := newHarness(t, testRules())
+	_, s := unwoundBooking(t, h)
+	undo := undoOf(s)
+	undo.Dimensions = nil
+	if _, err := h.eng.Begin(context.Background(), undo); err != nil {
+		t.Fatalf("a compensation begun exactly as the unwind handed it out: %v", err)
+	}
+}
+
+// Legit: a compensation that failed is retried (attempt 2) and reported
+// with its attempt; the group then unwinds.
+func TestAFailedCompensationIsRetried(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	c, s := unwoundBooking(t, h)
+	u := h.beginWant(undoOf(s), ledger.DecisionExecute)
+	h.report(u.EffectID, ledger.OutcomeFailed)
+	u2 := h.beginWant(undoOf(s), ledger.DecisionExecute)
+	if u2.Attempt != 2 {
+		t.Fatalf("retry: %+v", u2)
+	}
+	h.report(u2.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Attempt = 2 })
+	if eff := h.get(c.EffectID); eff.State != ledger.StateCompensated {
+		t.Fatalf("step: %+v", eff)
+	}
+	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "order:1"})
+	if err != nil || res.State != ledger.GroupUnwound {
+		t.Fatalf("unwind: %+v %v", res, err)
+	}
+}
+
+// Races: many goroutines begin the same handed-out compensation and
+// the approved key at once; one attempt each.
+func TestConcurrentUndosAndApprovedBeginsExecuteOnce(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	_, s := unwoundBooking(t, h)
+	req := pay("big:race", "acct_2", 150_000_000)
+	ask := h.beginWant(req, ledger.DecisionApprovalRequired)
+	if _, err := h.eng.Approve(ctx, ask.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	exec := map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := undoOf(s)
+			name := "undo"
+			if i%2 == 1 {
+				r, name = req, "approved"
+			}
+			res, err := h.eng.Begin(ctx, r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Decision == ledger.DecisionExecute {
+				mu.Lock()
+				exec[name]++
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if exec["undo"] != 1 || exec["approved"] != 1 {
+		t.Fatalf("executes: %v", exec)
+	}
+}
+
+// Resolve has no attempt: a retried resolve "failed" of attempt 1 (its
+// response lost) settles attempt 2 once that attempt's lease has run out,
+// although attempt 2 may have happened; the next begin executes attempt 3.
+func TestARetriedResolveOfAnOldAttemptNeverSettlesTheNewOne(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := ledger.BeginRequest{IdempotencyKey: "mail:r", EffectType: "email.send", AgentID: "bot", LeaseSeconds: 10}
+	first := h.beginWant(req, ledger.DecisionExecute)
+	h.clock.Advance(time.Minute)
+	res := ledger.ResolveRequest{Namespace: "default", EffectID: first.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "agent:bot"}
+	if _, err := h.eng.Resolve(ctx, res); err != nil { // attempt 1 resolved failed
+		t.Fatal(err)
+	}
+	second := h.beginWant(req, ledger.DecisionExecute) // attempt 2 runs...
+	h.clock.Advance(time.Minute)                       // ...and its lease runs out unreported
+	if _, err := h.eng.Resolve(ctx, res); err == nil { // the client retries its first resolve
+		third := h.begin(req)
+		t.Fatalf("a retried resolve of attempt 1 settled attempt %d as failed; the next begin: %s attempt %d", second.Attempt, third.Decision, third.Attempt)
+	}
+}
+
+// An agent escapes the unreported mark by settling its own expired
+// lease before the reaper gets to it (report or resolve): the lease ran out
+// without a report all the same.
+func TestSettlingALapsedLeaseBeforeTheReaperStillMarksIt(t *testing.T) {
+	h := newHarness(t, markRules()) // sms.*: max_unreported 2
+	ctx := context.Background()
+	sms := func(k string) ledger.BeginRequest {
+		return ledger.BeginRequest{IdempotencyKey: k, EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 10}
+	}
+	a := h.beginWant(sms("a"), ledger.DecisionExecute)
+	b := h.beginWant(sms("b"), ledger.DecisionExecute)
+	h.clock.Advance(time.Minute) // both leases expired; no reap has run yet
+	h.report(a.EffectID, ledger.OutcomeSucceeded)
+	if _, err := h.eng.Resolve(ctx, ledger.ResolveRequest{Namespace: "default", EffectID: b.EffectID, Resolution: ledger.OutcomeFailed, ResolvedBy: "agent:bot"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.begin(sms("c")); d.Decision == ledger.DecisionExecute && d.IntegrationWarning == nil {
+		t.Fatalf("two leases ran out unreported (max_unreported 2), settled by the agent before a reap: no mark, next begin executes")
+	}
 }

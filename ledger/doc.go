@@ -54,8 +54,15 @@
 //     compensation, and the begin is that compensation (type, vendor,
 //     payload, the undo key, a cost no higher than declared). Anything else
 //     is invalid_argument naming the field, so that calling an action an
-//     undo never unlocks spending. An undo key first used by an ordinary
-//     begin, or the reverse, is an idempotency_key_conflict.
+//     undo never unlocks spending. And because the agent declares the
+//     compensation itself, it skips those checks only when it declares a
+//     cost no higher than what its step counts (actual, else estimate):
+//     one worth more, or declaring none, is checked like any begin (but
+//     for the group). A compensation that declares no dimensions targets
+//     its step's. An undo key first used by an ordinary begin, or the
+//     reverse, is an idempotency_key_conflict (agents of one namespace
+//     share keys, so one can take an undo key first and block that undo:
+//     an operator then resolves the step's group by hand).
 //   - An effect can be compensated only once, only when succeeded, and never
 //     by itself; a compensation cannot itself be compensated.
 //   - A compensated effect answers a begin of its original key with
@@ -63,17 +70,18 @@
 //     doing it again needs a new key.
 //   - Approval expiry (defaults.approval_ttl) applies both to a pending
 //     request and to a grant the agent has not used: either way the next
-//     begin asks again with a new approval_id. A grant covers retries after
-//     a definite failure while it is valid, for begins that declare a cost
-//     up to the approved estimate; a larger estimate asks again, and a
-//     begin that declares none is cost_required (it would count nothing).
-//     Approved effects are checked against ceilings again when they
-//     execute: ceilings are hard.
+//     begin asks again with a new approval_id. A grant is for one execute,
+//     of a begin that declares a cost up to the approved estimate: a larger
+//     estimate asks again, a begin that declares none is cost_required (it
+//     would count nothing), and after a definite failure the next attempt
+//     asks again (Approval.UsedAt). Approved effects are checked against
+//     ceilings again when they execute: ceilings are hard.
 //   - Approval requests reserve nothing; only execute reserves.
-//   - A report names its attempt (required once an effect has had more
-//     than one: invalid_argument without it); a report for another attempt
-//     is refused (invalid_state_transition), so a retried report of an old
-//     attempt never settles a newer one, which may be under way.
+//   - A report, and an agent's resolve, names its attempt (required once an
+//     effect has had more than one: invalid_argument without it); one for
+//     another attempt is refused (invalid_state_transition), so a retried
+//     call about an old attempt never settles a newer one, which may be
+//     under way. Operators' resolves may omit it.
 //   - A caller whose credentials fix an agent_id reports and resolves only
 //     the attempts that agent began (unauthorized otherwise); callers that
 //     fix none (the proxy, an operator, an unauthenticated loopback agent)
@@ -83,7 +91,12 @@
 //     late report or its own resolve settles the effect but leaves the
 //     mark; an operator's resolve clears it, and one that agrees with how
 //     the effect was settled only clears it. An effect still marked is kept
-//     from retention.
+//     from retention. The mark counts against the agent whose attempt's
+//     lease ran out, and a report or resolve of a lease that ran out before
+//     the reaper got to it marks it all the same. An operator cannot yet
+//     overturn an agent's late report (a late failed that the vendor shows
+//     succeeded): vendor settlement is where reports meet the vendor's
+//     record.
 //   - The group an effect joined at its first begin decides whether a
 //     retry is denied as group_unwinding, whatever group_key the retry
 //     sends.

@@ -21,9 +21,11 @@ type effectRec struct {
 	// RetainedAt is the time under which it sits in the retention index.
 	RetainedAt time.Time `json:"retained_at,omitzero"`
 	// AttemptAgent is the agent that began the current attempt, which a
-	// token fixed to another agent may not report or resolve ("" in records
-	// written before it was kept: then AgentID).
+	// token fixed to another agent may not report or resolve (see owner).
 	AttemptAgent string `json:"attempt_agent,omitempty"`
+	// UnreportedAgent is the agent UnreportedAt counts against: the one
+	// whose attempt's lease ran out.
+	UnreportedAgent string `json:"unreported_agent,omitempty"`
 	// Records are stored in the binary form of codec.go; records
 	// written as JSON (segmentio's encoding/json, which ignores omitzero:
 	// zero times were written out and read back as zero) are still read.

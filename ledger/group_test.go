@@ -98,17 +98,17 @@ func TestCompensationRules(t *testing.T) {
 	}
 	charge := pay("f5", "acct_4", 5_000_000)
 	charge.GroupKey = "order:f5"
-	charge.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe", EstimatedCostMicros: i64(150_000_000)}
+	charge.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe", EstimatedCostMicros: i64(5_000_000)}
 	target := h.beginWant(charge, ledger.DecisionExecute)
 	h.report(target.EffectID, ledger.OutcomeSucceeded)
 	if _, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "order:f5"}); err != nil {
 		t.Fatal(err)
 	}
 	refund := ledger.BeginRequest{IdempotencyKey: "undo:f5", EffectType: "payment.refund", Vendor: "stripe", AgentID: "bot",
-		Dimensions: map[string]string{"counterparty": "acct_4"}, EstimatedCostMicros: i64(150_000_000), // over threshold and ceiling
+		EstimatedCostMicros: i64(5_000_000), // over the full global ceiling; its dimension is its step's
 		CompensatesEffectID: target.EffectID}
 	r := h.beginWant(refund, ledger.DecisionExecute)
-	if got := budgetsByName(t, h)["daily-spend"]; got != 5*99_000_000+5_000_000+150_000_000 {
+	if got := budgetsByName(t, h)["daily-spend"]; got != 5*99_000_000+5_000_000+5_000_000 {
 		t.Fatalf("compensation not counted: %d", got)
 	}
 	h.report(r.EffectID, ledger.OutcomeSucceeded)

@@ -93,6 +93,7 @@ func TestModelUnderConcurrency(t *testing.T) {
 					switch {
 					case want == ledger.DecisionExecute:
 						m.effectID, m.state, m.attempt = res.EffectID, ledger.StatePending, m.attempt+1
+						m.approved = false // an approval is for one execute
 						held++
 						if res.Attempt != m.attempt {
 							fail("attempt %d, model %d", res.Attempt, m.attempt)

@@ -46,14 +46,11 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
 		}
-		if err := rec.checkOwner(req.AgentID); err != nil {
+		if err := rec.checkCaller(req.AgentID, req.Attempt, "report", true); err != nil {
 			return nil, err
 		}
-		if req.Attempt == 0 && rec.Attempt > 1 {
-			return nil, invalidArg("attempt", "effect %s has had %d attempts, so a report must say which it is for: send the attempt number your execute decision returned. Nothing was applied", rec.EffectID, rec.Attempt)
-		}
-		if req.Attempt != 0 && req.Attempt != rec.Attempt {
-			return nil, newErr(CodeInvalidStateTransition, "effect %s is on attempt %d; a report for attempt %d is stale and was not applied", rec.EffectID, rec.Attempt, req.Attempt)
+		if err := e.expireLapsed(t, rec, now); err != nil {
+			return nil, err
 		}
 		o := outcome{state: outcomeState(req.Outcome), result: req.Result, vendorRef: req.VendorReference,
 			errText: req.Error, actual: req.ActualCostMicros}
@@ -92,6 +89,9 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 			return nil, err
 		}
 	}
+	if req.Attempt < 0 {
+		return nil, invalidArg("attempt", "must be > 0")
+	}
 	if req.Resolution != OutcomeSucceeded && req.Resolution != OutcomeFailed {
 		return nil, invalidArg("resolution", "%q must be succeeded or failed", truncate(string(req.Resolution), 32))
 	}
@@ -112,15 +112,20 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		if err != nil {
 			return nil, notFound(err, req.EffectID+req.IdempotencyKey)
 		}
-		if err := rec.checkOwner(req.AgentID); err != nil {
+		operator := req.byOperator()
+		if err := rec.checkCaller(req.AgentID, req.Attempt, "resolve", !operator); err != nil {
+			return nil, err
+		}
+		if err := e.expireLapsed(t, rec, now); err != nil {
 			return nil, err
 		}
 		want := outcomeState(req.Resolution)
-		operator := req.byOperator()
+		settled := rec.State == want || rec.State == StateCompensated && want == StateSucceeded
 		switch {
-		case rec.State == want && operator && !rec.UnreportedAt.IsZero():
-			// Settled that way by its agent's late report: the operator's
-			// agreement clears the unreported expiry it still counts as.
+		case settled && operator && !rec.UnreportedAt.IsZero():
+			// Settled that way by its agent's late report or own resolve
+			// (and perhaps compensated since): the operator's agreement
+			// clears the unreported expiry it still counts as.
 			if err := e.clearUnreported(t, rec); err != nil {
 				return nil, err
 			}
@@ -130,7 +135,7 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 			}
 			v := rec.view(now)
 			return &v, nil
-		case rec.State == want:
+		case settled:
 			v := rec.view(now)
 			return &v, nil // already settled that way: a no-op
 		case rec.State == StatePending && now.Before(*rec.LeaseExpiresAt):
@@ -165,18 +170,44 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 // effect but leaves that mark.
 func (r *ResolveRequest) byOperator() bool { return r.Namespace == "" }
 
-// checkOwner refuses a caller whose credentials fix an agent other than
-// the one that began the effect's current attempt.
-func (r *effectRec) checkOwner(agent string) error {
-	owner := r.AttemptAgent
-	if owner == "" {
-		owner = r.AgentID
+// checkCaller refuses a report or resolve that may not settle the effect's
+// current attempt: one from a caller whose credentials fix an agent other
+// than the one that began it; one for another attempt; and, when the
+// attempt is required (from agents), one that does not say which attempt
+// it is for once the effect has had more than one, so that a retried call
+// about an earlier attempt never settles a later one, which may be under
+// way.
+func (r *effectRec) checkCaller(agent string, attempt int, verb string, attemptRequired bool) error {
+	if agent != "" && agent != r.owner() {
+		return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
+			"effect %s was begun by another agent; your credentials may report and resolve only the attempts you began", r.EffectID)}
 	}
-	if agent == "" || agent == owner {
+	if attempt == 0 && attemptRequired && r.Attempt > 1 {
+		return invalidArg("attempt", "effect %s has had %d attempts, so a %s must say which it is for: send the attempt number of the attempt you acted on or checked. Nothing was applied", r.EffectID, r.Attempt, verb)
+	}
+	if attempt != 0 && attempt != r.Attempt {
+		return newErr(CodeInvalidStateTransition, "effect %s is on attempt %d; a %s for attempt %d is stale and was not applied", r.EffectID, r.Attempt, verb, attempt)
+	}
+	return nil
+}
+
+// owner is the agent that began the current attempt.
+func (r *effectRec) owner() string {
+	if r.AttemptAgent != "" {
+		return r.AttemptAgent
+	}
+	return r.AgentID
+}
+
+// expireLapsed expires a pending effect whose lease has run out before a
+// report or resolve settles it, as the reaper would have: the lease ran out
+// without a report all the same, so it counts as an unreported expiry
+// whether or not a reap got to it first.
+func (e *Engine) expireLapsed(t *opTxn, rec *effectRec, now time.Time) error {
+	if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 		return nil
 	}
-	return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
-		"effect %s was begun by another agent; your credentials may report and resolve only the effects you began", r.EffectID)}
+	return e.expireLease(t, rec)
 }
 
 func notFound(err error, id string) error {
@@ -290,9 +321,9 @@ func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
 		return err
 	}
 	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at
-	rec.UnreportedAt = at
+	rec.UnreportedAt, rec.UnreportedAgent = at, rec.owner()
 	var a agentRec
-	ak := key(kindUnreported, rec.Namespace, rec.AgentID)
+	ak := key(kindUnreported, rec.Namespace, rec.UnreportedAgent)
 	if err := getJSON(t, ak, &a); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
@@ -311,9 +342,13 @@ func (e *Engine) clearUnreported(t *opTxn, rec *effectRec) error {
 	if rec.UnreportedAt.IsZero() {
 		return nil
 	}
-	rec.UnreportedAt = time.Time{}
+	agent := rec.UnreportedAgent
+	if agent == "" { // a record written as JSON, before it was kept
+		agent = rec.AgentID
+	}
+	rec.UnreportedAt, rec.UnreportedAgent = time.Time{}, ""
 	var a agentRec
-	ak := key(kindUnreported, rec.Namespace, rec.AgentID)
+	ak := key(kindUnreported, rec.Namespace, agent)
 	if err := getJSON(t, ak, &a); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil

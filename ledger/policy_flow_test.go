@@ -43,9 +43,13 @@ func TestApprovalFlow(t *testing.T) {
 	if got := budgetsByName(t, h)["daily-spend"]; got != 150_000_000 {
 		t.Fatalf("counted %d after execute", got)
 	}
-	// A definite failure lets the approved action retry without asking again,
+	// An approval is for one execute: after a definite failure the retry
+	// asks again, under a new approval id.
 	h.report(ex.EffectID, ledger.OutcomeFailed)
-	h.beginWant(big, ledger.DecisionExecute)
+	again := h.beginWant(big, ledger.DecisionApprovalRequired)
+	if again.ApprovalID == r.ApprovalID {
+		t.Fatalf("the retry reused the used approval: %+v", again)
+	}
 	assertStateCounts(t, h)
 }
 

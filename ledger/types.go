@@ -189,10 +189,15 @@ type ReportRequest struct {
 // ResolveRequest settles an indeterminate effect after checking at the vendor.
 // Namespace empty means any namespace (operators only).
 type ResolveRequest struct {
-	Namespace       string          `json:"-"`
-	EffectID        string          `json:"effect_id,omitempty"`
-	IdempotencyKey  string          `json:"idempotency_key,omitempty"`
-	Resolution      Outcome         `json:"resolution"`
+	Namespace      string  `json:"-"`
+	EffectID       string  `json:"effect_id,omitempty"`
+	IdempotencyKey string  `json:"idempotency_key,omitempty"`
+	Resolution     Outcome `json:"resolution"`
+	// Attempt is the attempt the caller checked at the vendor. It must be
+	// the current attempt; agents must send it once the effect has had more
+	// than one, so that a retried resolve of an earlier attempt never
+	// settles a later one. Operators may omit it.
+	Attempt         int             `json:"attempt,omitempty"`
 	Result          json.RawMessage `json:"result,omitempty"`
 	VendorReference string          `json:"vendor_reference,omitempty"`
 	Note            string          `json:"note,omitempty"`
@@ -220,6 +225,10 @@ type Approval struct {
 	DecidedBy           string     `json:"decided_by,omitempty"`
 	DecidedAt           *time.Time `json:"decided_at,omitempty"`
 	Note                string     `json:"note,omitempty"`
+	// UsedAt is when a granted approval let an attempt execute. An approval
+	// is for one execute: once used, a later attempt (after a definite
+	// failure) asks again.
+	UsedAt *time.Time `json:"used_at,omitempty"`
 }
 
 // Approval states.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Input bounds. Every field an agent or operator sends is bounded so that
@@ -32,13 +34,16 @@ var (
 	vendorRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 )
 
-// checkText refuses invalid UTF-8, control characters, invisible format
-// characters and over-long text. Format characters (Unicode Cf: zero-width
-// spaces and joiners, bidirectional marks, overrides and isolates, the byte
-// order mark, the soft hyphen) are refused rather than stripped: they make
-// two keys that look the same differ, or make a key look like another in
-// an operator's listing, and stripping them would merge keys an agent
-// meant as different.
+// checkText refuses invalid UTF-8, control characters, invisible
+// characters, text not in Unicode NFC and over-long text. Invisible ones
+// (format characters such as zero-width spaces and joiners, bidirectional
+// marks, overrides and isolates, the byte order mark and the soft hyphen;
+// variation selectors and the other default-ignorable code points, such as
+// the combining grapheme joiner and the Hangul fillers; the blank braille
+// pattern) and decomposed forms make two identifiers that look the same
+// differ, or one look like another in an operator's listing. They are
+// refused rather than stripped or normalised: that would merge keys an
+// agent meant as different.
 func checkText(field, s string, max int, required bool) *Error {
 	if s == "" {
 		if required {
@@ -55,13 +60,19 @@ func checkText(field, s string, max int, required bool) *Error {
 	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
 		return invalidArg(field, "must not contain control characters")
 	}
-	if strings.IndexFunc(s, isFormatChar) >= 0 {
-		return invalidArg(field, "must not contain invisible formatting characters (zero-width or bidirectional controls)")
+	if strings.IndexFunc(s, isInvisible) >= 0 {
+		return invalidArg(field, "must not contain invisible characters (zero-width, bidirectional controls, variation selectors, fillers)")
+	}
+	if !norm.NFC.IsNormalString(s) {
+		return invalidArg(field, "must be in Unicode normalization form C (composed characters, as most keyboards type them)")
 	}
 	return nil
 }
 
-func isFormatChar(r rune) bool { return unicode.Is(unicode.Cf, r) }
+// invisibleRanges are the invisible characters checkText refuses.
+var invisibleRanges = []*unicode.RangeTable{unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point}
+
+func isInvisible(r rune) bool { return r == '\u2800' || unicode.IsOneOf(invisibleRanges, r) }
 
 // checkNote is checkText for free text, where newlines and tabs are fine.
 func checkNote(field, s string) *Error {
@@ -73,6 +84,16 @@ func checkNote(field, s string) *Error {
 	}
 	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) >= 0 {
 		return invalidArg(field, "must not contain control characters other than newline and tab")
+	}
+	return nil
+}
+
+// CheckNamespace returns an invalid_argument *Error when ns is not a
+// namespace the engine accepts (empty means the default namespace), so that
+// configuration naming one is refused when it is loaded, not on every call.
+func CheckNamespace(ns string) error {
+	if _, err := checkNamespace(ns); err != nil {
+		return err
 	}
 	return nil
 }

@@ -100,7 +100,7 @@ func decisionTable(t *testing.T, cs *sdk.ClientSession, c *clock, eng *ledger.En
 	if iw, _ := w["integration_warning"].(map[string]any); iw == nil || iw["unreported_count"] != float64(1) {
 		t.Fatalf("integration warning %v", w)
 	}
-	out, res = call(t, cs, "ratchet_resolve_effect", map[string]any{"idempotency_key": "inv:2", "resolution": "succeeded", "note": "seen at vendor"})
+	out, res = call(t, cs, "ratchet_resolve_effect", map[string]any{"idempotency_key": "inv:2", "attempt": b["attempt"], "resolution": "succeeded", "note": "seen at vendor"})
 	if res.IsError || out["state"] != "succeeded" || out["resolved_by"] != "agent:" {
 		t.Fatalf("resolve %v", out)
 	}
@@ -303,5 +303,33 @@ func TestClientKeepsConnections(t *testing.T) {
 	// start together.
 	if n := opened.Load(); n > 3*sessions {
 		t.Fatalf("%d calls from %d sessions opened %d connections", sessions*calls, sessions, n)
+	}
+}
+
+// TestATokenFixedToAnAgentSettlesOnlyItsAttempts: two agents of one
+// namespace, each with a token that fixes its agent_id; one may not report
+// or resolve what the other began.
+func TestATokenFixedToAnAgentSettlesOnlyItsAttempts(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	eng := newEngine(t, c)
+	url := serveHTTP(t, eng, &mcp.HTTPOptions{Agents: hashes(map[string]mcp.Identity{
+		"tok-alice":   {Namespace: "shop", AgentID: "alice-bot"},
+		"tok-mallory": {Namespace: "shop", AgentID: "mallory-bot"},
+	})})
+	alice, err := httpClient(t, url, "tok-alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := httpClient(t, url, "tok-mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := decision(t, alice, map[string]any{"idempotency_key": "mail:1", "effect_type": "email.send", "lease_seconds": 30}, "execute")
+	toolErr(t, mallory, "ratchet_report_effect", map[string]any{"effect_id": a["effect_id"], "attempt": 1, "outcome": "failed"}, "unauthorized")
+	c.Advance(31 * time.Second) // blocked: now it could be resolved
+	toolErr(t, mallory, "ratchet_resolve_effect", map[string]any{"effect_id": a["effect_id"], "attempt": 1, "resolution": "failed"}, "unauthorized")
+	out, res := call(t, alice, "ratchet_resolve_effect", map[string]any{"effect_id": a["effect_id"], "attempt": 1, "resolution": "failed"})
+	if res.IsError || out["state"] != "failed" {
+		t.Fatalf("the owner's resolve: %v", out)
 	}
 }

@@ -224,12 +224,12 @@ func (t *tools) register(s *sdk.Server) {
 		return res, string(res.Decision) + ": " + res.Message, nil
 	})
 	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
-		in.Namespace = id.Namespace
+		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
 		eff, err := t.eng.Report(ctx, *in)
 		return eff, effectSummary(eff), err
 	})
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
-		in.Namespace = id.Namespace
+		in.Namespace, in.AgentID = id.Namespace, id.AgentID
 		in.ResolvedBy = "agent:" + id.AgentID
 		eff, err := t.eng.Resolve(ctx, *in)
 		return eff, effectSummary(eff), err

@@ -11,7 +11,6 @@ package config
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -444,19 +443,9 @@ func (c *Config) problems() []Problem {
 // namespaceProblem says what is wrong with a namespace in the engine's own
 // words, or "" when the engine accepts it. An agent or proxy namespace the
 // engine refuses would load fine and then have every call refused.
-//
-// TEMPORARY: the engine's check (ledger.checkNamespace) is not exported, so
-// this reaches it through Engine.Get, which checks the namespace first and
-// then refuses the empty effect id without touching the (absent) store.
-// TestAgentNamespaceMustBeAValidNamespace pins that behaviour; replace the
-// call with the exported check once ledger has one.
 func namespaceProblem(ns string) string {
-	if ns == "" {
-		return ""
-	}
-	_, err := new(ledger.Engine).Get(context.Background(), ns, "", "")
 	var le *ledger.Error
-	if errors.As(err, &le) && le.Field == "namespace" {
+	if err := ledger.CheckNamespace(ns); errors.As(err, &le) {
 		return strings.TrimPrefix(le.Message, "namespace: ")
 	}
 	return ""
