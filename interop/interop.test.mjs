@@ -62,7 +62,7 @@ function target(run) {
   }
 }
 
-/** The Inspector runs the short scenario, and its schema portability check must find no error. */
+/** The Inspector runs the whole scenario, after its schema portability check (--strict) finds no error. */
 async function inspectorScenario(driver, opts) {
   const strict = await driver.strict();
   assert.equal(strict.code, 0, `mcp-inspector --strict found schema errors: ${JSON.stringify(strict.out)}`);
