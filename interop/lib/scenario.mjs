@@ -193,11 +193,16 @@ export async function fullScenario(driver, { prefix, approve }) {
   const warned = await a.begin({ idempotency_key: k('after'), effect_type: 'email.send' }, 'execute');
   assert.ok(warned.integration_warning, 'no integration_warning after an unreported expiry');
   await a.report(warned, 'succeeded');
-  const settled = await a.ok('ratchet_resolve_effect', { effect_id: slow.effect_id, resolution: 'failed', note: 'not in the outbox' });
+  const settled = await a.ok('ratchet_resolve_effect', { effect_id: slow.effect_id, attempt: blocked.attempt,
+    resolution: 'failed', note: 'not in the outbox' });
   assert.equal(settled.state, 'failed');
-  await a.fail('ratchet_resolve_effect', { effect_id: slow.effect_id, resolution: 'succeeded' }, 'invalid_state_transition');
+  await a.fail('ratchet_resolve_effect', { effect_id: slow.effect_id, attempt: blocked.attempt, resolution: 'succeeded' }, 'invalid_state_transition');
   const retry = await a.begin(slowArgs, 'execute');
   assert.equal(retry.attempt, 2);
+  // After the first attempt a report names its attempt, and a stale one is refused.
+  const unnamed = await a.fail('ratchet_report_effect', { effect_id: retry.effect_id, outcome: 'succeeded' }, 'invalid_argument');
+  assert.equal(unnamed.field, 'attempt');
+  await a.fail('ratchet_report_effect', { effect_id: retry.effect_id, attempt: 1, outcome: 'succeeded' }, 'invalid_state_transition');
   await a.report(retry, 'succeeded');
   await a.begin(slowArgs, 'duplicate');
 
