@@ -25,18 +25,27 @@ type Defaults struct {
 	ApprovalTTL time.Duration
 }
 
+// The defaults of Defaults: the one home of these values (the config file's
+// defaults block starts from them).
+const (
+	DefaultLeaseSeconds    = 60
+	DefaultMaxLeaseSeconds = 3600
+	DefaultRetention       = 720 * time.Hour
+	DefaultApprovalTTL     = 24 * time.Hour
+)
+
 func (d Defaults) withZeroesFilled() Defaults {
 	if d.LeaseSeconds == 0 {
-		d.LeaseSeconds = 60
+		d.LeaseSeconds = DefaultLeaseSeconds
 	}
 	if d.MaxLeaseSeconds == 0 {
-		d.MaxLeaseSeconds = 3600
+		d.MaxLeaseSeconds = DefaultMaxLeaseSeconds
 	}
 	if d.Retention == 0 {
-		d.Retention = 720 * time.Hour
+		d.Retention = DefaultRetention
 	}
 	if d.ApprovalTTL == 0 {
-		d.ApprovalTTL = 24 * time.Hour
+		d.ApprovalTTL = DefaultApprovalTTL
 	}
 	return d
 }

@@ -20,9 +20,9 @@ const (
 	MaxDimValueLen   = 256
 	MaxTextLen       = 1024 // error, note, reason, description
 	MaxCostMicros    = int64(1e15)
-	maxEffectTypeLen = 128
+	MaxEffectTypeLen = 128
 	maxNamespaceLen  = 63
-	maxVendorNameLen = 32
+	MaxVendorNameLen = 32
 	DefaultNamespace = "default"
 	maxListPage      = 500
 	defaultListPage  = 50
@@ -112,7 +112,7 @@ func checkEffectType(field, t string) *Error {
 	if t == "" {
 		return invalidArg(field, "is required, e.g. \"payment.charge\"")
 	}
-	if len(t) > maxEffectTypeLen || !effectTypeRe.MatchString(t) {
+	if len(t) > MaxEffectTypeLen || !effectTypeRe.MatchString(t) {
 		return invalidArg(field, "%q must be 2-6 lowercase dot-separated parts, e.g. \"email.send\" or \"github.pr.create\"", truncate(t, 64))
 	}
 	return nil
@@ -123,7 +123,7 @@ func checkVendor(field, v string) (string, *Error) {
 	if v == "" {
 		return "", nil
 	}
-	if len(v) > maxVendorNameLen || !vendorRe.MatchString(v) {
+	if len(v) > MaxVendorNameLen || !vendorRe.MatchString(v) {
 		return "", invalidArg(field, "%q must be a short lowercase vendor name such as \"stripe\"", truncate(v, 40))
 	}
 	return v, nil

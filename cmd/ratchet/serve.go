@@ -165,11 +165,9 @@ func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs prox
 			return nil, fmt.Errorf("exporting the proxy CA: %w", err)
 		}
 	}
-	window, _ := time.ParseDuration(cfg.Proxy.DedupeWindow)
-	timeout, _ := time.ParseDuration(cfg.Proxy.UpstreamTimeout)
 	return proxy.New(eng, proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: window,
-		UpstreamTimeout: timeout, AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
+		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(),
+		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
 		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs,
 	})

@@ -28,6 +28,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
@@ -85,10 +86,10 @@ type Admin struct {
 
 // Defaults are engine-wide defaults.
 type Defaults struct {
-	LeaseSeconds    int    `yaml:"lease_seconds"`
-	MaxLeaseSeconds int    `yaml:"max_lease_seconds"`
-	Retention       string `yaml:"retention"`
-	ApprovalTTL     string `yaml:"approval_ttl"`
+	LeaseSeconds    int      `yaml:"lease_seconds"`
+	MaxLeaseSeconds int      `yaml:"max_lease_seconds"`
+	Retention       Duration `yaml:"retention"`
+	ApprovalTTL     Duration `yaml:"approval_ttl"`
 }
 
 // Proxy configures the outbound proxy.
@@ -98,12 +99,12 @@ type Proxy struct {
 	Namespace string `yaml:"namespace"`
 	// UpstreamTimeout bounds a vendor call (default 60s); a call that runs
 	// out is reported unknown.
-	UpstreamTimeout string `yaml:"upstream_timeout"`
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// CAExportPath, when set, is where serve writes the proxy CA's
 	// certificate (PEM) on start, for other containers to trust.
 	CAExportPath string            `yaml:"ca_export_path"`
 	Upstreams    map[string]string `yaml:"upstreams"`
-	DedupeWindow string            `yaml:"dedupe_window"`
+	DedupeWindow Duration          `yaml:"dedupe_window"`
 	// InterceptHosts are more hosts per vendor for the forward proxy to
 	// intercept (Adyen live: {prefix}-checkout-live.adyenpayments.com).
 	InterceptHosts map[string][]string `yaml:"intercept_hosts"`
@@ -144,20 +145,20 @@ func (c *Config) fill() {
 	set(&c.Listen.MCP, "127.0.0.1:8787")
 	set(&c.Listen.Admin, "127.0.0.1:8788")
 	set(&c.Listen.Proxy, "127.0.0.1:8789")
-	set(&c.Defaults.Retention, "720h")
-	set(&c.Defaults.ApprovalTTL, "24h")
-	set(&c.Proxy.DedupeWindow, "24h")
+	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
+	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
+	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
 	set(&c.Proxy.Namespace, "default")
-	set(&c.Proxy.UpstreamTimeout, "60s")
+	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
 	if c.Defaults.LeaseSeconds == 0 {
-		c.Defaults.LeaseSeconds = 60
+		c.Defaults.LeaseSeconds = ledger.DefaultLeaseSeconds
 	}
 	if c.Defaults.MaxLeaseSeconds == 0 {
-		c.Defaults.MaxLeaseSeconds = 3600
+		c.Defaults.MaxLeaseSeconds = ledger.DefaultMaxLeaseSeconds
 	}
 	if c.Proxy.MaxBodyBytes == 0 {
-		c.Proxy.MaxBodyBytes = 1 << 20
+		c.Proxy.MaxBodyBytes = proxy.DefaultMaxBodyBytes
 	}
 	if c.Proxy.Upstreams == nil {
 		c.Proxy.Upstreams = map[string]string{}
@@ -188,10 +189,45 @@ func (c *Config) HMACKeyPath() string {
 // LedgerDefaults converts the defaults block for the engine. Call after a
 // successful Validate.
 func (c *Config) LedgerDefaults() ledger.Defaults {
-	ret, _ := time.ParseDuration(c.Defaults.Retention)
-	ttl, _ := time.ParseDuration(c.Defaults.ApprovalTTL)
 	return ledger.Defaults{LeaseSeconds: c.Defaults.LeaseSeconds, MaxLeaseSeconds: c.Defaults.MaxLeaseSeconds,
-		Retention: ret, ApprovalTTL: ttl}
+		Retention: c.Defaults.Retention.Value(), ApprovalTTL: c.Defaults.ApprovalTTL.Value()}
+}
+
+// Duration is a duration in the file ("24h", "90m"): the text as written,
+// for messages, and its value. A value that is not a positive duration is
+// kept as text and reported by Validate with its line, like every other
+// problem, rather than stopping the decoding.
+type Duration struct {
+	text string
+	d    time.Duration // zero unless text is a positive duration
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	d.text = n.Value
+	if n.Kind != yaml.ScalarNode {
+		d.text = "(" + n.ShortTag() + ")"
+	}
+	d.d = 0
+	if v, err := time.ParseDuration(d.text); err == nil && v > 0 {
+		d.d = v
+	}
+	return nil
+}
+
+// Value is the duration; zero until the file's text was valid.
+func (d Duration) Value() time.Duration { return d.d }
+
+// String is the duration as written.
+func (d Duration) String() string { return d.text }
+
+// DurationOf is a Duration of v, for configs built in code.
+func DurationOf(v time.Duration) Duration { return Duration{text: v.String(), d: v} }
+
+func (d *Duration) orDefault(v time.Duration) {
+	if d.text == "" {
+		*d = DurationOf(v)
+	}
 }
 
 // Problem is one thing wrong in a config file.
@@ -358,9 +394,9 @@ func (c *Config) problems() []Problem {
 	for _, fe := range ledger.ValidatePolicies(c.Policies) {
 		add(fe.Path, "%s", fe.Message)
 	}
-	checkDur := func(path, v string) {
-		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
-			add(path, "%q is not a positive duration (e.g. 24h, 90m)", v)
+	checkDur := func(path string, d Duration) {
+		if d.Value() <= 0 {
+			add(path, "%q is not a positive duration (e.g. 24h, 90m)", d.String())
 		}
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)

@@ -5,6 +5,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
 func TestDefaults(t *testing.T) {
@@ -83,6 +87,9 @@ func TestMoreValidation(t *testing.T) {
 		"duplicate ceiling":      {"policies:\n  - match: a.*\n    ceilings: [{name: x, limit_count: 1, window: 1h, per: global}]\n  - match: b.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1h, per: global}\n", 6, "already used"},
 		"both limits":            {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, limit_micros: 1, window: 1h, per: global}\n", 4, "use one"},
 		"bad retention":          {"defaults:\n  retention: forever\n", 2, "not a positive duration"},
+		"negative window":        {"proxy:\n  dedupe_window: -1h\n", 2, "\"-1h\" is not a positive duration"},
+		"duration as a list":     {"defaults:\n  approval_ttl: [24h]\n", 2, "\"(!!seq)\" is not a positive duration"},
+		"zero timeout":           {"proxy:\n  upstream_timeout: 0s\n", 2, "not a positive duration"},
 		"token not hashed":       {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
 		"bad backend":            {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
 		"postgres no dsn":        {"ledger:\n  backend: postgres\n", 1, "exactly one of dsn_env"},
@@ -120,4 +127,20 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("Parse accepted a config that Validate refuses")
 		}
 	})
+}
+
+// TestDurationsHaveOneValue: a duration in the file is parsed once, where it
+// is decoded, and reaches the engine and the proxy as written; a field left
+// out takes the engine's or the proxy's own default.
+func TestDurationsHaveOneValue(t *testing.T) {
+	cfg, err := Parse(strings.NewReader("defaults:\n  approval_ttl: 90m\nproxy:\n  dedupe_window: 2h\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.LedgerDefaults(); d.ApprovalTTL != 90*time.Minute || d.Retention != ledger.DefaultRetention {
+		t.Fatalf("ledger defaults: %+v", d)
+	}
+	if cfg.Proxy.DedupeWindow.Value() != 2*time.Hour || cfg.Proxy.UpstreamTimeout.Value() != proxy.DefaultUpstreamTimeout {
+		t.Fatalf("proxy: window %v, timeout %v", cfg.Proxy.DedupeWindow, cfg.Proxy.UpstreamTimeout)
+	}
 }
