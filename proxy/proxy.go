@@ -193,19 +193,27 @@ type Proxy struct {
 	log       *slog.Logger
 }
 
+// The defaults of Options: the one home of these values (the config file's
+// proxy block starts from them).
+const (
+	DefaultDedupeWindow    = 24 * time.Hour
+	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultMaxBodyBytes    = 1 << 20
+)
+
 // New builds a proxy.
 func New(eng Engine, opts Options) (*Proxy, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = ledger.DefaultNamespace
 	}
 	if opts.DedupeWindow <= 0 {
-		opts.DedupeWindow = 24 * time.Hour
+		opts.DedupeWindow = DefaultDedupeWindow
 	}
 	if opts.UpstreamTimeout <= 0 {
-		opts.UpstreamTimeout = 60 * time.Second
+		opts.UpstreamTimeout = DefaultUpstreamTimeout
 	}
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if opts.Transport == nil {
 		opts.Transport = NewTransport()
