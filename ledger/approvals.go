@@ -92,6 +92,9 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 		if err := e.putEffect(t, rec, now); err != nil {
 			return nil, err
 		}
+		ev := effectEvent(EventApprovalDecided, rec)
+		ev.AgentID, ev.ApprovalID, ev.Actor, ev.CostMicros = a.AgentID, a.ApprovalID, decidedBy, &a.EstimatedCostMicros
+		t.emit(ev)
 		v := *rec.view(now).Approval
 		return &v, nil
 	})

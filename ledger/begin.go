@@ -79,6 +79,9 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 	if res.IntegrationWarning, err = e.integrationWarning(t, req.Namespace, req.AgentID); err != nil {
 		return nil, err
 	}
+	t.emit(Event{Type: EventEffectBegun, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
+		Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
+		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims})
 	return res, nil
 }
 
@@ -411,6 +414,9 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	if err := e.putEffect(t, rec, now); err != nil {
 		return nil, err
 	}
+	ev := effectEvent(EventApprovalRequested, rec)
+	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
+	t.emit(ev)
 	return approvalRequired(rec), nil
 }
 

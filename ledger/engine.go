@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"errors"
@@ -32,6 +33,7 @@ const (
 	DefaultMaxLeaseSeconds = 3600
 	DefaultRetention       = 720 * time.Hour
 	DefaultApprovalTTL     = 24 * time.Hour
+	DefaultAuditRetention  = 2160 * time.Hour // 90 days
 )
 
 func (d Defaults) withZeroesFilled() Defaults {
@@ -78,6 +80,16 @@ type Options struct {
 	// Observer is told of decisions, reports and expiries (metrics); nil
 	// means nobody.
 	Observer Observer
+	// Audit keeps the audit log: every event in a hash chain, written with
+	// the change it records (see events.go).
+	Audit bool
+	// AuditRetention is how long audit records are kept; zero means
+	// DefaultAuditRetention. It is never shorter than the effects'.
+	AuditRetention time.Duration
+	// Route names the sinks a notification event is queued for in the
+	// outbox (see NotifyTypes); nil queues nothing. It must be a pure
+	// function of the event.
+	Route func(Event) []string
 }
 
 // Observer is told what the engine decided, after it is durable, and when
@@ -123,8 +135,11 @@ type Engine struct {
 	replica   string
 	countsKey []byte // the state counts this engine moves (see exclusiveCountsKey)
 
-	storeCtx  context.Context    // the writer's store calls (see New)
-	stopStore context.CancelFunc // ends storeCtx: Close
+	audit          bool          // keep the audit log (events.go)
+	auditRetention time.Duration // how long audit records stay
+	route          func(Event) []string
+	storeCtx       context.Context    // the writer's store calls (see New)
+	stopStore      context.CancelFunc // ends storeCtx: Close
 
 	ops     chan *op
 	stop    chan struct{}
@@ -182,6 +197,8 @@ func New(opts Options) (*Engine, error) {
 		log:      opts.Logger,
 		maxBatch: opts.MaxBatch,
 		obs:      opts.Observer,
+		audit:    opts.Audit,
+		route:    opts.Route,
 		ops:      make(chan *op, 1024),
 		stop:     make(chan struct{}),
 	}
@@ -189,6 +206,7 @@ func New(opts Options) (*Engine, error) {
 	// batch carries many callers' decisions, so no one caller's request
 	// may cancel it; Close ends it if the store hangs past Close's context.
 	e.storeCtx, e.stopStore = context.WithCancel(context.Background())
+	e.auditRetention = max(cmp.Or(opts.AuditRetention, DefaultAuditRetention), e.defaults.Retention)
 	if e.clock == nil {
 		e.clock = systemClock{}
 	}
@@ -466,6 +484,7 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	results := make([]opResult, 0, len(batch))
 	size := 0
 	states := map[State]int64{}
+	var events []Event
 	for _, o := range batch {
 		if size > batchBytes {
 			break
@@ -481,6 +500,7 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 			for st, d := range t.states {
 				states[st] += d
 			}
+			events = append(events, t.events...)
 			t.cacheWrites()
 		}
 		results = append(results, opResult{v, err})
@@ -489,6 +509,9 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 		if err := applyStateCounts(tx, e.countsKey, states); err != nil {
 			return nil, err
 		}
+	}
+	if err := e.journal(tx, events, now); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
@@ -564,6 +587,7 @@ type opTxn struct {
 	states map[State]int64 // effects moved between states, applied per batch
 	cache  *writerCaches
 	recs   map[string]*effectRec // records this op wrote, for the cache
+	events []Event               // what the op did, journaled if it succeeds (events.go)
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

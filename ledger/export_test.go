@@ -34,3 +34,9 @@ func KeyLayoutError(k []byte) string {
 	}
 	return "a layout's number of parts does not fit"
 }
+
+// AuditHashOf is r's hash by the documented rule.
+func AuditHashOf(r AuditRecord) string {
+	h, _ := r.computeHash()
+	return h
+}

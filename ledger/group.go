@@ -84,6 +84,7 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 		}
 		res.State = g.State
 		res.Message = unwindMessage(res)
+		t.emit(Event{Type: EventGroupUnwind, Namespace: req.Namespace, GroupKey: req.GroupKey, State: State(g.State), Reason: req.Reason})
 		return res, nil
 	})
 	if serr != nil {

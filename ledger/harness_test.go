@@ -126,6 +126,8 @@ type harness struct {
 	defs   ledger.Defaults
 	logger *slog.Logger
 	schema string // postgres only
+	// auditRetention is the engine's Options.AuditRetention.
+	auditRetention time.Duration
 	// wrap, when set, wraps the Badger store the next opens use.
 	wrap func(*badgerstore.Store) ledger.Store
 	obs  ledger.Observer // nil: none
@@ -245,7 +247,8 @@ func (h *harness) open() {
 	st := h.openStore()
 	var err error
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
-		Defaults: h.defs, Logger: h.logger, Observer: h.obs, ReapInterval: -1, PurgeInterval: -1})
+		Defaults: h.defs, Logger: h.logger, Observer: h.obs, ReapInterval: -1, PurgeInterval: -1,
+		Audit: true, AuditRetention: h.auditRetention, Route: func(ledger.Event) []string { return []string{"test-sink"} }})
 	if err != nil {
 		h.t.Fatal(err)
 	}

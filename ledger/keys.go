@@ -30,6 +30,9 @@ import (
 //	m\0secret-check                            the HMAC secret's check value
 //	m\0ping                                    written by Ping
 //	s\0<replica>                                one replica's state counts, shared store (JSON)
+//	h\0<chain>\0<seq, 16 hex digits>            an audit record (events.go)
+//	j\0<chain>                                  an audit chain's head (JSON)
+//	o\0<sink>\0<event_id>                       an outbox entry: an event to deliver to a sink (JSON)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -49,6 +52,9 @@ const (
 	kindCounter       = "c"
 	kindMeta          = "m"
 	kindReplicaCounts = "s"
+	kindAudit         = "h"
+	kindAuditHead     = "j"
+	kindOutbox        = "o"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -76,6 +82,9 @@ var keyLayouts = map[string][]int{
 	kindUnreported:    {2},
 	kindCounter:       {4, 5},
 	kindReplicaCounts: {1},
+	kindAudit:         {2},
+	kindAuditHead:     {1},
+	kindOutbox:        {2},
 }
 
 func key(kind string, parts ...string) []byte {

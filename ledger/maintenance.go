@@ -18,7 +18,7 @@ const sweepBatch = 256
 // many effects it expired. The background reaper calls it every
 // Options.ReapInterval.
 func (e *Engine) Reap(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, "l", func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
+	n, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 			return false, nil
 		}
@@ -39,10 +39,13 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // need someone's attention. A purged key is forgotten, so a later begin
 // with it is new. It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, "t", func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
+	n, err := e.sweep(ctx, kindRetention, func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
 		func(rec *effectRec, at time.Time) bool { return rec.RetainedAt.Equal(at) })
 	if err == nil {
 		err = e.purgeCounters(ctx)
+	}
+	if err == nil {
+		err = e.purgeJournal(ctx)
 	}
 	if c, ok := e.store.(Compactor); ok && n > 0 && err == nil {
 		if cerr := c.Compact(); cerr != nil {

@@ -54,7 +54,16 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		}
 		o := outcome{state: outcomeState(req.Outcome), result: req.Result, vendorRef: req.VendorReference,
 			errText: req.Error, actual: req.ActualCostMicros}
-		return e.settleOutcome(t, rec, o, "report", now)
+		eff, err := e.settleOutcome(t, rec, o, "report", now)
+		if err == nil {
+			ev := effectEvent(EventEffectReported, rec)
+			ev.CostMicros, ev.Actor = req.ActualCostMicros, actor("agent", req.AgentID)
+			t.emit(ev)
+			if req.Outcome == OutcomeUnknown && eff.State == StateIndeterminate {
+				t.emit(effectEvent(EventEffectIndeterminate, rec))
+			}
+		}
+		return eff, err
 	}, reads: func(knownFunc) [][]byte { return [][]byte{ek} }})
 	if serr != nil {
 		return nil, serr
@@ -153,7 +162,13 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 			}
 		}
 		o := outcome{state: want, result: req.Result, vendorRef: req.VendorReference}
-		return e.settleOutcome(t, rec, o, "resolve", now)
+		eff, err := e.settleOutcome(t, rec, o, "resolve", now)
+		if err == nil {
+			ev := effectEvent(EventEffectResolved, rec)
+			ev.Actor = rec.ResolvedBy
+			t.emit(ev)
+		}
+		return eff, err
 	})
 	if serr != nil {
 		return nil, serr
@@ -334,7 +349,18 @@ func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
 	if err := setJSON(t, ak, &a); err != nil {
 		return err
 	}
+	t.emit(effectEvent(EventEffectIndeterminate, rec))
+	t.emit(Event{Type: EventIntegrationWarning, Namespace: rec.Namespace, AgentID: rec.UnreportedAgent,
+		EffectID: rec.EffectID, Count: len(a.Unreported)})
 	return e.putEffect(t, rec, at)
+}
+
+// actor names who acted: kind:id, or "" when the id is not known.
+func actor(kind, id string) string {
+	if id == "" {
+		return ""
+	}
+	return kind + ":" + id
 }
 
 // clearUnreported removes an effect from its agent's unreported set.

@@ -1,0 +1,476 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// Events. Every decision and operator action is an Event, recorded in the
+// same store transaction as the change it records, so that a crash never
+// loses one and never records one for a change that was not committed:
+//
+//   - the audit log (Options.Audit) keeps every event in a hash chain, each
+//     record carrying the hash of the one before (see AuditRecord);
+//   - the outbox (Options.Route) queues the events people must hear about
+//     (NotifyTypes) once for each sink the route names, for a delivery
+//     worker to send at least once (see OutboxEntry).
+//
+// Both are written by the writer after a batch's ops have run, from the
+// events of the ops that succeeded, in the order the ops ran. An op emits
+// its events through opTxn.emit; an op that fails emits nothing. Events
+// hold ids, types, decisions, reasons, costs and actors: never payloads,
+// idempotency keys, dimension values or tokens.
+
+// Event types.
+const (
+	EventEffectBegun         = "effect.begun"    // a begin's decision (every decision)
+	EventEffectReported      = "effect.reported" // a report settled or re-stated an effect
+	EventEffectResolved      = "effect.resolved" // someone resolved an effect
+	EventEffectIndeterminate = "effect.indeterminate"
+	EventApprovalRequested   = "approval.requested"
+	EventApprovalDecided     = "approval.decided"
+	EventGroupUnwind         = "group.unwind"
+	EventIntegrationWarning  = "agent.integration_warning"
+	EventAuditChainStarted   = "audit.chain_started"
+	eventTypeBudgetThreshold = "budget.threshold" // reserved for ceiling alerts
+	eventTypeApprovalExpired = "approval.expired" // reserved for an expiry sweep
+)
+
+// NotifyTypes are the event types queued in the outbox: what someone must
+// act on or hear about. The others are recorded in the audit log only.
+var NotifyTypes = map[string]bool{
+	EventApprovalRequested:   true,
+	EventApprovalDecided:     true,
+	eventTypeApprovalExpired: true,
+	EventEffectIndeterminate: true,
+	eventTypeBudgetThreshold: true,
+	EventIntegrationWarning:  true,
+}
+
+// Event is one thing that happened in the ledger.
+type Event struct {
+	// ID is unique and stable: a receiver dedupes deliveries by it.
+	ID         string    `json:"id"`
+	Type       string    `json:"type"`
+	At         time.Time `json:"at"`
+	Namespace  string    `json:"namespace,omitempty"`
+	EffectID   string    `json:"effect_id,omitempty"`
+	EffectType string    `json:"effect_type,omitempty"`
+	Attempt    int       `json:"attempt,omitempty"`
+	AgentID    string    `json:"agent_id,omitempty"`
+	RunID      string    `json:"run_id,omitempty"`
+	GroupKey   string    `json:"group_key,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+	Decision   Decision  `json:"decision,omitempty"`
+	State      State     `json:"state,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	// CostMicros is the cost the event is about: a begin's estimate, a
+	// report's actual cost, an approval request's estimate.
+	CostMicros *int64 `json:"cost_micros,omitempty"`
+	// Actor is who caused it: "admin:<name>", "agent:<id>", "reaper", …
+	Actor string `json:"actor,omitempty"`
+	// Count is the agent's unreported expiries (integration warnings).
+	Count int `json:"count,omitempty"`
+	// Dimensions are the keyed hashes of the effect's dimension values.
+	Dimensions map[string]string `json:"dimensions,omitempty"`
+}
+
+// emit records an event of this op; the writer journals it if the op
+// succeeds.
+func (t *opTxn) emit(ev Event) {
+	t.events = append(t.events, ev)
+}
+
+// effectEvent is an event about rec, with its labels.
+func effectEvent(typ string, rec *effectRec) Event {
+	return Event{Type: typ, Namespace: rec.Namespace, EffectID: rec.EffectID, EffectType: rec.EffectType,
+		Attempt: rec.Attempt, AgentID: rec.owner(), RunID: rec.RunID, GroupKey: rec.GroupKey, State: rec.State,
+		Reason: rec.Reason, Dimensions: rec.Dimensions}
+}
+
+// AuditRecord is one line of the audit log: an event, its place in its
+// chain, and the chain's hashes. Hash is the SHA-256 (hex) of Prev, a
+// newline, and the record's JSON with Hash empty; Prev is the hash of the
+// record before it in the chain ("" for a chain's first). An engine on an
+// exclusive store keeps one chain ("local") across restarts; on a shared
+// store each replica keeps its own, named by its replica id and started
+// with an audit.chain_started record, and an export holds every chain,
+// each in order. Altering, inserting or removing a record breaks its
+// chain at that record (VerifyAudit); removing a chain's last records is
+// seen against its head (AuditHead), which an operator can keep elsewhere.
+type AuditRecord struct {
+	Chain string `json:"chain"`
+	Seq   uint64 `json:"seq"`
+	Prev  string `json:"prev"`
+	Hash  string `json:"hash"`
+	Event Event  `json:"event"`
+}
+
+// auditHead is the last record of a chain.
+type auditHead struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+func (r *AuditRecord) computeHash() (string, error) {
+	c := *r
+	c.Hash = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", fmt.Errorf("encoding audit record: %w", err)
+	}
+	h := sha256.New()
+	h.Write([]byte(r.Prev))
+	h.Write([]byte{'\n'})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// auditChainName is this engine's chain.
+func (e *Engine) auditChainName() string {
+	if e.replica != "" {
+		return e.replica
+	}
+	return "local"
+}
+
+// journal writes the events of a batch's successful ops: to the audit
+// chain and, routed, to the outbox.
+func (e *Engine) journal(tx Txn, events []Event, now time.Time) error {
+	if len(events) == 0 || !e.audit && e.route == nil {
+		return nil
+	}
+	for i := range events {
+		events[i].ID, events[i].At = e.ids.next("evt_", now), now
+	}
+	if e.audit {
+		if err := e.appendAudit(tx, events, now); err != nil {
+			return err
+		}
+	}
+	if e.route == nil {
+		return nil
+	}
+	for i := range events {
+		ev := &events[i]
+		if !NotifyTypes[ev.Type] {
+			continue
+		}
+		for _, sink := range e.route(*ev) {
+			b, err := json.Marshal(&OutboxEntry{Sink: sink, Event: *ev, NextAt: ev.At})
+			if err != nil {
+				return fmt.Errorf("encoding outbox entry: %w", err)
+			}
+			if err := tx.Set(key(kindOutbox, sink, ev.ID), b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
+	chain := e.auditChainName()
+	hk := key(kindAuditHead, chain)
+	var head auditHead
+	if err := getJSON(tx, hk, &head); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if head.Seq == 0 && e.replica != "" {
+		// A replica's chain starts with a record naming it, so that an
+		// export shows every chain that ever started.
+		start := Event{ID: e.ids.next("evt_", now), Type: EventAuditChainStarted, At: now, Actor: "replica:" + chain}
+		events = append([]Event{start}, events...)
+	}
+	for _, ev := range events {
+		r := AuditRecord{Chain: chain, Seq: head.Seq + 1, Prev: head.Hash, Event: ev}
+		h, err := r.computeHash()
+		if err != nil {
+			return err
+		}
+		r.Hash = h
+		b, err := json.Marshal(&r)
+		if err != nil {
+			return fmt.Errorf("encoding audit record: %w", err)
+		}
+		if err := tx.Set(auditKey(chain, r.Seq), b); err != nil {
+			return err
+		}
+		head = auditHead{Seq: r.Seq, Hash: r.Hash}
+	}
+	return setJSON(tx, hk, &head)
+}
+
+// auditKey is a record's key: its sequence number in 16 hex digits, so
+// keys sort in chain order and hold no NUL.
+func auditKey(chain string, seq uint64) []byte {
+	return key(kindAudit, chain, fmt.Sprintf("%016x", seq))
+}
+
+// Audit calls fn for every audit record with an event at or after since
+// and before until (zero: no bound), chain by chain, each in order.
+func (e *Engine) Audit(ctx context.Context, since, until time.Time, fn func(AuditRecord) error) error {
+	return e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindAudit), nil, func(_, v []byte) (bool, error) {
+			var rec AuditRecord
+			if err := decodeJSON(v, &rec); err != nil {
+				return false, err
+			}
+			if !since.IsZero() && rec.Event.At.Before(since) || !until.IsZero() && !rec.Event.At.Before(until) {
+				return true, nil
+			}
+			return true, fn(rec)
+		})
+	})
+}
+
+// AuditHeads returns each chain's last sequence number and hash, for an
+// operator to keep outside the ledger and for VerifyAudit to check an
+// export's ends against.
+func (e *Engine) AuditHeads(ctx context.Context) (map[string]AuditHeadInfo, error) {
+	heads := map[string]AuditHeadInfo{}
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindAuditHead), nil, func(k, v []byte) (bool, error) {
+			var h auditHead
+			if err := decodeJSON(v, &h); err != nil {
+				return false, err
+			}
+			heads[lastPart(k)] = AuditHeadInfo(h)
+			return true, nil
+		})
+	})
+	return heads, err
+}
+
+// AuditHeadInfo is a chain's last record.
+type AuditHeadInfo struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// AuditBreak says where a chain of audit records stops verifying.
+type AuditBreak struct {
+	// Line is the 1-based position of the offending record in what was
+	// verified (0 when a chain's end is missing).
+	Line    int
+	Chain   string
+	Seq     uint64
+	Message string
+}
+
+func (b *AuditBreak) Error() string {
+	return fmt.Sprintf("audit record %d (chain %s, seq %d): %s", b.Line, b.Chain, b.Seq, b.Message)
+}
+
+// VerifyAudit checks records as exported (each chain in order, chains
+// one after another or interleaved): every record's hash, that each
+// follows the one before in its chain, and, for each chain in heads, that
+// the chain reaches its head. A chain may start after its first record (an
+// export with since, or the audit retention): its first record's Prev is
+// then taken as given. It returns the first break, or nil.
+func VerifyAudit(records []AuditRecord, heads map[string]AuditHeadInfo) *AuditBreak {
+	last := map[string]*AuditRecord{}
+	for i := range records {
+		r := &records[i]
+		at := func(msg string, args ...any) *AuditBreak {
+			return &AuditBreak{Line: i + 1, Chain: r.Chain, Seq: r.Seq, Message: fmt.Sprintf(msg, args...)}
+		}
+		h, err := r.computeHash()
+		if err != nil {
+			return at("%v", err)
+		}
+		if h != r.Hash {
+			return at("its content does not match its hash: the record was altered")
+		}
+		if p := last[r.Chain]; p != nil {
+			switch {
+			case r.Seq != p.Seq+1:
+				return at("follows seq %d: a record was removed or inserted before it", p.Seq)
+			case r.Prev != p.Hash:
+				return at("does not chain to the record before it: a record was removed, inserted or altered before it")
+			}
+		}
+		last[r.Chain] = r
+	}
+	for chain, h := range heads {
+		p := last[chain]
+		if p == nil {
+			continue // nothing of it in the range exported
+		}
+		if p.Seq < h.Seq {
+			return &AuditBreak{Chain: chain, Seq: p.Seq, Message: "the chain ends at seq " + strconv.FormatUint(p.Seq, 10) +
+				" but its head is seq " + strconv.FormatUint(h.Seq, 10) + ": its last records were removed (or the export stops early)"}
+		}
+		if p.Seq == h.Seq && p.Hash != h.Hash {
+			return &AuditBreak{Chain: chain, Seq: p.Seq, Message: "the chain's last record does not match its head"}
+		}
+	}
+	return nil
+}
+
+// OutboxEntry is an event waiting for delivery to one sink.
+type OutboxEntry struct {
+	Sink     string    `json:"sink"`
+	Event    Event     `json:"event"`
+	Attempts int       `json:"attempts,omitempty"`
+	NextAt   time.Time `json:"next_at"`
+	// ClaimedBy and ClaimedUntil: a delivery in progress (one replica of a
+	// fleet delivers each entry).
+	ClaimedBy    string    `json:"claimed_by,omitempty"`
+	ClaimedUntil time.Time `json:"claimed_until,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+	// Dead is set once delivery was given up: the entry stays, for the
+	// operator to see, until retention.
+	Dead bool `json:"dead,omitempty"`
+}
+
+// ClaimEvents claims up to limit outbox entries due now (not dead, not
+// claimed by a live claim) for worker, for lease, and returns them. Claims
+// go through the writer, so of several replicas' workers one gets each.
+func (e *Engine) ClaimEvents(ctx context.Context, worker string, lease time.Duration, limit int) ([]OutboxEntry, error) {
+	var due [][]byte
+	now := e.clock.Now()
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindOutbox), nil, func(k, v []byte) (bool, error) {
+			var en OutboxEntry
+			if err := decodeJSON(v, &en); err != nil {
+				return false, err
+			}
+			if en.claimable(now) {
+				due = append(due, k)
+			}
+			return len(due) < limit, nil
+		})
+	})
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		var got []OutboxEntry
+		for _, k := range due {
+			var en OutboxEntry
+			if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			if !en.claimable(now) {
+				continue
+			}
+			en.ClaimedBy, en.ClaimedUntil = worker, now.Add(lease)
+			if err := setJSON(t, k, &en); err != nil {
+				return nil, err
+			}
+			got = append(got, en)
+		}
+		return got, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]OutboxEntry), nil
+}
+
+func (en *OutboxEntry) claimable(now time.Time) bool {
+	return !en.Dead && !now.Before(en.NextAt) && (en.ClaimedBy == "" || !now.Before(en.ClaimedUntil))
+}
+
+// EventDelivered removes a delivered entry.
+func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error {
+	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+		return nil, t.Delete(key(kindOutbox, sink, eventID))
+	})
+	return err
+}
+
+// EventFailed records a failed delivery: the entry is tried again at next,
+// or, when dead, kept for the operator and never tried again.
+func (e *Engine) EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error {
+	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+		k := key(kindOutbox, sink, eventID)
+		var en OutboxEntry
+		if err := getJSON(t, k, &en); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		en.Attempts++
+		en.NextAt, en.Dead, en.LastError = next, dead, truncate(reason, 512)
+		en.ClaimedBy, en.ClaimedUntil = "", time.Time{}
+		return nil, setJSON(t, k, &en)
+	})
+	return err
+}
+
+// Outbox lists outbox entries (dead ones only when deadOnly), for the
+// admin API and metrics.
+func (e *Engine) Outbox(ctx context.Context, deadOnly bool) ([]OutboxEntry, error) {
+	out := []OutboxEntry{}
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindOutbox), nil, func(_, v []byte) (bool, error) {
+			var en OutboxEntry
+			if err := decodeJSON(v, &en); err != nil {
+				return false, err
+			}
+			if !deadOnly || en.Dead {
+				out = append(out, en)
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// purgeJournal deletes audit records older than the audit retention (a
+// chain then starts at its oldest kept record, whose Prev VerifyAudit takes
+// as given) and dead outbox entries older than the effects' retention.
+func (e *Engine) purgeJournal(ctx context.Context) error {
+	now := e.clock.Now()
+	var old [][]byte
+	err := e.view(ctx, func(r Reader) error {
+		if err := r.Scan(prefix(kindAudit), nil, func(k, v []byte) (bool, error) {
+			var rec AuditRecord
+			if err := decodeJSON(v, &rec); err != nil {
+				return false, err
+			}
+			if rec.Event.At.Before(now.Add(-e.auditRetention)) {
+				old = append(old, k)
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		return r.Scan(prefix(kindOutbox), nil, func(k, v []byte) (bool, error) {
+			var en OutboxEntry
+			if err := decodeJSON(v, &en); err != nil {
+				return false, err
+			}
+			if en.Dead && en.Event.At.Before(now.Add(-e.defaults.Retention)) {
+				old = append(old, k)
+			}
+			return true, nil
+		})
+	})
+	for len(old) > 0 && err == nil {
+		n := min(len(old), sweepBatch)
+		part := old[:n]
+		old = old[n:]
+		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+			for _, k := range part {
+				if err := t.Delete(k); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+	}
+	return err
+}
