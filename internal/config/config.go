@@ -41,12 +41,26 @@ type Config struct {
 	Defaults Defaults      `yaml:"defaults"`
 	Proxy    Proxy         `yaml:"proxy"`
 	Ledger   Ledger        `yaml:"ledger"`
+	Audit    Audit         `yaml:"audit"`
 	Policies []ledger.Rule `yaml:"policies"`
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
 	root *yaml.Node
 }
+
+// Audit configures the audit log: every decision and operator action in a
+// hash chain in the ledger, written with the change it records.
+type Audit struct {
+	// Enabled is true unless the file says false.
+	Enabled *bool `yaml:"enabled"`
+	// Retention is how long records are kept (default 2160h, 90 days;
+	// never shorter than defaults.retention).
+	Retention Duration `yaml:"retention"`
+}
+
+// On reports whether the audit log is kept.
+func (a Audit) On() bool { return a.Enabled == nil || *a.Enabled }
 
 // Listen holds the listener addresses.
 type Listen struct {
@@ -147,6 +161,7 @@ func (c *Config) fill() {
 	set(&c.Listen.Proxy, "127.0.0.1:8789")
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
 	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
+	c.Audit.Retention.orDefault(ledger.DefaultAuditRetention)
 	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
 	set(&c.Proxy.Namespace, "default")
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
@@ -401,6 +416,10 @@ func (c *Config) problems() []Problem {
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
+	checkDur("audit.retention", c.Audit.Retention)
+	if c.Audit.Retention.Value() > 0 && c.Audit.Retention.Value() < c.Defaults.Retention.Value() {
+		add("audit.retention", "%s is shorter than defaults.retention (%s): the audit log must outlive the effects it records", c.Audit.Retention, c.Defaults.Retention)
+	}
 	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
 	checkDur("proxy.upstream_timeout", c.Proxy.UpstreamTimeout)
 	for _, v := range sortedKeys(c.Proxy.Upstreams) {
