@@ -59,9 +59,18 @@ export async function startServe(tokens) {
   const dir = tempDir('serve');
   const config = writeConfig(dir, tokens);
   const proc = spawn(BIN, ['serve', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  cleanups.unshift(() => proc.kill('SIGKILL'));
   let log = '';
-  const urls = await new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`ratchet serve did not start:\n${log}`)), 20_000);
+  const urls = await new Promise((ok, failed) => {
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      failed(new Error(`ratchet serve did not start:\n${log}`));
+    }, 20_000);
+    const fail = (err) => {
+      clearTimeout(timer);
+      failed(err);
+    };
+    proc.on('error', (err) => fail(new Error(`running ${BIN} (make build, or set RATCHET_BIN): ${err.message}`)));
     proc.on('exit', (code) => fail(new Error(`ratchet serve exited (${code}):\n${log}`)));
     proc.stderr.on('data', (b) => {
       log += b;
@@ -81,7 +90,6 @@ export async function startServe(tokens) {
     proc.on('exit', ok);
     proc.kill('SIGTERM');
   });
-  cleanups.unshift(() => proc.kill('SIGKILL'));
   return { ...urls, stop, log: () => log };
 }
 
