@@ -353,35 +353,11 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-// statusOf maps an engine error code to an HTTP status: the one place
-// where that mapping lives for the admin API.
-func statusOf(code ledger.Code) int {
-	switch code {
-	case ledger.CodeInvalidArgument, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
-		return http.StatusBadRequest
-	case ledger.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case ledger.CodeEffectNotFound, ledger.CodeApprovalNotFound, ledger.CodeGroupNotFound:
-		return http.StatusNotFound
-	case ledger.CodeInvalidStateTransition, ledger.CodeIdempotencyKeyConflict:
-		return http.StatusConflict
-	case ledger.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 func writeError(w http.ResponseWriter, err error) {
-	var ae *apiError
-	var le *ledger.Error
-	switch {
-	case errors.As(err, &ae):
-	case errors.As(err, &le):
-		ae = &apiError{statusOf(le.Code), string(le.Code), le.Message}
-	case errors.Is(err, ledger.ErrClosed):
-		ae = &apiError{http.StatusServiceUnavailable, string(ledger.CodeUnavailable), "Ratchet is shutting down"}
-	default:
-		ae = &apiError{http.StatusInternalServerError, string(ledger.CodeInternal), "internal error"}
+	ae, ok := errors.AsType[*apiError](err)
+	if !ok {
+		le := ledger.Classify(err) // a cancelled or shut-down call is unavailable, never a 500
+		ae = &apiError{ledger.HTTPStatus(le.Code), string(le.Code), le.Message}
 	}
 	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}})
 }

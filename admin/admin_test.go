@@ -165,3 +165,32 @@ func TestAdminAuth(t *testing.T) {
 		t.Errorf("bad body: %d", resp.StatusCode)
 	}
 }
+
+// cancelledEngine answers every read as a call whose request ended.
+type cancelledEngine struct{ admin.Engine }
+
+func (cancelledEngine) List(context.Context, ledger.Filter) (*ledger.Page, error) {
+	return nil, &ledger.Error{Code: ledger.CodeUnavailable, Message: "the ledger could not be read; retry later", Err: context.Canceled}
+}
+func (cancelledEngine) Budgets(context.Context, string) ([]ledger.Budget, error) {
+	return nil, context.Canceled
+}
+
+// TestACancelledOrShutDownCallIsUnavailableNotAnInternalError: the admin
+// API classifies errors as the MCP tools and the proxy do (ledger.Classify):
+// a call that ended or an engine shutting down is 503 unavailable.
+func TestACancelledOrShutDownCallIsUnavailableNotAnInternalError(t *testing.T) {
+	srv := httptest.NewServer(admin.Handler(cancelledEngine{}, admin.Options{}))
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/v1/effects", "/v1/budgets"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"unavailable"`) {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+}

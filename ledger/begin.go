@@ -154,9 +154,9 @@ func blocked(rec *effectRec) *BeginResult {
 	res := &BeginResult{Decision: DecisionBlocked, EffectID: rec.EffectID, Attempt: rec.Attempt,
 		State: StateIndeterminate, Reason: rec.Reason, Since: rec.Since}
 	if rec.Reason == ReasonLeaseExpired {
-		res.Message = "An earlier attempt's lease ran out without a report, so it may or may not have happened. Do not perform it; check at the vendor and call ratchet_resolve_effect, or tell the user it is unresolved."
+		res.Message = "An earlier attempt's lease ran out without a report, so it may or may not have happened. Do not perform it; check at the vendor and resolve it, or tell the user it is unresolved."
 	} else {
-		res.Message = "An earlier attempt was reported with an unknown outcome. Do not perform it; check at the vendor and call ratchet_resolve_effect, or tell the user it is unresolved."
+		res.Message = "An earlier attempt was reported with an unknown outcome. Do not perform it; check at the vendor and resolve it, or tell the user it is unresolved."
 	}
 	return res
 }
@@ -214,7 +214,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return nil, err
 		}
 		if g.State == GroupUnwinding || g.State == GroupUnwound {
-			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations ratchet_unwind_group returns.", truncate(group, 64))), nil
+			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations its unwind returns.", truncate(group, 64))), nil
 		}
 	}
 	if pol.deny {
@@ -226,7 +226,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return nil, err
 		}
 		if len(a.Unreported) >= pol.maxUnreported {
-			return denied(rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and you must call ratchet_report_effect after every action.", len(a.Unreported), pol.maxUnreported)), nil
+			return denied(rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and every action must be reported after it is done.", len(a.Unreported), pol.maxUnreported)), nil
 		}
 	}
 	for _, d := range pol.requireDims {
@@ -274,7 +274,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		return nil, err
 	}
 	if target != nil {
-		res.Message = fmt.Sprintf("Perform this compensation now (it undoes %s), then call ratchet_report_effect.", target.EffectID)
+		res.Message = fmt.Sprintf("Perform this compensation now (it undoes %s), then report its outcome.", target.EffectID)
 	}
 	if len(uncounted) > 0 {
 		res.BudgetWarning = &BudgetWarning{Ceilings: uncounted, Message: "A spend ceiling applies to this action but no estimated_cost_micros was sent, so nothing was counted against it. Tell the operator, and send the cost on every begin that spends money."}
@@ -326,7 +326,7 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 	target, err := e.effectByID(t, req.Namespace, req.CompensatesEffectID)
 	if errors.Is(err, ErrNotFound) {
 		return nil, &Error{Code: CodeEffectNotFound, Field: "compensates_effect_id", Message: fmt.Sprintf(
-			"no effect %q in this namespace; use the compensates_effect_id that ratchet_unwind_group returned", truncate(req.CompensatesEffectID, 64))}
+			"no effect %q in this namespace; use the compensates_effect_id that the group's unwind returned", truncate(req.CompensatesEffectID, 64))}
 	}
 	if err != nil {
 		return nil, err
@@ -354,7 +354,7 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 // when none or 0 was declared).
 func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) error {
 	req := &in.req
-	const how = "; begin a compensation only as ratchet_unwind_group returned it"
+	const how = "; begin a compensation only as the unwind returned it"
 	if target.GroupKey == "" {
 		return invalidArg("compensates_effect_id", "effect %s is in no group, so nothing unwinds it%s", target.EffectID, how)
 	}
@@ -363,7 +363,7 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 		return err
 	}
 	if g.State != GroupUnwinding {
-		return invalidArg("compensates_effect_id", "the group of effect %s is not being unwound; call ratchet_unwind_group first%s", target.EffectID, how)
+		return invalidArg("compensates_effect_id", "the group of effect %s is not being unwound; unwind the group first%s", target.EffectID, how)
 	}
 	c := target.Compensation
 	if c == nil {
@@ -457,7 +457,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	}
 	out := &BeginResult{Decision: DecisionExecute, EffectID: rec.EffectID, Attempt: rec.Attempt,
 		State: StatePending, LeaseExpiresAt: &lease,
-		Message: fmt.Sprintf("Perform the action now, then call ratchet_report_effect with effect_id %s before the lease ends.", rec.EffectID)}
+		Message: fmt.Sprintf("Perform the action now, then report its outcome for effect_id %s before the lease ends.", rec.EffectID)}
 	if req.Vendor != "" {
 		k := e.vendorKey(rec)
 		out.VendorIdempotencyKey = &k
@@ -494,5 +494,5 @@ func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWar
 	}
 	id, since := a.oldest()
 	return &IntegrationWarning{UnreportedCount: len(a.Unreported), OldestEffectID: id, OldestSince: since,
-		Message: "You have begun effects whose leases expired without a report. Call ratchet_report_effect after every action, and tell the operator: those effects are blocked until resolved."}, nil
+		Message: "You have begun effects whose leases expired without a report. Report the outcome after every action, and tell the operator: those effects are blocked until resolved."}, nil
 }

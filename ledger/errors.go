@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Code is a stable, machine-readable error code. Adapters map codes to HTTP
@@ -77,6 +79,42 @@ var (
 	// ErrNotFound is returned by a Store for a missing key.
 	ErrNotFound = errors.New("ledger: key not found")
 )
+
+// Classify turns any error an Engine call returned into the *Error an
+// adapter answers with: the engine's own errors as they are; a closed
+// engine, a cancelled or timed-out call as unavailable (nothing was
+// decided: call again); anything else as internal, without its details
+// (they go to the log, not to callers). It is the one classifier of the
+// MCP tools, the proxy and the admin API; each words its next step in its
+// own vocabulary and maps the Code with HTTPStatus or to a tool error.
+func Classify(err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeUnavailable, Message: "Ratchet is shutting down or the call was cancelled; nothing was decided: call again", Err: err}
+	}
+	return &Error{Code: CodeInternal, Message: "internal error; nothing was decided: call again later", Err: err}
+}
+
+// HTTPStatus is the HTTP status of an error code: the one mapping the
+// admin API and the proxy share.
+func HTTPStatus(code Code) int {
+	switch code {
+	case CodeInvalidArgument, CodeDimensionRequired, CodeCostRequired:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeEffectNotFound, CodeApprovalNotFound, CodeGroupNotFound:
+		return http.StatusNotFound
+	case CodeInvalidStateTransition, CodeIdempotencyKeyConflict:
+		return http.StatusConflict
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
 
 // CodeOf returns the Code of err, or CodeInternal for errors the engine did
 // not classify.

@@ -99,9 +99,9 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 func unwindMessage(r *UnwindResult) string {
 	switch {
 	case len(r.Unresolved) > 0:
-		return "Some steps have no known outcome yet: wait for them or resolve them, perform the listed compensations (begin each with its compensates_effect_id and idempotency_key), and call ratchet_unwind_group again."
+		return "Some steps have no known outcome yet: wait for them or resolve them, perform the listed compensations (begin each with its compensates_effect_id and idempotency_key), and unwind the group again."
 	case len(r.Compensations) > 0:
-		return "Perform each compensation in the order listed: begin it with its compensates_effect_id and idempotency_key, perform it, report it. Then call ratchet_unwind_group again."
+		return "Perform each compensation in the order listed: begin it with its compensates_effect_id and idempotency_key, perform it, report it. Then unwind the group again."
 	case len(r.Permanent) > 0:
 		return "Everything that can be undone has been undone. The permanent steps cannot be undone: tell the user about them."
 	}
