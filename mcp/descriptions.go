@@ -1,6 +1,12 @@
 package mcp
 
-import "github.com/ratchet-mcp/ratchet/ledger"
+import (
+	"cmp"
+	"fmt"
+	"maps"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
 
 // The descriptions carry every rule of the begin tool's contract, each once:
 // when to call, what each decision obliges, deterministic keys, cost and
@@ -25,15 +31,15 @@ If budget_warning is present, a spend ceiling exists but counted nothing because
 Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
 		"idempotency_key":       {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
-		"effect_type":           {min: 3, max: 128, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
+		"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
 		"run_id":                {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
 		"agent_id":              {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
-		"vendor":                {max: 32, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
+		"vendor":                {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
 		"payload":               {desc: "The action's parameters (any JSON). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
 		"group_key":             {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group.`},
 		"dimensions":            {desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
 		"compensation":          {desc: "How to undo this step if its group is rolled back: effect_type, vendor, payload, estimated_cost_micros, description. Declare it now, while you know what undoing means; it is stored as given. Steps without one are permanent."},
-		"lease_seconds":         {minimum: num(1), maximum: num(3600), desc: "How long the action may take (default 60). Report before it ends or the effect becomes indeterminate and blocks."},
+		"lease_seconds":         {minimum: num(1), desc: leaseDesc}, // maximum and default: withLeases
 		"compensates_effect_id": {max: ledger.MaxIDLen, desc: "Only for an undo that ratchet_unwind_group returned: the effect it reverses. Begin it exactly as returned; anything else is refused."},
 		"estimated_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "Cost at the third party in micro-USD (1000000 = $1). Send it for every action that costs money: ceilings count only declared costs, so without it a spend limit cannot fire. It also decides whether a human must approve: actions at or above an operator's threshold return approval_required, and where a threshold applies, omitting the cost is refused with cost_required. Ratchet only counts money; it never moves any."},
 	},
@@ -121,4 +127,18 @@ var listSpec = toolSpec{
 		"cursor": {max: 1024, desc: "next_cursor from the previous page."},
 	},
 	output: fields{"effects": effectOutput, "next_cursor": nil},
+}
+
+const leaseDesc = "How long the action may take (default %d). Report before it ends or the effect becomes indeterminate and blocks."
+
+// withLeases is spec with the lease bounds of the engine's defaults (the
+// config's defaults block), so the schema states what the engine enforces.
+func withLeases(spec toolSpec, d ledger.Defaults) toolSpec {
+	lease, maxLease := cmp.Or(d.LeaseSeconds, ledger.DefaultLeaseSeconds), cmp.Or(d.MaxLeaseSeconds, ledger.DefaultMaxLeaseSeconds)
+	fields := maps.Clone(spec.fields)
+	f := fields["lease_seconds"]
+	f.maximum, f.desc = num(float64(maxLease)), fmt.Sprintf(f.desc, lease)
+	fields["lease_seconds"] = f
+	spec.fields = fields
+	return spec
 }

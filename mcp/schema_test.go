@@ -231,3 +231,35 @@ func bearerClient(token string) *http.Client {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestTheBeginSchemaStatesTheConfiguredLeases: lease_seconds' maximum and
+// default in the schema are the engine's configured ones, not constants.
+func TestTheBeginSchemaStatesTheConfiguredLeases(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	cs := inMemory(t, mcp.New(newEngine(t, c), &mcp.Options{Defaults: ledger.Defaults{LeaseSeconds: 30, MaxLeaseSeconds: 900}}))
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Name != "ratchet_begin_effect" {
+			continue
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		var s struct {
+			Properties map[string]struct {
+				Maximum     float64 `json:"maximum"`
+				Description string  `json:"description"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		p := s.Properties["lease_seconds"]
+		if p.Maximum != 900 || !strings.Contains(p.Description, "(default 30)") {
+			t.Fatalf("lease_seconds: %+v", p)
+		}
+		return
+	}
+	t.Fatal("no begin tool")
+}

@@ -73,6 +73,10 @@ type Options struct {
 	Version string
 	// Logger receives the SDK's logs; nil discards them.
 	Logger *slog.Logger
+	// Defaults are the engine's (the config's defaults block), for the
+	// lease bounds the begin tool's schema states; zero fields take the
+	// engine's own defaults.
+	Defaults ledger.Defaults
 }
 
 // New returns an MCP server with Ratchet's six tools.
@@ -90,7 +94,7 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
-	t := &tools{eng: eng, fallback: opts.Identity}
+	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
 	}

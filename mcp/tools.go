@@ -18,6 +18,7 @@ import (
 type tools struct {
 	eng      Engine
 	fallback Identity
+	leases   ledger.Defaults // for the lease bounds in the begin schema
 }
 
 // field documents and bounds one input property.
@@ -153,15 +154,8 @@ type toolError struct {
 // reported without their details.
 func errorResult(err error) *sdk.CallToolResult {
 	var te toolError
-	var le *ledger.Error
-	switch {
-	case errors.As(err, &le):
-		te.Error.Code, te.Error.Message, te.Error.Field = le.Code, le.Message, le.Field
-	case errors.Is(err, ledger.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		te.Error.Code, te.Error.Message = ledger.CodeUnavailable, "Ratchet is shutting down or the call was cancelled; nothing was decided, call again"
-	default:
-		te.Error.Code, te.Error.Message = ledger.CodeInternal, "internal error; nothing was decided, call again later"
-	}
+	le := ledger.Classify(err)
+	te.Error.Code, te.Error.Message, te.Error.Field = le.Code, le.Message, le.Field
 	js, _ := json.Marshal(te)
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{
 		&sdk.TextContent{Text: string(te.Error.Code) + ": " + te.Error.Message},
@@ -211,7 +205,7 @@ func agentFor(id Identity, claimed string) (string, error) {
 }
 
 func (t *tools) register(s *sdk.Server) {
-	addTool(s, t, beginSpec, func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
+	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
 		agent, err := agentFor(id, in.AgentID)
 		if err != nil {
 			return nil, "", err

@@ -440,15 +440,13 @@ func decisionAnswer(res *ledger.BeginResult) (int, string, string) {
 
 // errorAnswer maps an engine error to an HTTP status, code and message.
 func errorAnswer(err error) (int, string, string) {
-	code := ledger.CodeOf(err)
-	switch code {
+	le := ledger.Classify(err) // shutdown and cancellation are unavailable, as in every adapter
+	switch le.Code {
 	case ledger.CodeInvalidArgument, ledger.CodeIdempotencyKeyConflict, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
-		return http.StatusBadRequest, "ratchet_" + string(code), "Ratchet refused the request: " + err.Error()
+		// 400 whatever the code: the shape every vendor's SDK shows.
+		return http.StatusBadRequest, "ratchet_" + string(le.Code), "Ratchet refused the request: " + string(le.Code) + ": " + le.Message
 	case ledger.CodeUnavailable:
-		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet could not record the request; nothing was sent: retry later"
-	}
-	if errors.Is(err, ledger.ErrClosed) || errors.Is(err, context.Canceled) {
-		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet is shutting down; nothing was sent: retry later"
+		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet could not record the request (" + le.Message + "); nothing was sent: retry later"
 	}
 	return http.StatusInternalServerError, "ratchet_internal", "Ratchet failed internally; nothing was sent"
 }

@@ -55,7 +55,8 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 		defer eng.Close(context.Background())
-		srv = mcp.New(eng, &mcp.Options{Version: version, Logger: log, Identity: mcp.Identity{Namespace: *ns, AgentID: *agent}})
+		srv = mcp.New(eng, &mcp.Options{Version: version, Logger: log, Identity: mcp.Identity{Namespace: *ns, AgentID: *agent},
+			Defaults: cfg.LedgerDefaults()})
 	}
 	if err := srv.Run(ctx, transport); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 		return err

@@ -95,7 +95,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 
-	mcpServer := mcp.New(eng, &mcp.Options{Version: version, Logger: log})
+	mcpServer := mcp.New(eng, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults()})
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
