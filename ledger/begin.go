@@ -40,15 +40,22 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	return res, nil
 }
 
-// reads names what a begin reads: its key and, once that is known, the
+// reads names what a begin reads: its key (and SameAs) and, once known, the
 // effect it points to; the agent's unreported expiries; its group; the
 // effect it compensates; its ceilings' counters.
 func (in *beginInput) reads(known knownFunc) [][]byte {
 	req := &in.req
-	kk := key(kindIdemKey, req.Namespace, req.IdempotencyKey)
-	ks := [][]byte{kk, key(kindUnreported, req.Namespace, req.AgentID)}
-	if id, ok := known(kk); ok && id != nil {
-		ks = append(ks, key(kindEffect, string(id)))
+	ks := [][]byte{key(kindUnreported, req.Namespace, req.AgentID)}
+	idem := func(k string) { // the key and, once known, its effect
+		kk := key(kindIdemKey, req.Namespace, k)
+		ks = append(ks, kk)
+		if id, ok := known(kk); ok && id != nil {
+			ks = append(ks, key(kindEffect, string(id)))
+		}
+	}
+	idem(req.IdempotencyKey)
+	for _, k := range req.SameAs {
+		idem(k)
 	}
 	if req.CompensatesEffectID != "" {
 		ks = append(ks, key(kindEffect, req.CompensatesEffectID))
@@ -69,6 +76,9 @@ func (in *beginInput) reads(known knownFunc) [][]byte {
 func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, error) {
 	req := &in.req
 	rec, err := e.effectByKey(t, req.Namespace, req.IdempotencyKey)
+	if errors.Is(err, ErrNotFound) {
+		rec, err = e.sameAs(t, req, now)
+	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
@@ -83,6 +93,24 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 		Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
 		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims})
 	return res, nil
+}
+
+// sameAs returns the effect of the first of req.SameAs created less than
+// req.SameWithin ago, switching req to its key, or ErrNotFound.
+func (e *Engine) sameAs(t *opTxn, req *BeginRequest, now time.Time) (*effectRec, error) {
+	for _, k := range req.SameAs {
+		rec, err := e.effectByKey(t, req.Namespace, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		case now.Sub(rec.CreatedAt) < req.SameWithin:
+			req.IdempotencyKey = k
+			return rec, nil
+		}
+	}
+	return nil, ErrNotFound
 }
 
 func (e *Engine) beginDecide(t *opTxn, in *beginInput, rec *effectRec, now time.Time) (*BeginResult, error) {

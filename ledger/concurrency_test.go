@@ -510,3 +510,44 @@ func TestLargeBatchesAreSplit(t *testing.T) {
 		t.Fatalf("%d of %d reports recorded with their result", succeeded, n)
 	}
 }
+
+// TestNeighbouringWindowKeysAreOneActionUnderRace: the proxy's content keys
+// for two windows (each begin naming the other as SameAs), begun by many
+// goroutines at once on either side of a window's turn: one execute; and
+// an effect under a neighbour's key older than the window does not count.
+func TestNeighbouringWindowKeysAreOneActionUnderRace(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := func(key, other string) ledger.BeginRequest {
+		return ledger.BeginRequest{IdempotencyKey: key, EffectType: "email.send", AgentID: "bot",
+			SameAs: []string{other}, SameWithin: time.Hour}
+	}
+	var wg sync.WaitGroup
+	var executes atomic.Int32
+	for i := range 64 {
+		wg.Go(func() {
+			r := req("w:before", "w:after")
+			if i%2 == 1 {
+				r = req("w:after", "w:before")
+			}
+			res, err := h.eng.Begin(ctx, r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Decision == ledger.DecisionExecute {
+				executes.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := executes.Load(); n != 1 {
+		t.Fatalf("%d executes, want 1", n)
+	}
+	// An hour later the neighbour's effect no longer makes it the same.
+	first := h.beginWant(req("x:before", "x:after"), ledger.DecisionExecute)
+	h.clock.Advance(time.Hour)
+	if r := h.beginWant(req("x:after", "x:before"), ledger.DecisionExecute); r.EffectID == first.EffectID {
+		t.Fatal("an effect a window old was taken as the same action")
+	}
+}

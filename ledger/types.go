@@ -91,6 +91,15 @@ type BeginRequest struct {
 	LeaseSeconds        int               `json:"lease_seconds,omitempty"`
 	CompensatesEffectID string            `json:"compensates_effect_id,omitempty"`
 	EstimatedCostMicros *int64            `json:"estimated_cost_micros,omitempty"`
+	// SameAs, set by an adapter that derives keys from content in windows
+	// (the proxy's dedupe_window), are the keys the same content has in the
+	// neighbouring windows. When IdempotencyKey names no effect and one of
+	// these names an effect created less than SameWithin ago, the begin is
+	// decided for that effect, in the same write as the look-up, so that
+	// two identical requests on either side of a window's turn are one
+	// action however their begins interleave.
+	SameAs     []string      `json:"-"`
+	SameWithin time.Duration `json:"-"`
 }
 
 // BudgetUse is one ceiling as it applies to an effect.

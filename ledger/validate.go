@@ -192,6 +192,11 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if err = checkEffectType("effect_type", req.EffectType); err != nil {
 		return nil, err
 	}
+	for _, k := range req.SameAs {
+		if err = checkText("idempotency_key", k, MaxKeyLen, true); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range []struct{ name, val string }{
 		{"run_id", req.RunID}, {"agent_id", req.AgentID}, {"group_key", req.GroupKey},
 		{"compensates_effect_id", req.CompensatesEffectID},

@@ -53,10 +53,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		p.forward(w, r, v, path, body, nil)
 		return
 	}
-	req, earlier := p.beginRequest(r, v, path, body, e)
-	if earlier != "" {
-		req.IdempotencyKey = p.lookBack(r.Context(), req.IdempotencyKey, earlier)
-	}
+	req := p.beginRequest(r, v, path, body, e)
 	req.LeaseSeconds = p.lease(e.EffectType)
 	res, err := p.eng.Begin(r.Context(), req)
 	if err != nil {
@@ -113,12 +110,12 @@ func (p *Proxy) lease(effectType string) int {
 // order: the Ratchet-Idempotency-Key header; the caller's own key in the
 // vendor's place (unless an SDK minted it for the one call), scoped by
 // whose call it is; or one derived from the content. A key derived from
-// the content names the window it falls in (proxy.dedupe_window); earlier
-// is then the key the same content had in the window before, which
-// lookBack checks.
-func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) (req ledger.BeginRequest, earlier string) {
+// the content names the window it falls in (proxy.dedupe_window), and
+// SameAs the keys it has in the windows on either side.
+func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
 	content := canonicalContent(r.Method, path, r.Header.Get("Content-Type"), body, e)
 	key := r.Header.Get(HeaderIdempotencyKey)
+	var same []string
 	switch {
 	case key != "":
 	case e.CallerKey != "" && !e.KeyFromSDK:
@@ -129,12 +126,15 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 			return v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(e.Credential) +
 				"\x00" + strconv.FormatInt(bucket, 10))[:40]
 		}
-		key, earlier = derive(bucket), derive(bucket-1)
+		// The neighbouring windows' keys make the window slide: the
+		// engine takes the effect of either when it began less than one
+		// window ago, in the same write as its look-up.
+		key, same = derive(bucket), []string{derive(bucket - 1), derive(bucket + 1)}
 	}
-	req = ledger.BeginRequest{
+	req := ledger.BeginRequest{
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
 		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
-		GroupKey: r.Header.Get(HeaderGroupKey),
+		GroupKey: r.Header.Get(HeaderGroupKey), SameAs: same, SameWithin: p.opts.DedupeWindow,
 	}
 	if e.Counterparty != "" {
 		cp := e.Counterparty
@@ -148,7 +148,7 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 			req.EstimatedCostMicros = &micros
 		}
 	}
-	return req, earlier
+	return req
 }
 
 // callerKey is the Ratchet key of a request that carries the caller's own
@@ -165,21 +165,6 @@ func callerKey(v vendors.Vendor, method, path string, e vendors.Effect) string {
 		endpoint = method + " " + path
 	}
 	return v.Name() + ":key:" + hashed(strings.Join([]string{e.Scope, e.Merchant, hashed(e.Credential), endpoint, e.CallerKey}, "\x00"))[:40]
-}
-
-// lookBack makes content-derived keys a sliding window: the key of the
-// window before is taken when the same content began there less than one
-// dedupe_window ago, so two identical requests a moment apart on either
-// side of a multiple of the window are one action. Otherwise the current
-// window's key. Two identical requests whose begins are both still being
-// written at the very moment a window turns can still each take their
-// own window's key; callers that need more send a key of their own.
-func (p *Proxy) lookBack(ctx context.Context, current, earlier string) string {
-	eff, err := p.eng.Get(ctx, p.opts.Namespace, "", earlier)
-	if err != nil || p.opts.Clock().Sub(eff.CreatedAt) >= p.opts.DedupeWindow {
-		return current
-	}
-	return earlier
 }
 
 // canonicalContent is the action as JSON: method, path, account scope and

@@ -88,7 +88,6 @@ import (
 type Engine interface {
 	Begin(context.Context, ledger.BeginRequest) (*ledger.BeginResult, error)
 	Report(context.Context, ledger.ReportRequest) (*ledger.Effect, error)
-	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
 	MaxLeaseSeconds(effectType string) int
 }
 
