@@ -1,7 +1,8 @@
 // Package admin is Ratchet's operator surface over HTTP: the admin API
-// (approvals, effects, budgets) behind admin bearer tokens, plus the health
-// probes and the metrics endpoint on the same listener. It is an adapter on
-// the ledger engine, like the MCP tools and the proxy.
+// (approvals, effects, budgets, the audit export) behind admin bearer
+// tokens, plus the health probes and the metrics endpoint on the same
+// listener. It is an adapter on the ledger engine, like the MCP tools and
+// the proxy. Operator actions are recorded with the actor "admin:<name>".
 //
 // Authentication: tokens are configured by their SHA-256 under
 // auth.admins, each with a name that is recorded on every approval and
@@ -71,6 +72,7 @@ type Engine interface {
 	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
 	Resolve(ctx context.Context, req ledger.ResolveRequest) (*ledger.Effect, error)
 	Budgets(ctx context.Context, namespace string) ([]ledger.Budget, error)
+	Audit(ctx context.Context, since, until time.Time, fn func(ledger.AuditRecord) error) error
 	Ping(ctx context.Context) error
 }
 
@@ -110,6 +112,7 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect, read))
 	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve, change))
 	mux.Handle("GET /v1/budgets", a.auth(a.budgets, read))
+	mux.Handle("GET /v1/audit", a.auth(a.auditExport, read))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}, read))
@@ -266,7 +269,7 @@ func (a *api) decide(fn func(ctx context.Context, id, by, note string) (*ledger.
 		if err := decodeBody(r, &body); err != nil {
 			return err
 		}
-		ap, err := fn(r.Context(), r.PathValue("id"), who, body.Note)
+		ap, err := fn(r.Context(), r.PathValue("id"), "admin:"+who, body.Note)
 		if err != nil {
 			return err
 		}

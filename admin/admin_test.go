@@ -61,7 +61,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("approvals: %+v %v", list, err)
 	}
 	a, err := c.Decide(ctx, big.ApprovalID, true, "fine")
-	if err != nil || a.State != ledger.ApprovalApproved || a.DecidedBy != "alice" || a.Note != "fine" {
+	if err != nil || a.State != ledger.ApprovalApproved || a.DecidedBy != "admin:alice" || a.Note != "fine" {
 		t.Fatalf("approve: %+v %v", a, err)
 	}
 	var ae *admin.Error

@@ -73,15 +73,20 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return fmt.Errorf("reading the admin API's answer: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
-			return &Error{Status: resp.StatusCode, Code: "http_" + fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(b))}
-		}
-		return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		return errorOf(resp.StatusCode, b)
 	}
 	return json.Unmarshal(b, out)
+}
+
+// errorOf is the *Error of an answer with status and body b.
+func errorOf(status int, b []byte) error {
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+		return &Error{Status: status, Code: "http_" + fmt.Sprint(status), Message: strings.TrimSpace(string(b))}
+	}
+	return &Error{Status: status, Code: e.Error.Code, Message: e.Error.Message}
 }
 
 // Approvals lists approvals in a state ("" for all).

@@ -129,6 +129,33 @@
 //     ledger the check runs through the writer, so replicas started with
 //     different keys cannot both win.
 //
+// # The audit log
+//
+// Every decision and operator action is an Event (events.go), and with
+// Options.Audit each is appended to a hash chain in the same transaction as
+// the change it records: a record carries its chain, its sequence number,
+// the hash of the record before it and its own hash (SHA-256 of the
+// previous hash and the record's JSON). A crash loses no record of a
+// change that was committed and records none that was not.
+//
+// Chains. On an exclusive store (Badger) the engine keeps one chain,
+// "local", continued across restarts. On a shared store (PostgreSQL) the
+// replicas of a fleet commit side by side, and one chain for all would make
+// every batch of every replica wait on its head; instead each replica keeps
+// a chain of its own, named by its replica id. A replica's id is new each
+// time its process starts, so each run of a replica is a chain, whose first
+// record is audit.chain_started naming it: an export shows every chain that
+// ever started, and a chain that vanished whole is seen by its absence
+// next to the heads an operator kept. An export (Audit) lists chain after
+// chain, each in sequence order; to read the fleet's history in time order,
+// merge the chains by the events' times (each replica's own clock).
+// VerifyAudit checks each chain on its own: hashes, links, and its end
+// against its head (AuditHeads). Audit retention (at least the effects')
+// removes a chain's oldest records; the oldest kept record's link is then
+// taken as given.
+//
+// Not yet audited: vendor webhook settlement, which does not exist yet.
+//
 // # Where the build departs from the spec's wording
 //
 //   - The spec (section 8) asks for Badger with SyncWrites on. Badger runs

@@ -2,44 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ratchet-mcp/ratchet/internal/webtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
-
-// attack sends one request to the real listener as a browser would, and
-// returns the status and the JSON error code ("" for none).
-func attack(t *testing.T, method, u, body string, header map[string]string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, u, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		if k == "Host" {
-			req.Host = v
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var e struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
-	if resp.StatusCode >= 300 && (json.Unmarshal(b, &e) != nil || e.Error.Code == "" || e.Error.Message == "") {
-		t.Errorf("%s %s: %d is not a JSON error: %s", method, u, resp.StatusCode, b)
-	}
-	return resp.StatusCode, e.Error.Code
-}
 
 // pendingApproval has the agent ask for a $150 payment through MCP and
 // returns the approval id.
@@ -85,11 +55,11 @@ func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
 		"agent token": {"Content-Type": "application/json", "Authorization": "Bearer agent-tok"},
 		"no token":    {"Content-Type": "application/json"},
 	} {
-		if status, code := attack(t, http.MethodPost, approve, `{"note":"x"}`, h); status != http.StatusForbidden {
+		if status, code := webtest.Send(t, http.MethodPost, approve, `{"note":"x"}`, h); status != http.StatusForbidden {
 			t.Errorf("approve with %s: %d %s", name, status, code)
 		}
 	}
-	if status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/reject", `{}`, map[string]string{"Content-Type": "application/json"}); status != 403 || code != "admin_auth_required" {
+	if status, code := webtest.Send(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/reject", `{}`, map[string]string{"Content-Type": "application/json"}); status != 403 || code != "admin_auth_required" {
 		t.Errorf("reject: %d %s", status, code)
 	}
 	code, _, errs := cli(t, "", nil, "approvals", "approve", id, "--admin", s.admin)
@@ -101,7 +71,7 @@ func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
 		t.Fatalf("approval is %s", st)
 	}
 	for _, p := range []string{"/v1/effects", "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
-		if status, code := attack(t, http.MethodGet, s.admin+p, "", nil); status != 200 {
+		if status, code := webtest.Send(t, http.MethodGet, s.admin+p, "", nil); status != 200 {
 			t.Errorf("GET %s: %d %s", p, status, code)
 		}
 	}
@@ -126,7 +96,7 @@ func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
 	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
 		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+approvalPolicy)
 	id := pendingApproval(t, s, "agent-tok")
-	status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/approve", `{"note":"x"}`,
+	status, code := webtest.Send(t, http.MethodPost, s.admin+"/v1/approvals/"+id+"/approve", `{"note":"x"}`,
 		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"})
 	if status != http.StatusForbidden || code != "unauthorized" {
 		t.Fatalf("approve with the agent's token: %d %s", status, code)
@@ -176,7 +146,7 @@ func TestAdminAPIRefusesAttackerPages(t *testing.T) {
 			"Host": evil, "Origin": "http://" + evil, "Content-Type": "application/json",
 			"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, 403, "host_not_allowed"},
 	} {
-		if status, code := attack(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
+		if status, code := webtest.Send(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
 			t.Errorf("%s: %d %s, want %d %s", c.name, status, code, c.status, c.code)
 		}
 	}
@@ -185,14 +155,14 @@ func TestAdminAPIRefusesAttackerPages(t *testing.T) {
 	}
 	// The operator's own tools still work: the CLI (JSON body, Host
 	// 127.0.0.1), a page of the admin API's own origin, and localhost.
-	if status, code := attack(t, http.MethodGet, s.admin+"/v1/effects", "", map[string]string{"Host": "localhost:" + port}); status != 200 {
+	if status, code := webtest.Send(t, http.MethodGet, s.admin+"/v1/effects", "", map[string]string{"Host": "localhost:" + port}); status != 200 {
 		t.Errorf("Host localhost: %d %s", status, code)
 	}
-	if status, code := attack(t, http.MethodPost, s.admin+"/v1/approvals/apr_none/reject", `{}`, map[string]string{
+	if status, code := webtest.Send(t, http.MethodPost, s.admin+"/v1/approvals/apr_none/reject", `{}`, map[string]string{
 		"Content-Type": "application/json", "Origin": s.admin, "Sec-Fetch-Site": "same-origin"}); status != 404 {
 		t.Errorf("same-origin POST: %d %s", status, code)
 	}
-	if code, out, errs := cli(t, "", nil, "approvals", "approve", id, "--note", "mine", "--admin", s.admin); code != 0 || !strings.Contains(out, "approved by local") {
+	if code, out, errs := cli(t, "", nil, "approvals", "approve", id, "--note", "mine", "--admin", s.admin); code != 0 || !strings.Contains(out, "approved by admin:local") {
 		t.Fatalf("the operator's CLI: %d %s %s", code, out, errs)
 	}
 }

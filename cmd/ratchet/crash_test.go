@@ -101,6 +101,21 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The audit chain verifies across every kill, and each execute a
+	// client received is in it (the record is written with the decision).
+	audited := map[string]bool{}
+	for _, r := range checkAuditVerifies(t, s) {
+		if r.Event.Type == ledger.EventEffectBegun && r.Event.Decision == ledger.DecisionExecute {
+			audited[fmt.Sprint(r.Event.EffectID, "/", r.Event.Attempt)] = true
+		}
+	}
+	for key, seen := range log.executes {
+		for _, x := range seen {
+			if !audited[fmt.Sprint(x.effectID, "/", x.attempt)] {
+				t.Errorf("key %s: execute %s attempt %d has no audit record", key, x.effectID, x.attempt)
+			}
+		}
+	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
 

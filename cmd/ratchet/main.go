@@ -44,6 +44,7 @@ func commands() []command {
 		{"approvals", "list, approve or reject approval requests (admin API)", runApprovals},
 		{"effects", "list, show or resolve effects (admin API)", runEffects},
 		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},
+		{"audit", "export the audit log (admin API) or verify an export offline", runAudit},
 		{"backup", "write a backup of a data dir to stdout (offline)", runBackup},
 		{"restore", "restore a backup from stdin into an empty data dir (offline)", runRestore},
 		{"token", "print the SHA-256 of a token read from stdin (ratchet token hash)", runToken},

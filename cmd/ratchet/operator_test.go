@@ -94,7 +94,7 @@ func TestOperatorEndToEnd(t *testing.T) {
 		t.Fatalf("approvals list: %d %s %s", code, out, errs)
 	}
 	code, out, errs = cli(t, "admin-tok", nil, "approvals", "approve", approval, "--note", "ok", "--admin", s.admin)
-	if code != 0 || !strings.Contains(out, "approved by alice") {
+	if code != 0 || !strings.Contains(out, "approved by admin:alice") {
 		t.Fatalf("approve: %d %s %s", code, out, errs)
 	}
 	// An agent token cannot use the admin API; errors are one line, exit 1.
