@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/webtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/metrics"
 )
@@ -35,38 +35,6 @@ func serveAdmin(t *testing.T, opts admin.Options) (url, approvalID, effectID str
 	srv := httptest.NewServer(admin.Handler(eng, opts))
 	t.Cleanup(srv.Close)
 	return srv.URL, big.ApprovalID, ex.EffectID, eng
-}
-
-// call sends one request and returns the status and the error code of a
-// JSON error answer ("" for none).
-func call(t *testing.T, method, url, body string, header map[string]string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		if k == "Host" {
-			req.Host = v
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var e struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
-	if resp.StatusCode >= 300 {
-		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
-			t.Errorf("%s %s: %d answer is not a JSON error: %s", method, url, resp.StatusCode, b)
-		}
-	}
-	return resp.StatusCode, e.Error.Code
 }
 
 var jsonCT = map[string]string{"Content-Type": "application/json"}
@@ -102,7 +70,7 @@ func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
 		{"resolve, no token", "/v1/effects/" + eff + "/resolve", `{"resolution":"failed"}`, jsonCT},
 		{"resolve, agent token", "/v1/effects/" + eff + "/resolve", `{"resolution":"failed"}`, agent},
 	} {
-		status, code := call(t, http.MethodPost, url+c.path, c.body, c.header)
+		status, code := webtest.Send(t, http.MethodPost, url+c.path, c.body, c.header)
 		if status != http.StatusForbidden || (c.header["Authorization"] == "" && code != "admin_auth_required") {
 			t.Errorf("%s: %d %s, want 403 admin_auth_required", c.name, status, code)
 		}
@@ -115,7 +83,7 @@ func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
 	}
 	// Reads, metrics and probes still work.
 	for _, p := range []string{"/v1/approvals", "/v1/effects", "/v1/effects/" + eff, "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
-		if status, code := call(t, http.MethodGet, url+p, "", nil); status != 200 {
+		if status, code := webtest.Send(t, http.MethodGet, url+p, "", nil); status != 200 {
 			t.Errorf("GET %s: %d %s", p, status, code)
 		}
 	}
@@ -136,7 +104,7 @@ func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
 // An agent's token is never an admin's, in any mode.
 func TestAgentTokenIsNeverAnAdminToken(t *testing.T) {
 	url, apr, _, eng := serveAdmin(t, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}})
-	status, _ := call(t, http.MethodPost, url+"/v1/approvals/"+apr+"/approve", `{"note":"x"}`,
+	status, _ := webtest.Send(t, http.MethodPost, url+"/v1/approvals/"+apr+"/approve", `{"note":"x"}`,
 		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"})
 	if status != http.StatusForbidden {
 		t.Fatalf("approve with an agent token: %d", status)
@@ -168,7 +136,7 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 		{"foreign Host, probe", http.MethodGet, url + "/healthz", "", map[string]string{"Host": "evil.example"}, 403, "host_not_allowed"},
 		{"name resolving to loopback", http.MethodGet, url + "/v1/effects", "", map[string]string{"Host": "127.0.0.1.nip.io"}, 403, "host_not_allowed"},
 	} {
-		if status, code := call(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
+		if status, code := webtest.Send(t, c.method, c.url, c.body, c.header); status != c.status || code != c.code {
 			t.Errorf("%s: %d %s, want %d %s", c.name, status, code, c.status, c.code)
 		}
 	}
@@ -176,7 +144,7 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 		t.Fatalf("approval is %s", s)
 	}
 	// JSON with a charset, from the API's own origin, is the operator.
-	if status, code := call(t, http.MethodPost, approve, `{"note":"ok"}`, map[string]string{
+	if status, code := webtest.Send(t, http.MethodPost, approve, `{"note":"ok"}`, map[string]string{
 		"Content-Type": "application/json; charset=utf-8", "Origin": url, "Sec-Fetch-Site": "same-origin"}); status != 200 {
 		t.Fatalf("same-origin approve: %d %s", status, code)
 	}
@@ -184,7 +152,7 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 	// With admin tokens the API may be reached under any name (a Service,
 	// a pod IP): the token is what a page cannot forge.
 	url, _, _, _ = serveAdmin(t, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}})
-	if status, code := call(t, http.MethodGet, url+"/v1/effects", "", map[string]string{"Host": "ratchet.shop.svc:8788", "Authorization": "Bearer admin-tok"}); status != 200 {
+	if status, code := webtest.Send(t, http.MethodGet, url+"/v1/effects", "", map[string]string{"Host": "ratchet.shop.svc:8788", "Authorization": "Bearer admin-tok"}); status != 200 {
 		t.Fatalf("authenticated, Host a Service name: %d %s", status, code)
 	}
 }

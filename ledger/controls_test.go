@@ -369,51 +369,33 @@ func markRules() []ledger.Rule {
 	}
 }
 
-// The agent declares the compensation itself, at begin, on any step; the
-// unwind (an agent tool) then hands that declaration back, and the begin of
-// it skips approvals and ceilings. So "calling an action an undo" still
-// unlocks spending: it takes one cheap step more.
-func TestAnUndoWorthMoreThanItsStepNeedsApproval(t *testing.T) {
-	h := newHarness(t, testRules())
-	ctx := context.Background()
-	// A cheap step with no policy at all, declaring a $10,000 charge as its "undo".
-	stepReq := ledger.BeginRequest{IdempotencyKey: "noop:1", EffectType: "noop.step", AgentID: "bot", GroupKey: "g1",
-		Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
-			Payload: json.RawMessage(`{"amount":10000000000}`), EstimatedCostMicros: i64(10_000_000_000)}}
-	s := h.beginWant(stepReq, ledger.DecisionExecute)
-	h.report(s.EffectID, ledger.OutcomeSucceeded)
-	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g1"})
-	if err != nil || len(res.Compensations) != 1 {
-		t.Fatalf("unwind: %+v %v", res, err)
-	}
-	undo := undoOf(res.Compensations[0])
-	undo.Dimensions = map[string]string{"counterparty": "acct_9"}
-	got, err := h.eng.Begin(ctx, undo)
-	if err == nil && got.Decision == ledger.DecisionExecute {
-		t.Fatalf("a $10,000 payment.charge declared as the compensation of a no-op step executed without approval; daily-spend counts %d of 500000000, per-counterparty %d of 200000000",
-			counted(t, h, "daily-spend"), counted(t, h, "per-counterparty"))
-	}
-}
-
-// The same with no cost declared: nothing is counted at all.
-func TestAnUndoWithoutACostIsCheckedLikeAnyBegin(t *testing.T) {
-	h := newHarness(t, testRules())
-	ctx := context.Background()
-	stepReq := ledger.BeginRequest{IdempotencyKey: "noop:2", EffectType: "noop.step", AgentID: "bot", GroupKey: "g2",
-		Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
-			Payload: json.RawMessage(`{"amount":10000000000}`)}}
-	s := h.beginWant(stepReq, ledger.DecisionExecute)
-	h.report(s.EffectID, ledger.OutcomeSucceeded)
-	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g2"})
-	if err != nil || len(res.Compensations) != 1 {
-		t.Fatalf("unwind: %+v %v", res, err)
-	}
-	undo := undoOf(res.Compensations[0])
-	undo.Dimensions = map[string]string{"counterparty": "acct_9"}
-	got, err := h.eng.Begin(ctx, undo)
-	if err == nil && got.Decision == ledger.DecisionExecute {
-		t.Fatalf("an uncosted payment.charge declared as a compensation executed (budget_warning=%v); daily-spend counts %d",
-			got.BudgetWarning != nil, counted(t, h, "daily-spend"))
+// An agent declares a compensation itself, at begin, on any step, and the
+// unwind (an agent's tool) hands that declaration back: a $10,000 charge
+// declared as the "undo" of a no-op step, with its cost or without one, is
+// checked like any begin, so calling an action an undo still unlocks no
+// spending.
+func TestAnUndoWorthMoreThanItsStepIsCheckedLikeAnyBegin(t *testing.T) {
+	for name, cost := range map[string]*int64{"declaring its cost": i64(10_000_000_000), "declaring no cost": nil} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, testRules())
+			ctx := context.Background()
+			stepReq := ledger.BeginRequest{IdempotencyKey: "noop:1", EffectType: "noop.step", AgentID: "bot", GroupKey: "g1",
+				Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
+					Payload: json.RawMessage(`{"amount":10000000000}`), EstimatedCostMicros: cost}}
+			s := h.beginWant(stepReq, ledger.DecisionExecute)
+			h.report(s.EffectID, ledger.OutcomeSucceeded)
+			res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g1"})
+			if err != nil || len(res.Compensations) != 1 {
+				t.Fatalf("unwind: %+v %v", res, err)
+			}
+			undo := undoOf(res.Compensations[0])
+			undo.Dimensions = map[string]string{"counterparty": "acct_9"}
+			got, err := h.eng.Begin(ctx, undo)
+			if err == nil && got.Decision == ledger.DecisionExecute {
+				t.Fatalf("a $10,000 payment.charge declared as the compensation of a no-op step executed (budget_warning %v); daily-spend counts %d of 500000000",
+					got.BudgetWarning != nil, counted(t, h, "daily-spend"))
+			}
+		})
 	}
 }
 
