@@ -329,10 +329,14 @@ func TestAnAgentWhoseTokenFixesItsIDSettlesOnlyItsOwnEffects(t *testing.T) {
 	// The owner may; so may a caller whose token fixes no agent (the proxy,
 	// an operator).
 	h.report(mine.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.AgentID = "alice-bot" })
-	// A new attempt by another agent is that agent's to report.
+	// A new attempt by another agent is that agent's to report; the first
+	// agent's retried report of its own attempt is stale, not someone
+	// else's.
 	next := h.beginWant(ledger.BeginRequest{IdempotencyKey: "mail:mine", EffectType: "email.send", AgentID: "bob-bot"}, ledger.DecisionExecute)
 	_, err = h.eng.Report(ctx, ledger.ReportRequest{EffectID: next.EffectID, Attempt: 2, Outcome: ledger.OutcomeSucceeded, AgentID: "alice-bot"})
 	wantCode(t, err, ledger.CodeUnauthorized)
+	_, err = h.eng.Report(ctx, ledger.ReportRequest{EffectID: next.EffectID, Attempt: 1, Outcome: ledger.OutcomeFailed, AgentID: "alice-bot"})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
 	h.report(next.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Attempt, r.AgentID = 2, "bob-bot" })
 }
 
@@ -629,5 +633,23 @@ func TestSettlingALapsedLeaseBeforeTheReaperStillMarksIt(t *testing.T) {
 	}
 	if d := h.begin(sms("c")); d.Decision == ledger.DecisionExecute && d.IntegrationWarning == nil {
 		t.Fatalf("two leases ran out unreported (max_unreported 2), settled by the agent before a reap: no mark, next begin executes")
+	}
+}
+
+func TestAnAgentWhoseTokenFixesItsIDUnwindsOnlyItsOwnGroups(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	alice := step("hotel", "hotel.book", &ledger.Compensation{EffectType: "hotel.cancel"})
+	alice.AgentID = "alice-bot"
+	r := h.beginWant(alice, ledger.DecisionExecute)
+	h.report(r.EffectID, ledger.OutcomeSucceeded)
+	_, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: alice.GroupKey, AgentID: "mallory-bot"})
+	wantCode(t, err, ledger.CodeUnauthorized)
+	// Nothing changed: alice's next step in the group still executes.
+	next := step("car", "car.book", nil)
+	next.AgentID = "alice-bot"
+	h.beginWant(next, ledger.DecisionExecute)
+	if res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: alice.GroupKey, AgentID: "alice-bot"}); err != nil || res.State != ledger.GroupUnwinding {
+		t.Fatalf("the owner's unwind: %+v %v", res, err)
 	}
 }

@@ -58,6 +58,11 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 		return nil, err
 	}
 	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		if req.AgentID != "" {
+			if err := e.checkGroupOwner(t, req.Namespace, req.GroupKey, req.AgentID); err != nil {
+				return nil, err
+			}
+		}
 		gk := key(kindGroup, req.Namespace, req.GroupKey)
 		var g groupRec
 		if err := getJSON(t, gk, &g); err != nil {
@@ -94,6 +99,34 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 	e.log.Info("unwind", "namespace", req.Namespace, "state", res.State,
 		"compensations", len(res.Compensations), "permanent", len(res.Permanent), "unresolved", len(res.Unresolved))
 	return res, nil
+}
+
+// checkGroupOwner refuses an unwind by a caller whose credentials fix an
+// agent when another agent began one of the group's steps: rolling a group
+// back denies its next steps and hands out their compensations, so an
+// agent may roll back only its own work. Compensations that are members
+// (an undo someone already performed) do not count.
+func (e *Engine) checkGroupOwner(t *opTxn, ns, group, agent string) error {
+	var other string
+	err := t.Scan(prefix(kindGroupMember, ns, group), nil, func(k, _ []byte) (bool, error) {
+		rec, err := e.effectByID(t, ns, lastPart(k))
+		if err != nil {
+			return false, err
+		}
+		if rec.CompensatesEffectID == "" && rec.AgentID != agent {
+			other = rec.EffectID
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if other != "" {
+		return &Error{Code: CodeUnauthorized, Field: "group_key", Message: fmt.Sprintf(
+			"step %s of group %q was begun by another agent; your credentials may unwind only groups of your own steps", other, truncate(group, 64))}
+	}
+	return nil
 }
 
 func unwindMessage(r *UnwindResult) string {

@@ -193,15 +193,18 @@ func (r *ResolveRequest) byOperator() bool { return r.Namespace == "" }
 // about an earlier attempt never settles a later one, which may be under
 // way.
 func (r *effectRec) checkCaller(agent string, attempt int, verb string, attemptRequired bool) error {
-	if agent != "" && agent != r.owner() {
-		return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
-			"effect %s was begun by another agent; your credentials may report and resolve only the attempts you began", r.EffectID)}
-	}
+	// The attempt first: an agent retrying a call about its own earlier
+	// attempt, which another agent has since followed, is told its call is
+	// stale, not that the effect is someone else's.
 	if attempt == 0 && attemptRequired && r.Attempt > 1 {
 		return invalidArg("attempt", "effect %s has had %d attempts, so a %s must say which it is for: send the attempt number of the attempt you acted on or checked. Nothing was applied", r.EffectID, r.Attempt, verb)
 	}
 	if attempt != 0 && attempt != r.Attempt {
 		return newErr(CodeInvalidStateTransition, "effect %s is on attempt %d; a %s for attempt %d is stale and was not applied", r.EffectID, r.Attempt, verb, attempt)
+	}
+	if agent != "" && agent != r.owner() {
+		return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
+			"effect %s was begun by another agent; your credentials may report and resolve only the attempts you began", r.EffectID)}
 	}
 	return nil
 }

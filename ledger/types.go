@@ -343,6 +343,9 @@ type UnwindRequest struct {
 	Namespace string `json:"-"`
 	GroupKey  string `json:"group_key"`
 	Reason    string `json:"reason,omitempty"`
+	// AgentID, set by an adapter when the caller's credentials fix its
+	// agent, limits the unwind to groups whose steps that agent began.
+	AgentID string `json:"-"`
 }
 
 // Budget is one live ceiling counter for the operator view.

@@ -4,26 +4,105 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
-// Bridge returns a server that offers the tools of a remote Ratchet (reached
-// through remote) and forwards every call to it unchanged. "ratchet mcp
-// --stdio --server URL" uses it so a local MCP client can reach a running
-// sidecar, since only one process may open a Badger ledger.
-func Bridge(ctx context.Context, remote *sdk.ClientSession, version string) (*sdk.Server, error) {
-	list, err := remote.ListTools(ctx, nil)
+// Bridge returns a server that offers the tools of a remote Ratchet and
+// forwards every call to it unchanged. "ratchet mcp --stdio --server URL"
+// uses it so a local MCP client can reach a running sidecar, since only one
+// process may open a Badger ledger. connect opens a session to the remote;
+// it is called once here and again for the first call after a session
+// broke.
+//
+// The bridge never dies with a call. Arguments larger than the sidecar
+// accepts (DefaultMaxBodyBytes, less room for the request around them) are
+// refused here as invalid_argument, as the sidecar itself would refuse them
+// over stdio. A call the remote did not answer (its session closed, the
+// sidecar restarting) is a tool error with code unavailable, which the
+// agent can act on, and the next call opens a new session. The returned
+// func closes the remote session.
+func Bridge(ctx context.Context, connect func(context.Context) (*sdk.ClientSession, error), version string) (*sdk.Server, func(), error) {
+	b := &bridge{connect: connect}
+	cs, err := b.session(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing the remote tools: %w", err)
+		return nil, nil, err
+	}
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		b.close()
+		return nil, nil, fmt.Errorf("listing the remote tools: %w", err)
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet-bridge", Version: version}, &sdk.ServerOptions{Instructions: instructions})
 	for _, tool := range list.Tools {
-		s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return remote.CallTool(ctx, &sdk.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
-		})
+		s.AddTool(tool, b.call)
 	}
-	return s, nil
+	return s, b.close, nil
+}
+
+// bridgeArgsLimit is the largest arguments the bridge forwards: the
+// sidecar's body limit less room for the JSON-RPC request around them.
+const bridgeArgsLimit = DefaultMaxBodyBytes - 4<<10
+
+type bridge struct {
+	connect func(context.Context) (*sdk.ClientSession, error)
+	mu      sync.Mutex
+	cs      *sdk.ClientSession // nil after a call broke it
+}
+
+// session is the open remote session, opened anew if the last one broke.
+func (b *bridge) session(ctx context.Context) (*sdk.ClientSession, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cs == nil {
+		cs, err := b.connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b.cs = cs
+	}
+	return b.cs, nil
+}
+
+// drop closes cs if it is still the open session, so the next call opens a
+// new one.
+func (b *bridge) drop(cs *sdk.ClientSession) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cs == cs {
+		b.cs = nil
+		cs.Close()
+	}
+}
+
+// close closes the remote session.
+func (b *bridge) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cs != nil {
+		b.cs.Close()
+		b.cs = nil
+	}
+}
+
+func (b *bridge) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	if n := len(req.Params.Arguments); n > bridgeArgsLimit {
+		return errorResult(&ledger.Error{Code: ledger.CodeInvalidArgument, Message: fmt.Sprintf(
+			"arguments are %d bytes; the sidecar accepts at most %d", n, bridgeArgsLimit)}), nil
+	}
+	cs, err := b.session(ctx)
+	if err != nil {
+		return errorResult(&ledger.Error{Code: ledger.CodeUnavailable, Message: "the Ratchet sidecar cannot be reached (" + err.Error() + "); nothing was decided: call again"}), nil
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+	if err != nil {
+		b.drop(cs)
+		return errorResult(&ledger.Error{Code: ledger.CodeUnavailable, Message: "the Ratchet sidecar did not answer (" + err.Error() +
+			"); it may or may not have recorded the call: call again with the same arguments"}), nil
+	}
+	return res, nil
 }
 
 // Connect opens a client session to a Ratchet MCP endpoint over streamable

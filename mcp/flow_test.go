@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,5 +332,51 @@ func TestATokenFixedToAnAgentSettlesOnlyItsAttempts(t *testing.T) {
 	out, res := call(t, alice, "ratchet_resolve_effect", map[string]any{"effect_id": a["effect_id"], "attempt": 1, "resolution": "failed"})
 	if res.IsError || out["state"] != "failed" {
 		t.Fatalf("the owner's resolve: %v", out)
+	}
+}
+
+// TestTheBridgeSurvivesACallTheSidecarRefuses: arguments larger than the
+// sidecar accepts are refused by the bridge as invalid_argument; a call the
+// sidecar refuses at the transport (413 here, as a sidecar with a smaller
+// limit answers) is a tool error with code unavailable; and either way the
+// next call goes through (before, the bridge's session closed for good).
+func TestTheBridgeSurvivesACallTheSidecarRefuses(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	eng := newEngine(t, c)
+	for name, tc := range map[string]struct {
+		sidecarLimit int64
+		argBytes     int
+		code         ledger.Code
+	}{
+		"refused by the sidecar": {64 << 10, 100 << 10, ledger.CodeUnavailable},
+		"refused by the bridge":  {0, 2 << 20, ledger.CodeInvalidArgument},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(mcp.Handler(mcp.New(eng, nil), &mcp.HTTPOptions{MaxBodyBytes: tc.sidecarLimit}))
+			t.Cleanup(srv.Close)
+			ctx := context.Background()
+			connect := func(ctx context.Context) (*sdk.ClientSession, error) { return mcp.Connect(ctx, srv.URL, "", "test") }
+			bridge, closeRemote, err := mcp.Bridge(ctx, connect, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(closeRemote)
+			cs := inMemory(t, bridge)
+			get := func() {
+				t.Helper()
+				res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_get_effect", Arguments: map[string]any{"idempotency_key": "x"}})
+				if err != nil || mcp.ErrorOf(res).Code != ledger.CodeEffectNotFound {
+					t.Fatalf("a valid call: %v %v", err, mcp.ErrorOf(res))
+				}
+			}
+			get()
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+				"idempotency_key": "big", "effect_type": "email.send", "payload": strings.Repeat("x", tc.argBytes)}})
+			if err != nil || mcp.ErrorOf(res) == nil || mcp.ErrorOf(res).Code != tc.code {
+				t.Fatalf("the oversized call: %v %+v", err, mcp.ErrorOf(res))
+			}
+			get()
+			get()
+		})
 	}
 }

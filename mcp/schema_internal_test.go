@@ -45,3 +45,16 @@ func TestOutputSchemaFollowsTheType(t *testing.T) {
 		t.Errorf("schema\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestArgumentsThatAreNotAnObjectNameThemselves: an array or a string as a
+// tool's arguments is refused naming "arguments", not an empty field.
+func TestArgumentsThatAreNotAnObjectNameThemselves(t *testing.T) {
+	for _, raw := range []string{`[1,2]`, `"x"`, `7`} {
+		var in getInput
+		err := decodeArgs(json.RawMessage(raw), &in)
+		le, ok := err.(*ledger.Error)
+		if !ok || le.Code != ledger.CodeInvalidArgument || le.Field != "arguments" || !strings.HasPrefix(le.Message, "arguments must be a JSON object") {
+			t.Fatalf("%s: %v", raw, err)
+		}
+	}
+}

@@ -137,11 +137,15 @@ type HTTPOptions struct {
 	// Agents are the accepted tokens; with none, calls are unauthenticated
 	// and get Options.Identity (serve only on loopback then).
 	Agents Agents
-	// MaxBodyBytes bounds a request body; zero means 1 MiB.
+	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
 }
+
+// DefaultMaxBodyBytes bounds an HTTP request's body when
+// HTTPOptions.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 1 << 20
 
 // Handler serves the server over streamable HTTP, checking bearer tokens.
 func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
@@ -150,7 +154,7 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	}
 	maxBody := opts.MaxBodyBytes
 	if maxBody == 0 {
-		maxBody = 1 << 20
+		maxBody = DefaultMaxBodyBytes
 	}
 	server := func(*http.Request) *sdk.Server { return s }
 	sessions := sdk.NewStreamableHTTPHandler(server,

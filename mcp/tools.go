@@ -113,6 +113,10 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
+		if te.Field == "" { // the arguments themselves
+			return &ledger.Error{Code: ledger.CodeInvalidArgument, Field: "arguments",
+				Message: fmt.Sprintf("arguments must be a JSON object, got a JSON %s", te.Value)}
+		}
 		return &ledger.Error{Code: ledger.CodeInvalidArgument, Field: te.Field,
 			Message: fmt.Sprintf("%s: expected %s, got a JSON %s", te.Field, jsonKind(te.Type), te.Value)}
 	}
@@ -229,7 +233,7 @@ func (t *tools) register(s *sdk.Server) {
 		return eff, effectSummary(eff), err
 	})
 	addTool(s, t, unwindSpec, func(ctx context.Context, id Identity, in *ledger.UnwindRequest) (*ledger.UnwindResult, string, error) {
-		in.Namespace = id.Namespace
+		in.Namespace, in.AgentID = id.Namespace, id.AgentID
 		res, err := t.eng.Unwind(ctx, *in)
 		if err != nil {
 			return nil, "", err

@@ -37,14 +37,15 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	transport := &sdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopCloser{stdout}}
 	var srv *sdk.Server
 	if *server != "" {
-		cs, err := mcp.Connect(ctx, *server, os.Getenv("RATCHET_TOKEN"), version)
-		if err != nil {
+		token := os.Getenv("RATCHET_TOKEN")
+		connect := func(ctx context.Context) (*sdk.ClientSession, error) {
+			return mcp.Connect(ctx, *server, token, version)
+		}
+		var closeRemote func()
+		if srv, closeRemote, err = mcp.Bridge(ctx, connect, version); err != nil {
 			return err
 		}
-		defer cs.Close()
-		if srv, err = mcp.Bridge(ctx, cs, version); err != nil {
-			return err
-		}
+		defer closeRemote()
 	} else {
 		cfg, err := cf.load()
 		if err != nil {
