@@ -380,3 +380,29 @@ func TestTheBridgeSurvivesACallTheSidecarRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestAWebPageCannotCallTheTools: a cross-site request, as a browser sends
+// it (Sec-Fetch-Site, Origin), is refused before any tool runs, with a
+// token or without.
+func TestAWebPageCannotCallTheTools(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	url := serveHTTP(t, newEngine(t, c), nil)
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}`
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a cross-site initialize: %d", resp.StatusCode)
+	}
+	// The agent's own client (no browser headers) is served.
+	if _, err := httpClient(t, url, ""); err != nil {
+		t.Fatal(err)
+	}
+}

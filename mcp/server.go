@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -162,12 +163,16 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	stateless := sdk.NewStreamableHTTPHandler(server,
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, Stateless: true})
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Protocol-Version") >= statelessProtocol {
+		if v := r.Header.Get("Mcp-Protocol-Version"); protocolDateRe.MatchString(v) && v >= statelessProtocol {
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		sessions.ServeHTTP(w, r)
 	})
+	// A web page must not call the tools from a browser that holds a
+	// token or reaches an unauthenticated loopback sidecar: cross-origin
+	// requests are refused (403) before any tool runs.
+	h = http.NewCrossOriginProtection().Handler(h)
 	if len(opts.Agents) == 0 {
 		return h
 	}
@@ -186,6 +191,10 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 // statelessProtocol is the first protocol version without sessions, which
 // the SDK serves over HTTP only from a stateless handler.
 const statelessProtocol = "2026-07-28"
+
+// protocolDateRe is a protocol version's form: only a version of that form
+// is compared with statelessProtocol.
+var protocolDateRe = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
 
 // identity is the caller of one tool call.
 func (t *tools) identity(req *sdk.CallToolRequest) Identity {
