@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
@@ -104,6 +106,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		agentTokens[sum] = true
 	}
 	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
+	// The operator console's pages at /, in front of the admin API.
+	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
+		Namespaces: consoleNamespaces(cfg), Logger: log})
 	servers := []*http.Server{
 		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
@@ -171,6 +176,21 @@ func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs prox
 		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
 		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs,
 	})
+}
+
+// consoleNamespaces are the namespaces the console looks an idempotency
+// key up in: the agents', the proxy's and the default.
+func consoleNamespaces(cfg *config.Config) []string {
+	out := []string{"default"}
+	if !slices.Contains(out, cfg.Proxy.Namespace) {
+		out = append(out, cfg.Proxy.Namespace)
+	}
+	for _, a := range cfg.Auth.Agents {
+		if !slices.Contains(out, a.Namespace) {
+			out = append(out, a.Namespace)
+		}
+	}
+	return out
 }
 
 // agentsOf maps the configured agent tokens to identities.

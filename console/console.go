@@ -1,0 +1,412 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+//go:embed static
+var static embed.FS
+
+// Engine is what the console reads from the ledger directly, for what the
+// admin API has no endpoint for.
+type Engine interface {
+	List(ctx context.Context, f ledger.Filter) (*ledger.Page, error)
+	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
+	Audit(ctx context.Context, since, until time.Time, fn func(ledger.AuditRecord) error) error
+}
+
+// Options configures Handler.
+type Options struct {
+	// Admins maps SHA-256 hex digests of admin tokens to names, as the
+	// admin API's; empty means no sign-in (see the package doc).
+	Admins map[string]string
+	// Agents are the SHA-256 digests of agent tokens, which cannot sign
+	// in; with no Admins their presence makes the console read-only.
+	Agents map[string]bool
+	// Namespaces are searched when an operator looks an effect up by its
+	// idempotency key without naming a namespace; nil means "default".
+	Namespaces []string
+	// SessionTTL is how long a session lasts after sign-in; zero means 8
+	// hours.
+	SessionTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger gets one line per sign-in and sign-out.
+	Logger *slog.Logger
+}
+
+// DefaultSessionTTL is a session's life when Options.SessionTTL is zero:
+// a working day.
+const DefaultSessionTTL = 8 * time.Hour
+
+// The error codes of the console's own refusals (the admin API's and the
+// engine's pass through as they are).
+const (
+	// CodeSignInRequired: no session, or an expired one.
+	CodeSignInRequired = "sign_in_required"
+	// CodeCSRFRequired: a state change without the session's CSRF token.
+	CodeCSRFRequired = "csrf_token_required"
+	// CodeCSRFInvalid: a state change with another token.
+	CodeCSRFInvalid = "csrf_token_invalid"
+	// CodeSignInUnavailable: signing in when no admin tokens are configured.
+	CodeSignInUnavailable = "sign_in_unavailable"
+	// CodeReadOnly: a state change while the console is read-only.
+	CodeReadOnly = "admin_auth_required"
+)
+
+// cookieName names the session cookie.
+const cookieName = "ratchet_console"
+
+// csrfHeader carries the session's CSRF token on every state change.
+const csrfHeader = "X-Ratchet-CSRF"
+
+// maxBody bounds the console's own request bodies (a token, a note).
+const maxBody = 16 << 10
+
+// Mode is how the console is reached, from the tokens configured.
+type Mode string
+
+// Modes.
+const (
+	// ModeSignIn: auth.admins configured; sign in with an admin token.
+	ModeSignIn Mode = "sign_in"
+	// ModeOpen: no tokens at all; open on loopback.
+	ModeOpen Mode = "open"
+	// ModeReadOnly: agents and no admins; open on loopback, no changes.
+	ModeReadOnly Mode = "read_only"
+)
+
+type console struct {
+	api      http.Handler
+	eng      Engine
+	opts     Options
+	mode     Mode
+	log      *slog.Logger
+	now      func() time.Time
+	sessions *sessions
+	groups   groupCache
+	assets   fs.FS
+}
+
+// Handler returns the admin listener's handler with the console in front
+// of api (the admin API's handler): the console's pages at /, its session
+// at /console/session, the admin API through the session at
+// /console/api/v1/..., and every other path (the API itself, /metrics, the
+// probes) passed to api untouched.
+func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
+	c := &console{api: api, eng: eng, opts: opts, log: opts.Logger, now: opts.Now}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	ttl := opts.SessionTTL
+	if ttl <= 0 {
+		ttl = DefaultSessionTTL
+	}
+	c.sessions = newSessions(ttl, maxSessions)
+	switch {
+	case len(opts.Admins) > 0:
+		c.mode = ModeSignIn
+	case len(opts.Agents) > 0:
+		c.mode = ModeReadOnly
+	default:
+		c.mode = ModeOpen
+	}
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is part of the binary
+	}
+	c.assets = sub
+
+	mux := http.NewServeMux()
+	for _, p := range pages {
+		mux.HandleFunc("GET "+p, c.page)
+	}
+	mux.HandleFunc("GET /assets/{name}", c.asset)
+	mux.HandleFunc("GET /console/session", c.session)
+	mux.HandleFunc("POST /console/session", c.signIn)
+	mux.Handle("POST /console/session/end", c.withSession(c.signOut))
+	mux.Handle("/console/api/v1/", c.withSession(c.forward))
+	mux.Handle("GET /console/api/search", c.withSession(c.search))
+	mux.Handle("GET /console/api/history/{id}", c.withSession(c.history))
+	mux.Handle("GET /console/api/groups", c.withSession(c.listGroups))
+	mux.Handle("/console/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such console endpoint: "+r.Method+" "+r.URL.Path)
+	}))
+	own := c.guard(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			api.ServeHTTP(w, r) // not the console's: the admin API, /metrics, the probes
+			return
+		}
+		own.ServeHTTP(w, r)
+	})
+}
+
+// pages are the console's addresses; each serves the same page, whose
+// script shows the view the path names (so each is a link to share).
+var pages = []string{"/{$}", "/approvals", "/approvals/{id}", "/attention", "/effects", "/effects/{id}",
+	"/budgets", "/groups", "/grants"}
+
+// guard applies the admin API's rules against web pages to the console's
+// own endpoints (the API's are applied by the API).
+func (c *console) guard(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.mode != ModeSignIn && !loopback.Is(r.Host) {
+			writeError(w, http.StatusForbidden, "host_not_allowed", fmt.Sprintf("Host %q is not localhost or a loopback address: "+
+				"without auth.admins the console answers only requests addressed to localhost, 127.0.0.1 or [::1]", truncate(r.Host, 100)))
+			return
+		}
+		if err := cop.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "cross_origin_refused", "a cross-origin request cannot change state here ("+err.Error()+")")
+			return
+		}
+		if r.Method == http.MethodPost {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "a POST must carry a JSON body with Content-Type: application/json")
+				return
+			}
+		}
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// csp allows the console's own files only: no inline script, nothing from
+// elsewhere, no framing.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+func (c *console) page(w http.ResponseWriter, r *http.Request) {
+	b, err := fs.ReadFile(c.assets, "index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Security-Policy", csp)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b)
+}
+
+func (c *console) asset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	b, err := fs.ReadFile(c.assets, name)
+	if err != nil || name == "index.html" {
+		http.NotFound(w, r)
+		return
+	}
+	ct := mime.TypeByExtension(name[strings.LastIndexByte(name, '.'):])
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Security-Policy", csp)
+	w.Header().Set("Content-Type", ct)
+	w.Write(b)
+}
+
+// sessionView is what GET /console/session and a sign-in answer.
+type sessionView struct {
+	Mode      Mode       `json:"mode"`
+	SignedIn  bool       `json:"signed_in"`
+	Name      string     `json:"name,omitempty"`
+	CSRF      string     `json:"csrf,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// CanDecide is false when the console is read-only.
+	CanDecide bool `json:"can_decide"`
+}
+
+func (c *console) view(s *session) sessionView {
+	v := sessionView{Mode: c.mode, CanDecide: c.mode != ModeReadOnly}
+	if s != nil {
+		exp := s.expires
+		v.SignedIn, v.Name, v.CSRF, v.ExpiresAt = true, s.name, s.csrf, &exp
+	}
+	return v
+}
+
+// session tells the page where it stands. Without admin tokens it starts a
+// tokenless session (for its CSRF token) when there is none.
+func (c *console) session(w http.ResponseWriter, r *http.Request) {
+	s := c.current(r)
+	if s == nil && c.mode != ModeSignIn {
+		s = c.start(w, r, "local", "")
+	}
+	writeJSON(w, http.StatusOK, c.view(s))
+}
+
+// signInBody is the body of a sign-in.
+type signInBody struct {
+	Token string `json:"token"`
+}
+
+func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
+	if c.mode != ModeSignIn {
+		msg := "no admin tokens are configured: the console is open on loopback and needs no sign-in"
+		if c.mode == ModeReadOnly {
+			msg = "no admin tokens are configured, so the console is read-only (an agent on this host must not approve its own actions); " +
+				"configure auth.admins (ratchet token hash < token-file) to sign in and decide"
+		}
+		writeError(w, http.StatusConflict, CodeSignInUnavailable, msg)
+		return
+	}
+	var body signInBody
+	if err := decode(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
+		return
+	}
+	token := strings.TrimSpace(body.Token)
+	sum := sha256.Sum256([]byte(token))
+	digest := hex.EncodeToString(sum[:])
+	if token != "" && c.opts.Agents[digest] {
+		c.log.Warn("console sign-in refused: an agent token", "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot sign in to the console: sign in with an admin token")
+		return
+	}
+	name, ok := c.opts.Admins[digest]
+	if token == "" || !ok {
+		writeError(w, http.StatusUnauthorized, string(ledger.CodeUnauthorized), "unknown admin token")
+		return
+	}
+	s := c.start(w, r, name, token)
+	c.log.Info("operator signed in to the console", "by", name)
+	writeJSON(w, http.StatusOK, c.view(s))
+}
+
+func (c *console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
+	c.sessions.end(s)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	c.log.Info("operator signed out of the console", "by", s.name)
+	writeJSON(w, http.StatusOK, c.view(nil))
+}
+
+// start makes a session and sets its cookie.
+func (c *console) start(w http.ResponseWriter, r *http.Request, name, token string) *session {
+	s, id := c.sessions.start(c.now(), name, token)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", Expires: s.expires,
+		MaxAge: int(time.Until(s.expires).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return s
+}
+
+// current is the request's live session, or nil.
+func (c *console) current(r *http.Request) *session {
+	ck, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil
+	}
+	return c.sessions.get(ck.Value, c.now())
+}
+
+// withSession requires a live session, and the session's CSRF token on
+// anything but a GET or HEAD.
+func (c *console) withSession(h func(http.ResponseWriter, *http.Request, *session)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := c.current(r)
+		if s == nil {
+			writeError(w, http.StatusUnauthorized, CodeSignInRequired, "sign in to the console first (or again: sessions expire, and end when Ratchet restarts)")
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			got := r.Header.Get(csrfHeader)
+			switch {
+			case got == "":
+				writeError(w, http.StatusForbidden, CodeCSRFRequired, "a state change needs the session's CSRF token in the "+csrfHeader+" header")
+				return
+			case subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1:
+				writeError(w, http.StatusForbidden, CodeCSRFInvalid, "the "+csrfHeader+" header is not this session's CSRF token")
+				return
+			}
+		}
+		h(w, r, s)
+	})
+}
+
+// forward passes /console/api/v1/... to the admin API as /v1/..., with the
+// session's token in place of the cookie.
+func (c *console) forward(w http.ResponseWriter, r *http.Request, s *session) {
+	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// The admin API refuses it too; the console does not rely on that.
+		writeError(w, http.StatusForbidden, CodeReadOnly, "the console is read-only: auth.agents are configured and auth.admins are not, "+
+			"and an agent on this host must not approve its own actions; configure auth.admins to approve, reject or resolve")
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/console/api")
+	r2.URL.RawPath = ""
+	if r.URL.RawPath != "" {
+		r2.URL.RawPath = strings.TrimPrefix(r.URL.RawPath, "/console/api")
+	}
+	r2.RequestURI = r2.URL.RequestURI()
+	r2.Header.Del("Cookie")
+	r2.Header.Del(csrfHeader)
+	r2.Header.Del("Authorization")
+	if s.token != "" {
+		r2.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	c.api.ServeHTTP(w, r2)
+}
+
+// decode reads a small JSON body strictly.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return errors.New("reading the body: " + err.Error())
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errors.New("body is not the expected JSON object: " + err.Error())
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+}
+
+// writeLedgerError answers an engine error with its code and status.
+func writeLedgerError(w http.ResponseWriter, err error) {
+	le := ledger.Classify(err)
+	writeError(w, ledger.HTTPStatus(le.Code), string(le.Code), le.Message)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encoding the answer"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,540 @@
+package console_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/console"
+	"github.com/ratchet-mcp/ratchet/internal/webtest"
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+)
+
+func i64(v int64) *int64 { return &v }
+
+func sum(tok string) string {
+	s := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(s[:])
+}
+
+// newEngine is an engine with an approval threshold of $1 and a $10
+// ceiling on payments, and the audit log on.
+func newEngine(t *testing.T) *ledger.Engine {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := badgerstore.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := ledger.LoadOrCreateSecret(dir + "/hmac.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1, Audit: true,
+		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(1_000_000),
+			Ceilings: []ledger.Ceiling{{Name: "spend", LimitMicros: i64(10_000_000), Window: "24h", Per: "global"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()) })
+	return eng
+}
+
+var (
+	admins = map[string]string{sum("admin-tok"): "alice"}
+	agents = map[string]bool{sum("agent-tok"): true}
+)
+
+// serve serves the console in front of the admin API, as "ratchet serve"
+// does.
+func serve(t *testing.T, eng *ledger.Engine, opts console.Options) *httptest.Server {
+	t.Helper()
+	api := admin.Handler(eng, admin.Options{Admins: opts.Admins, Agents: opts.Agents, Metrics: http.NotFoundHandler()})
+	srv := httptest.NewServer(console.Handler(api, eng, opts))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// browser is a client with a cookie jar, sending what the console's
+// script sends.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+	csrf string
+}
+
+func newBrowser(t *testing.T, srv *httptest.Server) *browser {
+	jar, _ := cookiejar.New(nil)
+	c := srv.Client()
+	c.Jar = jar
+	return &browser{t: t, base: srv.URL, c: c}
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil); it
+// returns the response and the error code of a refusal.
+func (b *browser) do(method, path string, body any, header map[string]string, out any) (*http.Response, string) {
+	b.t.Helper()
+	var r io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		r = strings.NewReader(string(j))
+	}
+	req, err := http.NewRequest(method, b.base+path, r)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if resp.StatusCode >= 300 {
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
+			b.t.Errorf("%s %s: %d answer is not a JSON error: %s", method, path, resp.StatusCode, raw)
+		}
+		return resp, e.Error.Code
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			b.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return resp, ""
+}
+
+type sessionView struct {
+	Mode      string `json:"mode"`
+	SignedIn  bool   `json:"signed_in"`
+	Name      string `json:"name"`
+	CSRF      string `json:"csrf"`
+	CanDecide bool   `json:"can_decide"`
+}
+
+func (b *browser) signIn(token string) (*http.Response, string) {
+	b.t.Helper()
+	var v sessionView
+	resp, code := b.do("POST", "/console/session", map[string]string{"token": token}, nil, &v)
+	if code == "" {
+		b.csrf = v.CSRF
+	}
+	return resp, code
+}
+
+// post is a state change as the script sends it, with the CSRF token.
+func (b *browser) post(path string, body any, out any) string {
+	b.t.Helper()
+	_, code := b.do("POST", path, body, map[string]string{"X-Ratchet-CSRF": b.csrf}, out)
+	return code
+}
+
+// pendingApproval begins a $5 payment, which needs an approval.
+func pendingApproval(t *testing.T, eng *ledger.Engine, key string) *ledger.BeginResult {
+	t.Helper()
+	res, err := eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: key, EffectType: "payment.charge",
+		AgentID: "bot", RunID: "run-1", EstimatedCostMicros: i64(5_000_000)})
+	if err != nil || res.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("begin %s: %+v %v", key, res, err)
+	}
+	return res
+}
+
+func TestSignIn(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins, Agents: agents})
+	for _, tc := range []struct {
+		name, token string
+		status      int
+		code        string
+	}{
+		{"agent token", "agent-tok", http.StatusForbidden, string(ledger.CodeUnauthorized)},
+		{"unknown token", "nope", http.StatusUnauthorized, string(ledger.CodeUnauthorized)},
+		{"empty token", "", http.StatusUnauthorized, string(ledger.CodeUnauthorized)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBrowser(t, srv)
+			resp, code := b.signIn(tc.token)
+			if resp.StatusCode != tc.status || code != tc.code {
+				t.Fatalf("got %d %s, want %d %s", resp.StatusCode, code, tc.status, tc.code)
+			}
+			if len(resp.Cookies()) != 0 {
+				t.Fatalf("a refused sign-in set a cookie: %v", resp.Cookies())
+			}
+			if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, nil); code != console.CodeSignInRequired {
+				t.Fatalf("after a refused sign-in the API answered %q", code)
+			}
+		})
+	}
+	t.Run("admin token", func(t *testing.T) {
+		b := newBrowser(t, srv)
+		resp, code := b.signIn("admin-tok")
+		if code != "" {
+			t.Fatalf("sign-in refused: %s", code)
+		}
+		ck := resp.Cookies()
+		if len(ck) != 1 {
+			t.Fatalf("cookies: %v", ck)
+		}
+		c := ck[0]
+		if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure || c.MaxAge <= 0 || c.MaxAge > int(console.DefaultSessionTTL.Seconds()) {
+			t.Fatalf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, a Max-Age within the TTL, not Secure over plain HTTP", c)
+		}
+		if strings.Contains(c.Value, "admin-tok") || b.csrf == "" {
+			t.Fatalf("cookie %q, csrf %q", c.Value, b.csrf)
+		}
+		var v sessionView
+		b.do("GET", "/console/session", nil, nil, &v)
+		if !v.SignedIn || v.Name != "alice" || v.CSRF != b.csrf || !v.CanDecide || v.Mode != "sign_in" {
+			t.Fatalf("session: %+v", v)
+		}
+		var list struct{ Approvals []ledger.Approval }
+		if _, code := b.do("GET", "/console/api/v1/approvals?state=pending", nil, nil, &list); code != "" {
+			t.Fatalf("approvals: %s", code)
+		}
+		if code := b.post("/console/session/end", map[string]any{}, nil); code != "" {
+			t.Fatalf("sign-out: %s", code)
+		}
+		if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, nil); code != console.CodeSignInRequired {
+			t.Fatalf("after sign-out the API answered %q", code)
+		}
+	})
+}
+
+func TestSecureCookieOverTLS(t *testing.T) {
+	eng := newEngine(t)
+	api := admin.Handler(eng, admin.Options{Admins: admins})
+	srv := httptest.NewTLSServer(console.Handler(api, eng, console.Options{Admins: admins}))
+	defer srv.Close()
+	b := newBrowser(t, srv)
+	b.c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+	resp, code := b.signIn("admin-tok")
+	if code != "" || len(resp.Cookies()) != 1 || !resp.Cookies()[0].Secure {
+		t.Fatalf("over TLS: %s %v, want one Secure cookie", code, resp.Cookies())
+	}
+}
+
+func TestSessionExpires(t *testing.T) {
+	eng := newEngine(t)
+	now := time.Now()
+	srv := serve(t, eng, console.Options{Admins: admins, SessionTTL: time.Hour, Now: func() time.Time { return now }})
+	b := newBrowser(t, srv)
+	if _, code := b.signIn("admin-tok"); code != "" {
+		t.Fatal(code)
+	}
+	now = now.Add(59 * time.Minute)
+	if _, code := b.do("GET", "/console/api/v1/budgets", nil, nil, nil); code != "" {
+		t.Fatalf("within the TTL: %s", code)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, code := b.do("GET", "/console/api/v1/budgets", nil, nil, nil); code != console.CodeSignInRequired {
+		t.Fatalf("past the TTL: %q, want %s", code, console.CodeSignInRequired)
+	}
+}
+
+// TestDecideThroughTheConsole: every state change needs the session's CSRF
+// token; with it, the admin API decides, recording the admin's name.
+func TestDecideThroughTheConsole(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins, Agents: agents})
+	b := newBrowser(t, srv)
+	if _, code := b.signIn("admin-tok"); code != "" {
+		t.Fatal(code)
+	}
+	ap := pendingApproval(t, eng, "p1")
+	path := "/console/api/v1/approvals/" + ap.ApprovalID + "/approve"
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		code   string
+	}{
+		{"no token", nil, console.CodeCSRFRequired},
+		{"another token", map[string]string{"X-Ratchet-CSRF": "x" + b.csrf}, console.CodeCSRFInvalid},
+		{"an admin bearer token instead", map[string]string{"Authorization": "Bearer admin-tok"}, console.CodeCSRFRequired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, code := b.do("POST", path, map[string]string{"note": "ok"}, tc.header, nil)
+			if resp.StatusCode != http.StatusForbidden || code != tc.code {
+				t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, code, tc.code)
+			}
+		})
+	}
+	if list, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending); len(list) != 1 {
+		t.Fatalf("a refused request decided: %+v", list)
+	}
+	var got ledger.Approval
+	if code := b.post(path, map[string]string{"note": "ok for Q4"}, &got); code != "" {
+		t.Fatalf("approve: %s", code)
+	}
+	if got.State != ledger.ApprovalApproved || got.DecidedBy != "admin:alice" || got.Note != "ok for Q4" {
+		t.Fatalf("approval: %+v", got)
+	}
+	res, err := eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: "p1", EffectType: "payment.charge",
+		AgentID: "bot", RunID: "run-1", EstimatedCostMicros: i64(5_000_000)})
+	if err != nil || res.Decision != ledger.DecisionExecute {
+		t.Fatalf("begin after approval: %+v %v", res, err)
+	}
+
+	// Resolve an unknown outcome: the next begin is a duplicate.
+	if _, err := eng.Report(context.Background(), ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeUnknown}); err != nil {
+		t.Fatal(err)
+	}
+	var eff ledger.Effect
+	if code := b.post("/console/api/v1/effects/"+res.EffectID+"/resolve", map[string]string{"resolution": "succeeded", "note": "seen at the vendor"}, &eff); code != "" {
+		t.Fatalf("resolve: %s", code)
+	}
+	if eff.State != ledger.StateSucceeded || eff.ResolvedBy != "admin:alice" {
+		t.Fatalf("resolved: %+v", eff)
+	}
+}
+
+// TestModes: with no admin tokens the console follows the admin API's
+// rule.
+func TestModes(t *testing.T) {
+	t.Run("open", func(t *testing.T) {
+		eng := newEngine(t)
+		srv := serve(t, eng, console.Options{})
+		b := newBrowser(t, srv)
+		var v sessionView
+		resp, _ := b.do("GET", "/console/session", nil, nil, &v)
+		if v.Mode != "open" || !v.SignedIn || !v.CanDecide || v.CSRF == "" || len(resp.Cookies()) != 1 {
+			t.Fatalf("session: %+v %v", v, resp.Cookies())
+		}
+		b.csrf = v.CSRF
+		if _, code := b.signIn("anything"); code != console.CodeSignInUnavailable {
+			t.Fatalf("sign-in: %q", code)
+		}
+		ap := pendingApproval(t, eng, "p1")
+		path := "/console/api/v1/approvals/" + ap.ApprovalID + "/approve"
+		if _, code := b.do("POST", path, map[string]string{}, nil, nil); code != console.CodeCSRFRequired {
+			t.Fatalf("without CSRF: %q", code)
+		}
+		if code := b.post(path, map[string]string{}, nil); code != "" {
+			t.Fatalf("approve: %s", code)
+		}
+		if code, _ := webtest.Send(t, "GET", srv.URL+"/approvals", "", map[string]string{"Host": "evil.example"}); code != http.StatusForbidden {
+			t.Fatalf("a page by another Host name: %d", code)
+		}
+	})
+	t.Run("read-only", func(t *testing.T) {
+		eng := newEngine(t)
+		srv := serve(t, eng, console.Options{Agents: agents})
+		b := newBrowser(t, srv)
+		var v sessionView
+		b.do("GET", "/console/session", nil, nil, &v)
+		if v.Mode != "read_only" || !v.SignedIn || v.CanDecide {
+			t.Fatalf("session: %+v", v)
+		}
+		b.csrf = v.CSRF
+		if _, code := b.signIn("agent-tok"); code != console.CodeSignInUnavailable {
+			t.Fatalf("sign-in: %q", code)
+		}
+		ap := pendingApproval(t, eng, "p1")
+		if code := b.post("/console/api/v1/approvals/"+ap.ApprovalID+"/approve", map[string]string{}, nil); code != console.CodeReadOnly {
+			t.Fatalf("approve: %q, want %s", code, console.CodeReadOnly)
+		}
+		var list struct{ Approvals []ledger.Approval }
+		if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, &list); code != "" || len(list.Approvals) != 1 {
+			t.Fatalf("reads: %q %+v", code, list)
+		}
+	})
+}
+
+// TestGuard: what a hostile page could send to the console's own
+// endpoints is refused, as by the admin API.
+func TestGuard(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins, Agents: agents})
+	body := `{"token":"admin-tok"}`
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		status int
+		code   string
+	}{
+		{"cross-site sign-in", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "cross_origin_refused"},
+		{"other origin", map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden, "cross_origin_refused"},
+		{"text/plain", map[string]string{"Content-Type": "text/plain"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if status, code := webtest.Send(t, "POST", srv.URL+"/console/session", body, tc.header); status != tc.status || code != tc.code {
+				t.Fatalf("got %d %q, want %d %s", status, code, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestPagesAndPassThrough: the pages are one document with a strict CSP;
+// the admin API, the probes and the metrics are untouched.
+func TestPagesAndPassThrough(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins, Agents: agents})
+	for _, p := range []string{"/", "/approvals", "/approvals/apr_x", "/attention", "/effects", "/effects/eff_x", "/budgets", "/groups", "/grants"} {
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `<script src="/assets/app.js" defer>`) ||
+			!strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") || resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("GET %s: %d, CSP %q", p, resp.StatusCode, csp)
+		}
+	}
+	for path, ct := range map[string]string{"/assets/app.js": "text/javascript", "/assets/app.css": "text/css", "/assets/favicon.svg": "image/svg+xml"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), ct) {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	for path, want := range map[string]int{"/assets/nope.js": 404, "/console/nope": 404, "/healthz": 200, "/readyz": 200} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	c := &admin.Client{URL: srv.URL, Token: "admin-tok"}
+	if _, err := c.Approvals(context.Background(), "pending"); err != nil {
+		t.Fatalf("the admin API behind the console: %v", err)
+	}
+	// The console's API takes a session, never a bearer token.
+	if status, code := webtest.Send(t, "GET", srv.URL+"/console/api/v1/approvals", "", map[string]string{"Authorization": "Bearer admin-tok"}); status != 401 || code != console.CodeSignInRequired {
+		t.Fatalf("bearer token on the console's API: %d %q", status, code)
+	}
+}
+
+// TestReads: the console's own reads: search by key and by effect type,
+// an effect's history, and unwinding groups.
+func TestReads(t *testing.T) {
+	eng := newEngine(t)
+	ctx := context.Background()
+	srv := serve(t, eng, console.Options{Admins: admins, Namespaces: []string{"default"}})
+	b := newBrowser(t, srv)
+	if _, code := b.signIn("admin-tok"); code != "" {
+		t.Fatal(code)
+	}
+	begin := func(req ledger.BeginRequest) *ledger.BeginResult {
+		t.Helper()
+		res, err := eng.Begin(ctx, req)
+		if err != nil || res.Decision != ledger.DecisionExecute {
+			t.Fatalf("begin %s: %+v %v", req.IdempotencyKey, res, err)
+		}
+		return res
+	}
+	report := func(id string, o ledger.Outcome) {
+		t.Helper()
+		if _, err := eng.Report(ctx, ledger.ReportRequest{EffectID: id, Outcome: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	odd := `<img src=x onerror=alert(1)>`
+	e1 := begin(ledger.BeginRequest{IdempotencyKey: odd, EffectType: "email.send", RunID: "r1"})
+	report(e1.EffectID, ledger.OutcomeUnknown)
+	e2 := begin(ledger.BeginRequest{IdempotencyKey: "book-hotel", EffectType: "travel.book", GroupKey: "trip",
+		Compensation: &ledger.Compensation{EffectType: "travel.cancel", Description: "cancel the hotel"}})
+	report(e2.EffectID, ledger.OutcomeSucceeded)
+	e3 := begin(ledger.BeginRequest{IdempotencyKey: "send-mail", EffectType: "email.send", GroupKey: "trip"})
+	report(e3.EffectID, ledger.OutcomeSucceeded)
+	if _, err := eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip", Reason: "user cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+
+	type found struct {
+		Effects []ledger.Effect `json:"effects"`
+	}
+	for _, tc := range []struct {
+		name, query string
+		want        []string
+	}{
+		{"by key", "key=" + strings.ReplaceAll(odd, " ", "+"), []string{e1.EffectID}},
+		{"by effect id", "key=" + e2.EffectID, []string{e2.EffectID}},
+		{"by type glob", "effect_type=travel.*", []string{e2.EffectID}},
+		{"by type and state", "effect_type=email.send&state=succeeded", []string{e3.EffectID}},
+		{"by run", "run_id=r1", []string{e1.EffectID}},
+		{"by group", "group_key=trip", []string{e2.EffectID, e3.EffectID}},
+		{"none", "key=nope", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f found
+			if _, code := b.do("GET", "/console/api/search?"+tc.query, nil, nil, &f); code != "" {
+				t.Fatal(code)
+			}
+			var got []string
+			for _, e := range f.Effects {
+				got = append(got, e.EffectID)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	var h struct {
+		Effect ledger.Effect  `json:"effect"`
+		Events []ledger.Event `json:"events"`
+	}
+	if _, code := b.do("GET", "/console/api/history/"+e1.EffectID, nil, nil, &h); code != "" {
+		t.Fatal(code)
+	}
+	var types []string
+	for _, ev := range h.Events {
+		types = append(types, ev.Type)
+	}
+	if h.Effect.IdempotencyKey != odd || len(types) < 2 || types[0] != ledger.EventEffectBegun {
+		t.Fatalf("history: %+v %v", h.Effect, types)
+	}
+
+	type groups struct {
+		Groups []struct {
+			GroupKey      string          `json:"group_key"`
+			State         string          `json:"state"`
+			Reason        string          `json:"reason"`
+			Compensations []ledger.Effect `json:"compensations"`
+			Permanent     []ledger.Effect `json:"permanent"`
+		} `json:"groups"`
+	}
+	for _, q := range []string{"", "?namespace=default&group_key=trip"} {
+		var g groups
+		if _, code := b.do("GET", "/console/api/groups"+q, nil, nil, &g); code != "" {
+			t.Fatal(code)
+		}
+		if len(g.Groups) != 1 || g.Groups[0].GroupKey != "trip" || g.Groups[0].State != ledger.GroupUnwinding ||
+			g.Groups[0].Reason != "user cancelled" || len(g.Groups[0].Compensations) != 1 ||
+			g.Groups[0].Compensations[0].EffectID != e2.EffectID || g.Groups[0].Compensations[0].Compensation.Payload != nil ||
+			len(g.Groups[0].Permanent) != 1 {
+			t.Fatalf("groups%s: %+v", q, g)
+		}
+	}
+	if status, code := webtest.Send(t, "GET", srv.URL+"/console/api/groups?group_key=nope", "", nil); status != 401 || code != console.CodeSignInRequired {
+		t.Fatalf("groups without a session: %d %q", status, code)
+	}
+}

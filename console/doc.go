@@ -1,0 +1,49 @@
+// Package console is Ratchet's operator console: web pages on the admin
+// listener for the two jobs that need a human (deciding an approval,
+// resolving an effect whose outcome is unknown) and for seeing where spend,
+// effects and unwinding groups stand. Its pages, script and styles are
+// embedded in the binary (go:embed): no CDN, no external fonts, no build
+// step, and it works with the network closed.
+//
+// It is a client of the admin API, not a second one. Every read the admin
+// API has and every change (approve, reject, resolve, and whatever the API
+// grows, such as grants) goes through the admin handler under
+// /console/api/v1/..., with the signed-in admin's token, so the admin API's
+// rules (its modes, its read-only refusal, the name recorded as decided_by,
+// its logs) are the console's rules. The console reads the engine itself
+// only for what the API has no endpoint for: finding an effect by its
+// idempotency key or by effect type, an effect's history from the audit log,
+// and the groups that are unwinding (also from the audit log).
+//
+// Sessions: with auth.admins configured, an operator signs in once with an
+// admin token (POST /console/session, a JSON body); the console answers
+// with a session cookie that is HttpOnly, SameSite=Strict, Secure when the
+// request came over TLS, and expires (Options.SessionTTL, and when the
+// process restarts: sessions live in memory only). The cookie carries a
+// random session id, never the token; the token stays in the process's
+// memory for the session's life, to be presented to the admin API. An
+// agent's token is refused (403): agents cannot approve their own actions.
+// With no admins the console follows the admin API's rule: open to whoever
+// reaches it on loopback when no agents are configured either, read-only
+// when agents are (an agent on the same host must not approve itself); a
+// session is then made without a token, so that CSRF protection still
+// applies.
+//
+// Web pages elsewhere: every state-changing request must carry the
+// session's CSRF token in the X-Ratchet-CSRF header (the page reads it from
+// GET /console/session, which a page of another origin cannot read); on
+// top of that the cookie is SameSite=Strict, cross-origin POSTs are refused
+// (http.CrossOriginProtection), a POST must be application/json, and without
+// admin tokens a Host that is not loopback is refused (DNS rebinding), as in
+// the admin API. Pages are served with a Content-Security-Policy that allows
+// only the console's own script and styles (no inline script), frames
+// nothing and is framed by nothing.
+//
+// Escaping: everything an agent or a vendor wrote (keys, run ids, agent
+// ids, notes, vendor errors and references) is put in the page as text
+// (DOM textContent, never HTML); the CSP is the second line. Payloads and
+// dimension values are never shown: they are not stored.
+//
+// Updates: pages poll their data every second or two while visible (short
+// polling: one request, no long-lived stream to hold through proxies).
+package console

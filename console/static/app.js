@@ -1,0 +1,710 @@
+// Ratchet's operator console: plain JavaScript, no build step, nothing
+// loaded from elsewhere. Every value an agent or a vendor wrote is put in
+// the page as text (h() makes text nodes; innerHTML is never used), and the
+// page's Content-Security-Policy allows no inline script besides.
+'use strict';
+
+const POLL = { approvals: 1000, approval: 1000, attention: 1000, effects: 3000, effect: 2000, budgets: 2000, groups: 3000, grants: 2000 };
+
+const S = { session: null, timer: null, busy: false, route: null, counts: null };
+
+// ---- DOM helpers -------------------------------------------------------
+
+/** h(tag, attrs, ...children): an element; strings and numbers become text. */
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const $ = (id) => document.getElementById(id);
+
+function link(path, ...children) {
+  return h('a', { href: path, 'data-nav': true }, ...children);
+}
+
+const enc = encodeURIComponent;
+
+// ---- formatting --------------------------------------------------------
+
+const usd = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' });
+
+/** micro-USD as dollars (more decimals only when there are). */
+function money(micros) {
+  if (micros === undefined || micros === null) return '—';
+  if (micros % 10000 !== 0) return '$' + (micros / 1e6).toFixed(6).replace(/0+$/, '');
+  return usd.format(micros / 1e6);
+}
+
+function amount(unit, v) {
+  return unit === 'count' ? String(v) : money(v);
+}
+
+function span(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${s % 60}s`;
+  const hr = Math.floor(m / 60);
+  if (hr < 48) return `${hr}h ${m % 60}m`;
+  return `${Math.floor(hr / 24)}d ${hr % 24}h`;
+}
+
+function rel(iso) {
+  const d = Date.parse(iso) - Date.now();
+  return d > 0 ? `in ${span(d)}` : `${span(-d)} ago`;
+}
+
+/** A time that keeps saying how long ago (or how soon) it is. */
+function when(iso) {
+  if (!iso || iso.startsWith('0001-')) return '—';
+  return h('time', { datetime: iso, title: new Date(iso).toLocaleString() }, rel(iso));
+}
+
+function tick() {
+  for (const t of document.querySelectorAll('time[datetime]')) t.textContent = rel(t.getAttribute('datetime'));
+}
+
+function badge(state) {
+  return h('span', { class: `badge s-${String(state).replace(/[^a-z_]/g, '')}` }, String(state).replace(/_/g, ' '));
+}
+
+function short(s, n = 14) {
+  if (!s) return '';
+  return s.length > n ? h('span', { title: s }, s.slice(0, n) + '…') : s;
+}
+
+const WHY = { lease_expired: 'lease expired, no report', reported_unknown: 'reported unknown' };
+
+// ---- the API -----------------------------------------------------------
+
+class APIError extends Error {
+  constructor(status, code, message) {
+    super(message || `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(path, { method = 'GET', body } = {}) {
+  const init = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  if (method !== 'GET') init.headers['X-Ratchet-CSRF'] = S.session?.csrf ?? '';
+  const res = await fetch(path, init);
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const err = new APIError(res.status, data.error?.code, data.error?.message);
+    if (err.code === 'sign_in_required') {
+      S.session = { ...S.session, signed_in: false };
+      render();
+    }
+    throw err;
+  }
+  return data;
+}
+
+const v1 = (path) => api('/console/api/v1' + path);
+
+function flash(msg, bad = false) {
+  const f = $('flash');
+  f.hidden = false;
+  f.className = bad ? 'flash bad' : 'flash';
+  f.textContent = msg;
+  clearTimeout(flash.t);
+  flash.t = setTimeout(() => { f.hidden = true; }, bad ? 10000 : 5000);
+}
+
+// ---- decisions ---------------------------------------------------------
+
+/** A note field and buttons; each button posts {note, ...extra} to its path. */
+function decideForm(actions) {
+  const note = h('input', { type: 'text', class: 'note', placeholder: 'note (optional)', maxlength: 1000, 'aria-label': 'note' });
+  const buttons = actions.map((a) => h('button', {
+    type: 'button', class: a.class, 'data-action': a.name,
+    onclick: async (ev) => {
+      const row = ev.target.closest('form, .decide');
+      row.querySelectorAll('button').forEach((b) => { b.disabled = true; });
+      try {
+        await api(a.path, { method: 'POST', body: { ...a.body, note: note.value } });
+        flash(a.done);
+        await refresh();
+      } catch (err) {
+        flash(`${a.label} failed: ${err.message}`, true);
+        row.querySelectorAll('button').forEach((b) => { b.disabled = false; });
+      }
+    },
+  }, a.label));
+  if (!S.session?.can_decide) {
+    return h('div', { class: 'decide muted' }, 'read-only');
+  }
+  return h('div', { class: 'decide' }, note, buttons);
+}
+
+function approvalActions(a) {
+  return decideForm([
+    { name: 'approve', label: 'Approve', class: 'ok', path: `/console/api/v1/approvals/${enc(a.approval_id)}/approve`,
+      done: `Approved ${a.approval_id}: the agent's next begin executes.` },
+    { name: 'reject', label: 'Reject', class: 'no', path: `/console/api/v1/approvals/${enc(a.approval_id)}/reject`,
+      done: `Rejected ${a.approval_id}: the agent's next begin is denied.` },
+  ]);
+}
+
+function resolveActions(e) {
+  return decideForm([
+    { name: 'succeeded', label: 'It succeeded', class: 'ok', path: `/console/api/v1/effects/${enc(e.effect_id)}/resolve`,
+      body: { resolution: 'succeeded' }, done: `Resolved ${e.effect_id} as succeeded: a retry is a duplicate.` },
+    { name: 'failed', label: 'It failed', class: 'no', path: `/console/api/v1/effects/${enc(e.effect_id)}/resolve`,
+      body: { resolution: 'failed' }, done: `Resolved ${e.effect_id} as failed: a retry may execute again.` },
+  ]);
+}
+
+// ---- keeping rows while the data polls ---------------------------------
+
+/**
+ * Puts one row per item in body, keyed; a row whose item has not changed is
+ * kept as it is (so a note being typed survives the next poll).
+ */
+function rows(body, items, keyOf, make) {
+  const old = new Map([...body.children].map((el) => [el.dataset.key, el]));
+  let prev = null;
+  for (const it of items) {
+    const key = keyOf(it);
+    const sig = JSON.stringify(it);
+    let el = old.get(key);
+    if (!el || el.dataset.sig !== sig) {
+      const fresh = make(it);
+      fresh.dataset.key = key;
+      fresh.dataset.sig = sig;
+      const typed = el?.querySelector('input.note')?.value;
+      if (typed) { const n = fresh.querySelector('input.note'); if (n) n.value = typed; }
+      if (el) el.replaceWith(fresh);
+      el = fresh;
+    }
+    old.delete(key);
+    const want = prev ? prev.nextSibling : body.firstChild;
+    if (el !== want) body.insertBefore(el, want);
+    prev = el;
+  }
+  for (const el of old.values()) el.remove();
+}
+
+/** A table with a fixed head; returns {table, body}. */
+function table(cls, heads) {
+  const body = h('tbody');
+  return { table: h('table', { class: cls }, h('thead', null, h('tr', null, heads.map((x) => h('th', null, x)))), body), body };
+}
+
+// ---- views -------------------------------------------------------------
+// A view is {page, title, mount(root), update(root)}: mount builds the
+// parts that stay, update fetches and fills them (and runs on every poll).
+
+const views = {};
+
+views.approvals = () => {
+  let t;
+  return {
+    page: 'approvals',
+    title: 'Approvals',
+    mount(root) {
+      t = table('list approvals', ['Effect type', 'Agent', 'Run', 'Cost', 'Threshold', 'Requested', 'Expires', 'Namespace', 'Decide']);
+      root.append(
+        h('h1', null, 'Approvals waiting for a decision'),
+        h('p', { class: 'muted' }, 'An agent asked before an action at or above its approval threshold. Approve and its next begin executes (ceilings still apply); reject and every retry is denied.'),
+        h('p', { class: 'empty muted', hidden: true }, 'Nothing waits for a decision.'),
+        t.table);
+    },
+    async update(root) {
+      const { approvals } = await v1('/approvals?state=pending');
+      root.querySelector('.empty').hidden = approvals.length > 0;
+      t.table.hidden = approvals.length === 0;
+      rows(t.body, approvals, (a) => a.approval_id, (a) => h('tr', null,
+        h('td', null, link(`/approvals/${enc(a.approval_id)}`, a.effect_type)),
+        h('td', null, a.agent_id || '—'),
+        h('td', null, short(a.run_id, 20) || '—'),
+        h('td', { class: 'num' }, money(a.estimated_cost_micros)),
+        h('td', { class: 'num' }, money(a.threshold_micros)),
+        h('td', null, when(a.requested_at)),
+        h('td', null, when(a.expires_at)),
+        h('td', null, a.namespace),
+        h('td', null, approvalActions(a))));
+    },
+  };
+};
+
+views.approval = (id) => {
+  let box;
+  return {
+    page: 'approvals',
+    title: `Approval ${id}`,
+    mount(root) {
+      box = h('div');
+      root.append(h('p', null, link('/approvals', '← Approvals')), h('h1', null, 'Approval ', h('code', null, id)), box);
+    },
+    async update() {
+      const { approvals } = await v1('/approvals');
+      const a = approvals.find((x) => x.approval_id === id);
+      const sig = JSON.stringify(a ?? null);
+      if (box.dataset.sig === sig) return;
+      box.dataset.sig = sig;
+      if (!a) {
+        box.replaceChildren(h('p', { class: 'muted' }, 'No approval has this id (it may have been purged by retention).'));
+        return;
+      }
+      box.replaceChildren(
+        dl([
+          ['State', badge(a.state)],
+          ['Effect type', a.effect_type],
+          ['Effect', link(`/effects/${enc(a.effect_id)}`, a.effect_id)],
+          ['Namespace', a.namespace],
+          ['Agent', a.agent_id || '—'],
+          ['Run', a.run_id || '—'],
+          ['Estimated cost', money(a.estimated_cost_micros)],
+          ['Threshold', money(a.threshold_micros)],
+          ['Requested', when(a.requested_at)],
+          ['Expires', when(a.expires_at)],
+          a.decided_by && ['Decided by', a.decided_by],
+          a.decided_at && ['Decided', when(a.decided_at)],
+          a.note && ['Note', a.note],
+          a.used_at && ['Used by an execute', when(a.used_at)],
+        ]),
+        a.state === 'pending' ? h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a)) : null);
+    },
+  };
+};
+
+function dl(pairs) {
+  return h('dl', { class: 'facts' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+}
+
+views.attention = () => {
+  let t;
+  return {
+    page: 'attention',
+    title: 'Needs attention',
+    mount(root) {
+      t = table('list attention', ['Idempotency key', 'Effect type', 'Why', 'Since', 'Vendor', 'Vendor reference', 'Agent', 'Run', 'Error', 'Resolve']);
+      root.append(
+        h('h1', null, 'Needs attention: outcomes unknown'),
+        h('p', { class: 'muted' }, 'Ratchet does not know whether these happened: every retry is blocked until someone checks at the vendor and resolves it. Succeeded: a retry gets the stored result. Failed: the key is free for a new attempt and the reserved spend is released.'),
+        h('p', { class: 'empty muted', hidden: true }, 'Nothing needs attention.'),
+        t.table);
+    },
+    async update(root) {
+      const { effects } = await v1('/effects?state=indeterminate&limit=500');
+      root.querySelector('.empty').hidden = effects.length > 0;
+      t.table.hidden = effects.length === 0;
+      rows(t.body, effects, (e) => e.effect_id, (e) => h('tr', null,
+        h('td', { class: 'key' }, link(`/effects/${enc(e.effect_id)}`, e.idempotency_key)),
+        h('td', null, e.effect_type),
+        h('td', null, WHY[e.reason] ?? e.reason ?? '—'),
+        h('td', null, when(e.since ?? e.updated_at)),
+        h('td', null, e.vendor || '—'),
+        h('td', null, e.vendor_reference || '—'),
+        h('td', null, e.agent_id || '—'),
+        h('td', null, short(e.run_id, 20) || '—'),
+        h('td', { class: 'err' }, e.error || '—'),
+        h('td', null, resolveActions(e))));
+    },
+  };
+};
+
+const STATES = ['', 'pending', 'succeeded', 'failed', 'indeterminate', 'awaiting_approval', 'approved', 'rejected', 'compensated'];
+const FIELDS = [['key', 'Idempotency key or effect id'], ['namespace', 'Namespace'], ['run_id', 'Run'], ['group_key', 'Group'], ['agent_id', 'Agent'], ['effect_type', 'Effect type (glob)']];
+
+views.effects = () => {
+  let t, more, form, cursor;
+  const params = () => new URLSearchParams(location.search);
+  return {
+    page: 'effects',
+    title: 'Effects',
+    mount(root) {
+      const p = params();
+      form = h('form', { class: 'search', onsubmit: (ev) => {
+        ev.preventDefault();
+        const q = new URLSearchParams();
+        for (const el of form.elements) if (el.name && el.value) q.set(el.name, el.value);
+        navigate('/effects' + (q.size ? '?' + q : ''));
+      } },
+      FIELDS.map(([name, label]) => h('label', null, label, h('input', { name, value: p.get(name) ?? '', type: 'search' }))),
+      h('label', null, 'State', h('select', { name: 'state' }, STATES.map((s) => h('option', { value: s, selected: p.get('state') === s }, s || 'any')))),
+      h('button', { type: 'submit' }, 'Search'));
+      t = table('list effects', ['Idempotency key', 'Effect type', 'State', 'Attempt', 'Agent', 'Run', 'Group', 'Cost', 'Updated']);
+      more = h('button', { type: 'button', hidden: true, onclick: () => this.update(root, true) }, 'More');
+      root.append(h('h1', null, 'Effects'), form, h('p', { class: 'empty muted', hidden: true }, 'No effect matches.'), t.table, more);
+    },
+    async update(root, next) {
+      if (cursor && !next) return; // paging: keep what was shown
+      const q = params();
+      if (next && cursor) q.set('cursor', cursor);
+      const { effects, next_cursor: nc } = await api('/console/api/search?' + q);
+      const shown = next ? [...JSON.parse(t.body.dataset.items ?? '[]'), ...effects] : effects;
+      t.body.dataset.items = JSON.stringify(shown);
+      cursor = nc;
+      more.hidden = !nc;
+      root.querySelector('.empty').hidden = shown.length > 0;
+      t.table.hidden = shown.length === 0;
+      rows(t.body, shown, (e) => e.effect_id, effectRow);
+    },
+  };
+};
+
+function effectRow(e) {
+  return h('tr', null,
+    h('td', { class: 'key' }, link(`/effects/${enc(e.effect_id)}`, e.idempotency_key)),
+    h('td', null, e.effect_type),
+    h('td', null, badge(e.state)),
+    h('td', { class: 'num' }, e.attempt),
+    h('td', null, e.agent_id || '—'),
+    h('td', null, short(e.run_id, 20) || '—'),
+    h('td', null, e.group_key ? link(`/groups?namespace=${enc(e.namespace)}&group_key=${enc(e.group_key)}`, short(e.group_key, 20)) : '—'),
+    h('td', { class: 'num' }, money(e.actual_cost_micros ?? e.estimated_cost_micros)),
+    h('td', null, when(e.updated_at)));
+}
+
+views.effect = (id) => {
+  let box, hist;
+  return {
+    page: 'effects',
+    title: `Effect ${id}`,
+    mount(root) {
+      box = h('div');
+      hist = table('list history', ['When', 'Event', 'Attempt', 'Decision / state', 'Reason', 'Cost', 'By']);
+      root.append(h('p', null, link('/effects', '← Effects')), h('h1', null, 'Effect ', h('code', null, id)), box,
+        h('h2', null, 'History'), h('p', { class: 'muted hist-note' }), hist.table);
+    },
+    async update(root) {
+      const sig = box.dataset.updated;
+      const e = await v1(`/effects/${enc(id)}`);
+      if (sig === e.updated_at + e.state) return;
+      box.dataset.updated = e.updated_at + e.state;
+      const a = e.approval;
+      box.replaceChildren(
+        dl([
+          ['Idempotency key', h('span', { class: 'key' }, e.idempotency_key)],
+          ['State', [badge(e.state), e.reason ? ` (${WHY[e.reason] ?? e.reason})` : '']],
+          ['Attempt', e.attempt],
+          ['Effect type', e.effect_type],
+          ['Namespace', e.namespace],
+          ['Vendor', e.vendor || '—'],
+          ['Vendor reference', e.vendor_reference || '—'],
+          ['Vendor idempotency key', h('span', { class: 'muted' }, e.vendor ? 'handed to the agent with each execute; Ratchet does not show it again' : 'no vendor named')],
+          ['Estimated cost', money(e.estimated_cost_micros)],
+          ['Actual cost', money(e.actual_cost_micros)],
+          ['Agent', e.agent_id || '—'],
+          ['Run', e.run_id ? link(`/effects?run_id=${enc(e.run_id)}`, e.run_id) : '—'],
+          ['Group', e.group_key ? link(`/groups?namespace=${enc(e.namespace)}&group_key=${enc(e.group_key)}`, e.group_key) : '—'],
+          e.error && ['Error', h('span', { class: 'err' }, e.error)],
+          e.since && ['Since', when(e.since)],
+          e.lease_expires_at && ['Lease expires', when(e.lease_expires_at)],
+          e.compensation && ['Undo declared', `${e.compensation.effect_type}${e.compensation.description ? ': ' + e.compensation.description : ''}`],
+          e.compensates_effect_id && ['Undoes', link(`/effects/${enc(e.compensates_effect_id)}`, e.compensates_effect_id)],
+          e.compensated_by && ['Undone by', link(`/effects/${enc(e.compensated_by)}`, e.compensated_by)],
+          a && ['Approval', [link(`/approvals/${enc(a.approval_id)}`, a.approval_id), ' ', badge(a.state),
+            a.decided_by ? ` by ${a.decided_by}` : '', a.note ? ` — “${a.note}”` : '']],
+          e.resolved_by && ['Resolved by', [e.resolved_by, e.resolution_note ? ` — “${e.resolution_note}”` : '']],
+          ['Created', when(e.created_at)],
+          ['Updated', when(e.updated_at)],
+          e.completed_at && ['Completed', when(e.completed_at)],
+        ]),
+        e.state === 'indeterminate' ? h('div', { class: 'panel' }, h('h2', null, 'Resolve'), resolveActions(e)) : null);
+      const { events, note } = await api(`/console/api/history/${enc(id)}`);
+      root.querySelector('.hist-note').textContent = note ?? '';
+      rows(hist.body, events, (ev) => ev.id, (ev) => h('tr', null,
+        h('td', null, when(ev.at)),
+        h('td', null, ev.type),
+        h('td', { class: 'num' }, ev.attempt ?? ''),
+        h('td', null, ev.decision ? badge(ev.decision) : ev.state ? badge(ev.state) : ''),
+        h('td', null, ev.reason ?? ''),
+        h('td', { class: 'num' }, ev.cost_micros !== undefined ? money(ev.cost_micros) : ''),
+        h('td', null, ev.actor ?? '')));
+    },
+  };
+};
+
+views.budgets = () => {
+  let box;
+  return {
+    page: 'budgets',
+    title: 'Budgets',
+    mount(root) {
+      box = h('div', { class: 'budgets' });
+      root.append(h('h1', null, 'Budgets'),
+        h('p', { class: 'muted' }, 'Every ceiling with a live counter: what is counted (reserved at begin, replaced by the actual cost at report) against its limit in its window. On a fleet, every replica\'s share is summed.'),
+        h('p', { class: 'empty muted', hidden: true }, 'No ceiling has counted anything yet.'), box);
+    },
+    async update(root) {
+      const { budgets } = await v1('/budgets');
+      root.querySelector('.empty').hidden = budgets.length > 0;
+      rows(box, budgets, (b) => `${b.namespace}\x00${b.name}\x00${b.per}\x00${b.scope ?? ''}`, (b) => {
+        const pct = b.limit > 0 ? Math.min(100, (b.counted / b.limit) * 100) : 100;
+        const level = pct >= 90 ? 'hot' : pct >= 70 ? 'warm' : 'cool';
+        return h('section', { class: 'budget' },
+          h('div', { class: 'bhead' },
+            h('strong', null, b.name), ' ',
+            h('span', { class: 'muted' }, `${b.namespace} · per ${b.per}${b.scope ? ' · ' : ''}`, b.scope ? short(b.scope, 12) : '', ` · window ${b.window}`)),
+          bar(level, pct, b),
+          h('div', { class: 'bnums' },
+            h('span', { class: 'counted' }, `${amount(b.unit, b.counted)} counted`),
+            h('span', null, `${amount(b.unit, b.remaining)} remaining`),
+            h('span', null, `limit ${amount(b.unit, b.limit)}`)));
+      });
+    },
+  };
+};
+
+/** A bar (its width set through the CSSOM: the CSP allows no style attribute). */
+function bar(level, pct, b) {
+  const fill = h('div', { class: 'fill' });
+  fill.style.width = `${pct.toFixed(1)}%`;
+  return h('div', { class: `bar ${level}`, role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': b.limit, 'aria-valuenow': b.counted }, fill);
+}
+
+views.groups = () => {
+  let box, form;
+  const params = () => new URLSearchParams(location.search);
+  return {
+    page: 'groups',
+    title: 'Groups',
+    mount(root) {
+      const p = params();
+      form = h('form', { class: 'search', onsubmit: (ev) => {
+        ev.preventDefault();
+        const q = new URLSearchParams();
+        for (const el of form.elements) if (el.name && el.value) q.set(el.name, el.value);
+        navigate('/groups' + (q.size ? '?' + q : ''));
+      } },
+      h('label', null, 'Namespace', h('input', { name: 'namespace', value: p.get('namespace') ?? '', type: 'search', placeholder: 'default' })),
+      h('label', null, 'Group key', h('input', { name: 'group_key', value: p.get('group_key') ?? '', type: 'search' })),
+      h('button', { type: 'submit' }, 'Show'));
+      box = h('div');
+      root.append(h('h1', null, 'Groups'),
+        h('p', { class: 'muted' }, 'Groups being unwound (from the audit log), newest first, each with what is left: compensations to perform, steps that cannot be undone, and steps whose outcome is not known yet. Show any group by its key.'),
+        form, h('p', { class: 'empty muted', hidden: true }, 'No group is being unwound.'), h('p', { class: 'muted g-note' }), box);
+    },
+    async update(root) {
+      const p = params();
+      const q = p.get('group_key') ? `?namespace=${enc(p.get('namespace') ?? '')}&group_key=${enc(p.get('group_key'))}` : '';
+      const { groups, note } = await api('/console/api/groups' + q);
+      root.querySelector('.empty').hidden = groups.length > 0;
+      root.querySelector('.g-note').textContent = note ?? '';
+      rows(box, groups, (g) => `${g.namespace}\x00${g.group_key}`, groupCard);
+    },
+  };
+};
+
+function steps(title, list, extra) {
+  if (!list.length) return null;
+  return h('div', { class: 'steps' }, h('h3', null, `${title} (${list.length})`),
+    h('ul', null, list.map((e) => h('li', null, link(`/effects/${enc(e.effect_id)}`, h('span', { class: 'key' }, e.idempotency_key)),
+      ' ', e.effect_type, ' ', badge(e.state), extra ? extra(e) : ''))));
+}
+
+function groupCard(g) {
+  return h('section', { class: 'group panel' },
+    h('h2', null, h('span', { class: 'key' }, g.group_key), ' ', g.state ? badge(g.state) : badge('active')),
+    h('p', { class: 'muted' }, `${g.namespace} · ${g.steps} steps`, g.since ? [' · unwinding since ', when(g.since)] : '', g.reason ? ` · reason: ${g.reason}` : ''),
+    steps('Compensations to perform', g.compensations, (e) => e.compensation
+      ? [' → undo with ', h('code', null, e.compensation.effect_type), e.compensation.description ? `: ${e.compensation.description}` : '',
+        e.compensation.estimated_cost_micros !== undefined ? ` (${money(e.compensation.estimated_cost_micros)})` : ''] : ''),
+    steps('Permanent: cannot be undone', g.permanent),
+    steps('Unresolved: outcome not known yet', g.unresolved),
+    steps('Compensated', g.compensated),
+    !g.compensations.length && !g.permanent.length && !g.unresolved.length && !g.compensated.length ? h('p', { class: 'muted' }, 'Nothing left to undo.') : null);
+}
+
+views.grants = () => ({
+  page: 'grants',
+  title: 'Grants',
+  mount(root) {
+    root.append(h('h1', null, 'Grants'), h('div', { class: 'grants' }));
+  },
+  async update(root) {
+    const box = root.querySelector('.grants');
+    let data;
+    try {
+      data = await v1('/grants');
+    } catch (err) {
+      if (err.status === 404) {
+        if (!box.dataset.none) {
+          box.dataset.none = '1';
+          box.replaceChildren(h('p', { class: 'muted' }, 'This Ratchet has no grants (scoped approvals) in its admin API yet.'));
+        }
+        return;
+      }
+      throw err;
+    }
+    const list = data.grants ?? [];
+    box.replaceChildren(list.length ? h('pre', null, JSON.stringify(list, null, 2)) : h('p', { class: 'muted' }, 'No grants.'));
+  },
+});
+
+// ---- counts in the navigation -----------------------------------------
+
+async function counts() {
+  if (!S.session?.signed_in || document.hidden) return;
+  try {
+    const [{ approvals }, { effects }] = await Promise.all([v1('/approvals?state=pending'), v1('/effects?state=indeterminate&limit=500')]);
+    $('count-approvals').textContent = approvals.length ? String(approvals.length) : '';
+    $('count-attention').textContent = effects.length ? (effects.length >= 500 ? '500+' : String(effects.length)) : '';
+  } catch { /* the view shows errors */ }
+}
+
+// ---- sign-in, routing, polling ----------------------------------------
+
+function signInView() {
+  const token = h('input', { type: 'password', name: 'token', autocomplete: 'current-password', required: true, 'aria-label': 'admin token', placeholder: 'admin token' });
+  const msg = h('p', { class: 'err', role: 'alert' });
+  const form = h('form', { class: 'signin panel', onsubmit: async (ev) => {
+    ev.preventDefault();
+    msg.textContent = '';
+    try {
+      S.session = await api('/console/session', { method: 'POST', body: { token: token.value } });
+      token.value = '';
+      render();
+    } catch (err) {
+      msg.textContent = err.message;
+    }
+  } },
+  h('h1', null, 'Sign in'),
+  h('p', { class: 'muted' }, 'With an admin token (one of auth.admins). Agent tokens cannot sign in.'),
+  token, h('button', { type: 'submit' }, 'Sign in'), msg);
+  return form;
+}
+
+function route() {
+  const p = location.pathname;
+  let m;
+  if (p === '/' || p === '/approvals') return views.approvals();
+  if ((m = /^\/approvals\/([^/]+)$/.exec(p))) return views.approval(decodeURIComponent(m[1]));
+  if (p === '/attention') return views.attention();
+  if (p === '/effects') return views.effects();
+  if ((m = /^\/effects\/([^/]+)$/.exec(p))) return views.effect(decodeURIComponent(m[1]));
+  if (p === '/budgets') return views.budgets();
+  if (p === '/groups') return views.groups();
+  if (p === '/grants') return views.grants();
+  return null;
+}
+
+function header() {
+  const s = S.session;
+  const who = $('who');
+  const banner = $('banner');
+  $('nav').hidden = !s?.signed_in;
+  banner.hidden = true;
+  if (s?.mode === 'read_only') {
+    banner.hidden = false;
+    banner.textContent = 'Read-only: agent tokens are configured and admin tokens are not, so nothing can be approved or resolved here (an agent on this host must not approve its own actions). Configure auth.admins to decide.';
+  }
+  if (!s?.signed_in) {
+    who.replaceChildren();
+  } else if (s.mode === 'sign_in') {
+    who.replaceChildren(h('span', null, 'Signed in as ', h('strong', null, s.name)), ' ',
+      h('button', { type: 'button', class: 'link', onclick: signOut }, 'Sign out'));
+  } else {
+    who.replaceChildren(h('span', { class: 'muted' }, s.mode === 'open' ? 'No admin tokens: open on loopback' : 'Read-only'));
+  }
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('here', a.dataset.page === S.route?.page);
+}
+
+async function signOut() {
+  try {
+    await api('/console/session/end', { method: 'POST', body: {} });
+  } catch { /* signed out either way */ }
+  S.session = { ...S.session, signed_in: false, csrf: undefined };
+  render();
+}
+
+function render() {
+  clearInterval(S.timer);
+  const root = $('view');
+  root.replaceChildren();
+  if (!S.session?.signed_in) {
+    S.route = null;
+    header();
+    document.title = 'Sign in · Ratchet';
+    root.append(signInView());
+    root.querySelector('input')?.focus();
+    return;
+  }
+  S.route = route();
+  header();
+  if (!S.route) {
+    root.append(h('h1', null, 'Not found'), h('p', null, link('/approvals', 'Approvals')));
+    return;
+  }
+  document.title = `${S.route.title} · Ratchet`;
+  const err = h('p', { class: 'err load-err', hidden: true });
+  const inner = h('div');
+  root.append(err, inner);
+  S.route.mount(inner);
+  const view = S.route;
+  const poll = async () => {
+    if (S.busy || document.hidden || S.route !== view) return;
+    S.busy = true;
+    try {
+      await view.update(inner);
+      err.hidden = true;
+    } catch (e) {
+      if (S.route === view && e.code !== 'sign_in_required') {
+        err.hidden = false;
+        err.textContent = `Could not load: ${e.message}`;
+      }
+    } finally {
+      S.busy = false;
+      inner.dataset.loaded = '1';
+    }
+  };
+  poll();
+  S.timer = setInterval(poll, POLL[view.page === 'approvals' && view.title !== 'Approvals' ? 'approval' : view.page] ?? 2000);
+  counts();
+}
+
+/** refresh runs the current view's update now (after a decision). */
+async function refresh() {
+  const root = $('view').lastElementChild;
+  if (S.route && root) {
+    while (S.busy) await new Promise((ok) => setTimeout(ok, 20));
+    S.busy = true;
+    try { await S.route.update(root); } finally { S.busy = false; }
+  }
+  counts();
+}
+
+function navigate(path) {
+  history.pushState(null, '', path);
+  render();
+}
+
+document.addEventListener('click', (ev) => {
+  const a = ev.target.closest('a[data-nav]');
+  if (!a || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0) return;
+  ev.preventDefault();
+  navigate(a.getAttribute('href'));
+});
+window.addEventListener('popstate', render);
+
+async function start() {
+  try {
+    S.session = await api('/console/session');
+  } catch (err) {
+    $('view').replaceChildren(h('p', { class: 'err' }, `Could not reach Ratchet: ${err.message}`));
+    return;
+  }
+  render();
+  setInterval(tick, 1000);
+  setInterval(counts, 3000);
+}
+
+start();
