@@ -39,8 +39,8 @@ const (
 	EventGroupUnwind         = "group.unwind"
 	EventIntegrationWarning  = "agent.integration_warning"
 	EventAuditChainStarted   = "audit.chain_started"
-	eventTypeBudgetThreshold = "budget.threshold" // reserved for ceiling alerts
-	eventTypeApprovalExpired = "approval.expired" // reserved for an expiry sweep
+	EventBudgetThreshold     = "budget.threshold" // a ceiling crossed a configured fraction (thresholds.go)
+	EventApprovalExpired     = "approval.expired" // a pending request ran out (the expiry sweep)
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
@@ -48,9 +48,9 @@ const (
 var NotifyTypes = map[string]bool{
 	EventApprovalRequested:   true,
 	EventApprovalDecided:     true,
-	eventTypeApprovalExpired: true,
+	EventApprovalExpired:     true,
 	EventEffectIndeterminate: true,
-	eventTypeBudgetThreshold: true,
+	EventBudgetThreshold:     true,
 	EventIntegrationWarning:  true,
 }
 

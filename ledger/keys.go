@@ -33,6 +33,7 @@ import (
 //	h\0<chain>\0<seq, 16 hex digits>            an audit record (events.go)
 //	j\0<chain>                                  an audit chain's head (JSON)
 //	o\0<sink>\0<event_id>                       an outbox entry: an event to deliver to a sink (JSON)
+//	x\0<sink>\0<ref>                            what a sink needs to find a delivery again (sinkrefs.go, JSON)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -55,6 +56,7 @@ const (
 	kindAudit         = "h"
 	kindAuditHead     = "j"
 	kindOutbox        = "o"
+	kindSinkRef       = "x"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -85,6 +87,7 @@ var keyLayouts = map[string][]int{
 	kindAudit:         {2},
 	kindAuditHead:     {1},
 	kindOutbox:        {2},
+	kindSinkRef:       {2},
 }
 
 func key(kind string, parts ...string) []byte {

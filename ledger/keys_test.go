@@ -36,6 +36,9 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	if err := h.eng.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := h.eng.PutSinkRef(ctx, "test-sink", ask.ApprovalID, []byte(`{"ts":"1"}`)); err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	for _, k := range h.storedKeys("") {
 		if why := ledger.KeyLayoutError([]byte(k)); why != "" {

@@ -42,6 +42,7 @@ type Metrics struct {
 	failed    *prometheus.CounterVec
 	proxyReqs *prometheus.CounterVec
 	upstream  *prometheus.HistogramVec
+	notify    *prometheus.CounterVec
 
 	mu    sync.Mutex
 	types map[string]bool
@@ -74,7 +75,10 @@ func New() *Metrics {
 	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratchet_proxy_upstream_duration_seconds",
 		Help: "Vendor call latency by vendor and classified result.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)},
 		[]string{"vendor", "result"})
-	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream,
+	m.notify = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_notify_deliveries_total",
+		Help: "Notification delivery attempts by sink, event type and result: delivered, failed (tried again later) or dead (given up: a dead letter, see GET /v1/outbox?dead=true)."},
+		[]string{"sink", "event_type", "result"})
+	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -119,6 +123,50 @@ func (m *Metrics) Expired(n int) { m.expired.Add(float64(n)) }
 // WriteFailed implements ledger.Observer.
 func (m *Metrics) WriteFailed(stage string, ops int) {
 	m.failed.WithLabelValues(stage).Add(float64(ops))
+}
+
+// Delivery implements notify.Observer.
+func (m *Metrics) Delivery(sink, eventType, result string) {
+	m.notify.WithLabelValues(sink, eventType, result).Inc()
+}
+
+// Outbox is what the outbox gauges read.
+type Outbox interface {
+	Outbox(ctx context.Context, deadOnly bool) ([]ledger.OutboxEntry, error)
+}
+
+// WatchOutbox adds the outbox gauges, read from o at scrape time:
+// entries waiting for delivery and dead letters, by sink.
+func (m *Metrics) WatchOutbox(o Outbox) {
+	m.reg.MustRegister(&outboxCollector{o: o})
+}
+
+var outboxDesc = prometheus.NewDesc("ratchet_outbox_entries", "Notification events in the outbox by sink and status: waiting (to be delivered) or dead (given up).",
+	[]string{"sink", "status"}, nil)
+
+type outboxCollector struct{ o Outbox }
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- outboxDesc }
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all, err := c.o.Outbox(ctx, false)
+	if err != nil {
+		return
+	}
+	type k struct{ sink, status string }
+	n := map[k]int{}
+	for _, en := range all {
+		st := "waiting"
+		if en.Dead {
+			st = "dead"
+		}
+		n[k{en.Sink, st}]++
+	}
+	for kk, v := range n {
+		ch <- prometheus.MustNewConstMetric(outboxDesc, prometheus.GaugeValue, float64(v), kk.sink, kk.status)
+	}
 }
 
 // Request implements proxy.Observer.

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -52,6 +53,35 @@ func TestWriteFailuresByStage(t *testing.T) {
 	for _, want := range []string{`ratchet_ledger_write_failures_total{stage="commit"} 4`, `ratchet_ledger_write_failures_total{stage="sync"} 2`} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("no %s in:\n%s", want, grep(text, "ratchet_ledger_write_failures_total"))
+		}
+	}
+}
+
+// fakeOutbox holds outbox entries for the gauges.
+type fakeOutbox []ledger.OutboxEntry
+
+func (f fakeOutbox) Outbox(_ context.Context, deadOnly bool) ([]ledger.OutboxEntry, error) {
+	return f, nil
+}
+
+func TestNotificationDeliveriesAndDeadLetters(t *testing.T) {
+	m := New()
+	m.Delivery("slack", "approval.requested", "delivered")
+	m.Delivery("hook", "approval.requested", "failed")
+	m.Delivery("hook", "approval.requested", "dead")
+	m.WatchOutbox(fakeOutbox{{Sink: "hook", Dead: true}, {Sink: "hook", Dead: true}, {Sink: "slack"}})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	b, _ := io.ReadAll(rec.Body)
+	text := string(b)
+	for _, want := range []string{
+		`ratchet_notify_deliveries_total{event_type="approval.requested",result="delivered",sink="slack"} 1`,
+		`ratchet_notify_deliveries_total{event_type="approval.requested",result="dead",sink="hook"} 1`,
+		`ratchet_outbox_entries{sink="hook",status="dead"} 2`,
+		`ratchet_outbox_entries{sink="slack",status="waiting"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("no %s in:\n%s", want, grep(text, "ratchet_"))
 		}
 	}
 }

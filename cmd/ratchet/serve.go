@@ -91,7 +91,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 	m.Watch(eng)
+	m.WatchOutbox(eng)
 	outbound, err := newProxy(cfg, eng, log, m)
+	if err != nil {
+		eng.Close(context.Background())
+		return err
+	}
+	notifier, err := startNotify(cfg, eng, log, m)
 	if err != nil {
 		eng.Close(context.Background())
 		return err
@@ -146,6 +152,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
+	notifier.stop(cctx) // deliveries in progress are recorded before the ledger closes
 	if err := eng.Close(cctx); err != nil {
 		return fmt.Errorf("closing ledger: %w", err)
 	}

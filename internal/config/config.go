@@ -43,6 +43,8 @@ type Config struct {
 	Ledger   Ledger        `yaml:"ledger"`
 	Audit    Audit         `yaml:"audit"`
 	Policies []ledger.Rule `yaml:"policies"`
+	// Notify gets events to people (notify.go).
+	Notify Notify `yaml:"notify"`
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
@@ -166,6 +168,7 @@ func (c *Config) fill() {
 	set(&c.Proxy.Namespace, "default")
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
+	c.Notify.fill()
 	if c.Defaults.LeaseSeconds == 0 {
 		c.Defaults.LeaseSeconds = ledger.DefaultLeaseSeconds
 	}
@@ -483,6 +486,7 @@ func (c *Config) problems() []Problem {
 	for i, a := range c.Auth.Admins {
 		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
 	}
+	probs = append(probs, c.Notify.problems()...)
 	switch c.Ledger.Backend {
 	case "badger":
 	case "postgres":

@@ -1,0 +1,219 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/notify"
+)
+
+// Notify is the notify block: where the ledger's notification events go
+// (package notify). Secrets come from files or environment variables,
+// never from the file itself.
+type Notify struct {
+	Sinks  []NotifySink  `yaml:"sinks"`
+	Routes []NotifyRoute `yaml:"routes"`
+	// MaxAttempts is the tries before an event is a dead letter
+	// (default 10).
+	MaxAttempts int `yaml:"max_attempts"`
+	// MaxBackoff caps the wait between tries, which doubles from one
+	// second (default 10m).
+	MaxBackoff Duration `yaml:"max_backoff"`
+	// BudgetThresholds are the fractions of a ceiling whose crossing is a
+	// budget.threshold event, e.g. [0.5, 0.8, 1.0]; none: no alerts.
+	BudgetThresholds []float64 `yaml:"budget_thresholds"`
+}
+
+// NotifySink is one destination.
+type NotifySink struct {
+	// Name is how routes name it. Required.
+	Name string `yaml:"name"`
+	// Type is webhook or slack.
+	Type string `yaml:"type"`
+	// URL (webhook) receives the events.
+	URL string `yaml:"url"`
+	// SecretFile or SecretEnv (webhook) holds the signing secret.
+	SecretFile string `yaml:"secret_file"`
+	SecretEnv  string `yaml:"secret_env"`
+	// Channel (slack) is the channel id messages go to.
+	Channel string `yaml:"channel"`
+	// TokenFile or TokenEnv (slack) holds the bot token (xoxb-…).
+	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+	// SigningSecretFile or SigningSecretEnv (slack) holds the app's
+	// signing secret, which verifies button clicks.
+	SigningSecretFile string `yaml:"signing_secret_file"`
+	SigningSecretEnv  string `yaml:"signing_secret_env"`
+	// Deciders (slack) are the Slack user ids who may approve or reject;
+	// none: the messages have no effect when clicked.
+	Deciders []string `yaml:"deciders"`
+	// Listen (slack) is where the interactivity endpoint listens (its path
+	// is /slack/interactivity); required with deciders.
+	Listen string `yaml:"listen"`
+	// APIURL (slack) is the Web API's base URL; empty means Slack's own.
+	APIURL string `yaml:"api_url"`
+}
+
+// NotifyRoute sends the events it matches to its sinks (see notify.Route).
+type NotifyRoute struct {
+	Sinks       []string `yaml:"sinks"`
+	Events      []string `yaml:"events"`
+	Namespaces  []string `yaml:"namespaces"`
+	EffectTypes []string `yaml:"effect_types"`
+}
+
+// Routes converts the routes for notify.Router.
+func (n *Notify) RouteList() []notify.Route {
+	out := make([]notify.Route, 0, len(n.Routes))
+	for _, r := range n.Routes {
+		out = append(out, notify.Route{Sinks: r.Sinks, Events: r.Events, Namespaces: r.Namespaces, EffectTypes: r.EffectTypes})
+	}
+	return out
+}
+
+func (n *Notify) fill() {
+	if n.MaxAttempts == 0 {
+		n.MaxAttempts = notify.DefaultMaxAttempts
+	}
+	n.MaxBackoff.orDefault(notify.DefaultMaxBackoff)
+}
+
+var (
+	sinkNameRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	slackUserRe = regexp.MustCompile(`^[UW][A-Z0-9]{2,20}$`)
+	envNameRe   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (n *Notify) problems() []Problem {
+	var probs []Problem
+	add := func(p, format string, args ...any) {
+		probs = append(probs, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
+	}
+	if n.MaxAttempts < 1 {
+		add("notify.max_attempts", "must be at least 1")
+	}
+	if n.MaxBackoff.Value() <= 0 {
+		add("notify.max_backoff", "%q is not a positive duration (e.g. 10m)", n.MaxBackoff.String())
+	}
+	for i, f := range n.BudgetThresholds {
+		if !(f > 0 && f <= 1) {
+			add(fmt.Sprintf("notify.budget_thresholds[%d]", i), "%v must be a fraction of the limit above 0 and at most 1 (e.g. 0.8)", f)
+		}
+	}
+	names := map[string]string{}
+	oneSecret := func(p, what, file, env string) {
+		switch {
+		case file == "" && env == "":
+			add(p, "needs %s_file or %s_env (secrets never go in the config file)", what, what)
+		case file != "" && env != "":
+			add(p, "has both %s_file and %s_env; use one", what, what)
+		case env != "" && !envNameRe.MatchString(env):
+			add(p+"."+what+"_env", "%q is not an environment variable name", env)
+		}
+	}
+	for i, s := range n.Sinks {
+		p := fmt.Sprintf("notify.sinks[%d]", i)
+		switch {
+		case !sinkNameRe.MatchString(s.Name):
+			add(p+".name", "%q must be 1-63 lowercase letters, digits, '_' or '-'", s.Name)
+		case names[s.Name] != "":
+			add(p+".name", "%q is already the name of %s", s.Name, names[s.Name])
+		default:
+			names[s.Name] = p
+		}
+		switch s.Type {
+		case "webhook":
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				add(p+".url", "%q is not an http(s) URL", s.URL)
+			}
+			oneSecret(p, "secret", s.SecretFile, s.SecretEnv)
+			if s.Channel != "" || s.TokenFile != "" || s.TokenEnv != "" || len(s.Deciders) > 0 || s.Listen != "" {
+				add(p, "channel, token_*, deciders and listen are for slack sinks")
+			}
+		case "slack":
+			if s.Channel == "" {
+				add(p+".channel", "is required: the id of the channel approvals go to (e.g. C0123ABCD)")
+			}
+			oneSecret(p, "token", s.TokenFile, s.TokenEnv)
+			for j, u := range s.Deciders {
+				if !slackUserRe.MatchString(u) {
+					add(fmt.Sprintf("%s.deciders[%d]", p, j), "%q is not a Slack user id (U… or W…; the member id in a Slack profile)", u)
+				}
+			}
+			if len(s.Deciders) > 0 {
+				oneSecret(p, "signing_secret", s.SigningSecretFile, s.SigningSecretEnv)
+				if s.Listen == "" {
+					add(p+".listen", "is required with deciders: where Slack's button clicks arrive (path /slack/interactivity)")
+				}
+			}
+			if s.APIURL != "" {
+				if u, err := url.Parse(s.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					add(p+".api_url", "%q is not an http(s) URL", s.APIURL)
+				}
+			}
+			if s.URL != "" {
+				add(p+".url", "is for webhook sinks")
+			}
+		default:
+			add(p+".type", "%q must be webhook or slack", s.Type)
+		}
+	}
+	for i, r := range n.Routes {
+		p := fmt.Sprintf("notify.routes[%d]", i)
+		if len(r.Sinks) == 0 {
+			add(p+".sinks", "is required")
+		}
+		for j, s := range r.Sinks {
+			if names[s] == "" {
+				add(fmt.Sprintf("%s.sinks[%d]", p, j), "%q is not the name of a sink under notify.sinks", s)
+			}
+		}
+		for j, ev := range r.Events {
+			if !ledger.NotifyTypes[ev] {
+				add(fmt.Sprintf("%s.events[%d]", p, j), "%q is not a notification event (%s)", ev, notifyTypeList())
+			}
+		}
+		for j, g := range r.Namespaces {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				add(fmt.Sprintf("%s.namespaces[%d]", p, j), "%q is not a namespace or glob", g)
+			}
+		}
+		for j, g := range r.EffectTypes {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				add(fmt.Sprintf("%s.effect_types[%d]", p, j), "%q is not a glob over effect types", g)
+			}
+		}
+	}
+	if len(n.Sinks) > 0 && len(n.Routes) == 0 {
+		add("notify.routes", "is empty, so no event reaches the sinks; add a route (e.g. {sinks: [%s]} for every event)", n.Sinks[0].Name)
+	}
+	return probs
+}
+
+func notifyTypeList() string { return strings.Join(sortedKeys(ledger.NotifyTypes), ", ") }
+
+// ReadSecret reads a sink's secret from the file or the environment
+// variable the config names, trimmed of surrounding whitespace.
+func ReadSecret(file, env string) (string, error) {
+	if env != "" {
+		v := strings.TrimSpace(os.Getenv(env))
+		if v == "" {
+			return "", fmt.Errorf("environment variable %s is empty", env)
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading secret: %w", err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("secret file %s is empty", file)
+	}
+	return v, nil
+}

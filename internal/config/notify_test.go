@@ -1,0 +1,78 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+func TestANotifyBlockLoads(t *testing.T) {
+	cfg, err := Load("testdata/notify.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Notify
+	if len(n.Sinks) != 2 || n.Sinks[1].Deciders[1] != "W0BOB" || n.MaxAttempts != 10 || n.MaxBackoff.Value().Minutes() != 10 ||
+		len(n.BudgetThresholds) != 3 {
+		t.Fatalf("notify: %+v", n)
+	}
+	route := n.RouteList()
+	if len(route) != 2 || route[0].EffectTypes[0] != "payment.*" || route[1].Namespaces[0] != "shop" {
+		t.Fatalf("routes: %+v", route)
+	}
+	// No notify block: nothing routed, defaults filled.
+	if d := Default(); len(d.Notify.Sinks) != 0 || d.Notify.MaxAttempts != 10 {
+		t.Fatalf("default notify: %+v", d.Notify)
+	}
+}
+
+func TestNotifyProblemsNameTheLine(t *testing.T) {
+	probs := problems(t, "testdata/notify_broken.yaml")
+	want := []struct {
+		line int
+		path string
+		msg  string
+	}{
+		{2, "notify.max_attempts", "at least 1"},
+		{18, "notify.budget_thresholds[1]", "at most 1"},
+		{6, "notify.sinks[0].url", "not an http(s) URL"},
+		{4, "notify.sinks[0]", "both secret_file and secret_env"},
+		{9, "notify.sinks[1].channel", "is required"},
+		{12, "notify.sinks[1].deciders[0]", "not a Slack user id"},
+		{9, "notify.sinks[1]", "needs signing_secret_file or signing_secret_env"},
+		{9, "notify.sinks[1].listen", "is required with deciders"},
+		{13, "notify.sinks[2].name", "already the name of notify.sinks[0]"},
+		{14, "notify.sinks[2].type", "must be webhook or slack"},
+		{16, "notify.routes[0].sinks[1]", "not the name of a sink"},
+		{17, "notify.routes[0].events[0]", "not a notification event"},
+	}
+	if len(probs) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%+v", len(probs), len(want), probs)
+	}
+	for i, w := range want {
+		p := probs[i]
+		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
+			t.Errorf("problem %d: got %d %s %q, want %d %s %q", i, p.Line, p.Path, p.Message, w.line, w.path, w.msg)
+		}
+	}
+}
+
+func TestReadSecretFromAFileOrTheEnvironment(t *testing.T) {
+	f := t.TempDir() + "/s"
+	os.WriteFile(f, []byte("  whsec-1\n"), 0o600)
+	if v, err := ReadSecret(f, ""); err != nil || v != "whsec-1" {
+		t.Fatalf("file: %q %v", v, err)
+	}
+	t.Setenv("RATCHET_TEST_SECRET", "whsec-2")
+	if v, err := ReadSecret("", "RATCHET_TEST_SECRET"); err != nil || v != "whsec-2" {
+		t.Fatalf("env: %q %v", v, err)
+	}
+	if _, err := ReadSecret("", "RATCHET_TEST_UNSET_SECRET"); err == nil {
+		t.Fatal("an empty variable was accepted")
+	}
+	if !ledger.NotifyTypes[ledger.EventBudgetThreshold] {
+		t.Fatal("budget.threshold is not a notification type")
+	}
+}

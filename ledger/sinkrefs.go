@@ -1,0 +1,83 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sink references. A sink that must find again what it delivered (the
+// Slack message of an approval request, updated in place when the request
+// is decided) records where it put it here, in the ledger, so that any
+// replica's delivery worker finds it after a restart. A reference holds
+// only what the sink sends back to its own service (a channel and a
+// message timestamp), never an event's payload; it is purged with the
+// effects' retention.
+
+// sinkRef is what is stored at key(kindSinkRef, sink, ref).
+type sinkRef struct {
+	Value []byte    `json:"v"`
+	At    time.Time `json:"at"`
+}
+
+// MaxSinkRefBytes bounds a sink reference's value.
+const MaxSinkRefBytes = 4 << 10
+
+// PutSinkRef records value under (sink, ref), replacing what was there.
+func (e *Engine) PutSinkRef(ctx context.Context, sink, ref string, value []byte) error {
+	if err := checkText("sink", sink, MaxIDLen, true); err != nil {
+		return err
+	}
+	if err := checkText("ref", ref, MaxIDLen, true); err != nil {
+		return err
+	}
+	if len(value) > MaxSinkRefBytes {
+		return invalidArg("value", "is %d bytes; the limit is %d", len(value), MaxSinkRefBytes)
+	}
+	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		return nil, setJSON(t, key(kindSinkRef, sink, ref), &sinkRef{Value: value, At: now})
+	})
+	return err
+}
+
+// SinkRef returns what PutSinkRef recorded under (sink, ref), or
+// ErrNotFound.
+func (e *Engine) SinkRef(ctx context.Context, sink, ref string) ([]byte, error) {
+	var r sinkRef
+	err := e.view(ctx, func(rd Reader) error { return getJSON(rd, key(kindSinkRef, sink, ref), &r) })
+	if err != nil {
+		return nil, err
+	}
+	return r.Value, nil
+}
+
+// purgeSinkRefs deletes references older than the effects' retention.
+func (e *Engine) purgeSinkRefs(ctx context.Context) error {
+	cutoff := e.clock.Now().Add(-e.defaults.Retention)
+	var old [][]byte
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindSinkRef), nil, func(k, v []byte) (bool, error) {
+			var s sinkRef
+			if err := decodeJSON(v, &s); err != nil {
+				return false, err
+			}
+			if s.At.Before(cutoff) {
+				old = append(old, k)
+			}
+			return true, nil
+		})
+	})
+	for len(old) > 0 && err == nil {
+		part := old[:min(len(old), sweepBatch)]
+		old = old[len(part):]
+		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+			for _, k := range part {
+				if err := t.Delete(k); err != nil && !errors.Is(err, ErrNotFound) {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+	}
+	return err
+}

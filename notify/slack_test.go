@@ -1,0 +1,205 @@
+package notify_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/notify"
+)
+
+// fakeSlack is Slack's Web API as far as the sink uses it: it records
+// every chat.postMessage and chat.update, as the real one receives them.
+type fakeSlack struct {
+	mu    sync.Mutex
+	calls []slackCall
+	n     int
+}
+
+type slackCall struct {
+	method, channel, ts, text string
+	blocks                    []map[string]any
+	at                        time.Time
+}
+
+func (f *fakeSlack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	if r.Form.Get("token") != "xoxb-test" && r.Header.Get("Authorization") != "Bearer xoxb-test" {
+		json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "invalid_auth"})
+		return
+	}
+	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	c := slackCall{method: method, channel: r.Form.Get("channel"), ts: r.Form.Get("ts"), text: r.Form.Get("text"), at: time.Now()}
+	json.Unmarshal([]byte(r.Form.Get("blocks")), &c.blocks)
+	f.mu.Lock()
+	if method == "chat.postMessage" {
+		f.n++
+		c.ts = fmt.Sprintf("1700000000.%06d", f.n)
+	}
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": c.channel, "ts": c.ts, "text": c.text})
+}
+
+func (f *fakeSlack) get() []slackCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]slackCall(nil), f.calls...)
+}
+
+// buttons returns the action ids and values of a call's buttons.
+func (c slackCall) buttons() map[string]string {
+	out := map[string]string{}
+	for _, b := range c.blocks {
+		if b["type"] != "actions" {
+			continue
+		}
+		for _, el := range b["elements"].([]any) {
+			e := el.(map[string]any)
+			out[e["action_id"].(string)] = e["value"].(string)
+		}
+	}
+	return out
+}
+
+const signingSecret = "8f742231b10e8888abcd99yyyzzz85a5"
+
+// click is Slack's interactivity request for a button, signed with secret
+// at ts.
+func click(t *testing.T, target, secret, user, actionID, approvalID string, ts time.Time) *http.Response {
+	t.Helper()
+	payload, _ := json.Marshal(map[string]any{
+		"type": "block_actions", "user": map[string]any{"id": user, "username": "someone"},
+		"actions": []map[string]any{{"action_id": actionID, "block_id": "ratchet:" + approvalID, "value": approvalID, "type": "button"}},
+	})
+	body := "payload=" + url.QueryEscape(string(payload))
+	sts := strconv.FormatInt(ts.Unix(), 10)
+	m := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(m, "v0:%s:%s", sts, body)
+	req, _ := http.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Slack-Request-Timestamp", sts)
+	req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(m.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// slackSetup is an engine routing approvals to a Slack sink on a fake
+// Slack, its worker running, and the interactivity endpoint.
+func slackSetup(t *testing.T) (*ledger.Engine, *fakeSlack, string) {
+	t.Helper()
+	fs := &fakeSlack{}
+	api := httptest.NewServer(fs)
+	t.Cleanup(api.Close)
+	eng := newEngine(t, []notify.Route{{Sinks: []string{"slack"}, Events: []string{
+		ledger.EventApprovalRequested, ledger.EventApprovalDecided, ledger.EventApprovalExpired}}})
+	client := slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))
+	runWorker(t, &notify.Worker{Outbox: eng, Poll: 20 * time.Millisecond,
+		Sinks: map[string]notify.Sink{"slack": &notify.Slack{Name: "slack", Client: client, Channel: "C0APPROVE", Refs: eng}}})
+	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, SigningSecret: signingSecret, Deciders: map[string]bool{"U0ALICE": true}})
+	t.Cleanup(in.Close)
+	return eng, fs, in.URL
+}
+
+func TestASignedClickInSlackApprovesAndTheNextBeginExecutes(t *testing.T) {
+	eng, fs, interactions := slackSetup(t)
+	start := time.Now()
+	ask := askApproval(t, eng, "order-1")
+	eventually(t, time.Second, "the request reaches Slack", func() bool { return len(fs.get()) == 1 })
+	post := fs.get()[0]
+	t.Logf("reached Slack in %v", post.at.Sub(start))
+	if post.method != "chat.postMessage" || post.channel != "C0APPROVE" || !strings.Contains(post.text, "payment.charge") {
+		t.Fatalf("post: %+v", post)
+	}
+	if b := post.buttons(); b[notify.ActionApprove] != ask.ApprovalID || b[notify.ActionReject] != ask.ApprovalID {
+		t.Fatalf("buttons: %v", b)
+	}
+
+	if resp := click(t, interactions, signingSecret, "U0ALICE", notify.ActionApprove, ask.ApprovalID, time.Now()); resp.StatusCode != 200 {
+		t.Fatalf("click: %d", resp.StatusCode)
+	}
+	res, err := eng.Begin(context.Background(), payment("order-1"))
+	if err != nil || res.Decision != ledger.DecisionExecute {
+		t.Fatalf("the agent's next begin: %+v %v", res, err)
+	}
+	eff, _ := eng.Get(context.Background(), "", res.EffectID, "")
+	if eff.Approval.DecidedBy != "slack:U0ALICE" {
+		t.Fatalf("decided_by %q", eff.Approval.DecidedBy)
+	}
+	// The message is updated in place: the same ts, no buttons left.
+	eventually(t, time.Second, "the message updated", func() bool { return len(fs.get()) == 2 })
+	upd := fs.get()[1]
+	if upd.method != "chat.update" || upd.ts != post.ts || len(upd.buttons()) != 0 || !strings.Contains(upd.text, "Approved by") {
+		t.Fatalf("update: %+v", upd)
+	}
+
+	// Decided elsewhere (the CLI): the message is updated too.
+	ask2 := askApproval(t, eng, "order-2")
+	eventually(t, time.Second, "the second request", func() bool { return len(fs.get()) == 3 })
+	if _, err := eng.Reject(context.Background(), ask2.ApprovalID, "bob", "no"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "the second message updated", func() bool { return len(fs.get()) == 4 })
+	if upd := fs.get()[3]; upd.method != "chat.update" || upd.ts != fs.get()[2].ts || !strings.Contains(upd.text, "Rejected by bob") {
+		t.Fatalf("update after a CLI decision: %+v", upd)
+	}
+}
+
+func TestForgedStaleOrUnauthorisedClicksChangeNothing(t *testing.T) {
+	eng, fs, interactions := slackSetup(t)
+	ask := askApproval(t, eng, "order-1")
+	eventually(t, time.Second, "the request reaches Slack", func() bool { return len(fs.get()) == 1 })
+	cases := []struct {
+		name, secret, user string
+		at                 time.Time
+		want               int
+	}{
+		{"forged: another signing secret", "not-the-signing-secret", "U0ALICE", time.Now(), http.StatusUnauthorized},
+		{"stale: signed six minutes ago", signingSecret, "U0ALICE", time.Now().Add(-6 * time.Minute), http.StatusUnauthorized},
+		{"unauthorised: a user not among the deciders", signingSecret, "U0MALLORY", time.Now(), http.StatusForbidden},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if resp := click(t, interactions, c.secret, c.user, notify.ActionApprove, ask.ApprovalID, c.at); resp.StatusCode != c.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
+			}
+		})
+	}
+	// Unsigned, and a body altered after signing.
+	resp, err := http.Post(interactions, "application/x-www-form-urlencoded", strings.NewReader("payload={}"))
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned: %v %v", resp, err)
+	}
+	pending, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending)
+	if len(pending) != 1 || pending[0].ApprovalID != ask.ApprovalID {
+		t.Fatalf("an approval changed: %+v", pending)
+	}
+	if res, _ := eng.Begin(context.Background(), payment("order-1")); res.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("the agent's begin: %s", res.Decision)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(fs.get()); n != 1 {
+		t.Fatalf("%d Slack calls, want the request only", n)
+	}
+}

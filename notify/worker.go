@@ -1,0 +1,207 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Sink delivers one event to one destination.
+type Sink interface {
+	// Deliver sends the entry's event. A nil error is a delivery; an error
+	// wrapping ErrPermanent gives up at once (a dead letter); any other
+	// error is tried again later.
+	Deliver(ctx context.Context, en ledger.OutboxEntry) error
+}
+
+// ErrPermanent marks a delivery error that no retry can fix.
+var ErrPermanent = errors.New("permanent delivery failure")
+
+// Outbox is what the worker needs from the engine.
+type Outbox interface {
+	ClaimEvents(ctx context.Context, worker string, lease time.Duration, limit int) ([]ledger.OutboxEntry, error)
+	EventDelivered(ctx context.Context, sink, eventID string) error
+	EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error
+}
+
+// Observer is told how each delivery attempt went (metrics): result is
+// "delivered", "failed" (to be tried again) or "dead".
+type Observer interface {
+	Delivery(sink, eventType, result string)
+}
+
+// The worker's defaults.
+const (
+	DefaultMaxAttempts = 10
+	DefaultBackoff     = time.Second
+	DefaultMaxBackoff  = 10 * time.Minute
+	DefaultPoll        = 200 * time.Millisecond
+	DefaultTimeout     = 10 * time.Second
+	defaultBatch       = 32
+)
+
+// Worker delivers outbox entries to sinks until its context ends.
+type Worker struct {
+	// Outbox is the engine. Required.
+	Outbox Outbox
+	// Sinks are the sinks by name. An entry for a sink not listed (one
+	// removed from the config) is retried until it is dead.
+	Sinks map[string]Sink
+	// Name identifies this worker's claims (a replica of a fleet); empty
+	// means "worker".
+	Name string
+	// MaxAttempts is the tries before an entry is dead; zero means
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff is the wait after the first failure, doubling after each
+	// one up to MaxBackoff; zero means DefaultBackoff and DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// Poll is how often the outbox is looked at when it had nothing due;
+	// zero means DefaultPoll.
+	Poll time.Duration
+	// Timeout bounds one delivery; zero means DefaultTimeout.
+	Timeout time.Duration
+	// Observer is told of each attempt; nil means nobody.
+	Observer Observer
+	// Logger gets a line per failure; nil discards.
+	Logger *slog.Logger
+}
+
+// Run delivers until ctx ends, then returns once deliveries in progress
+// have finished.
+func (w *Worker) Run(ctx context.Context) {
+	for {
+		n, err := w.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, ledger.ErrClosed) {
+			w.logger().Warn("claiming outbox entries", "err", err)
+		}
+		if n > 0 && err == nil {
+			continue // there may be more due
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.poll()):
+		}
+	}
+}
+
+// RunOnce claims what is due, delivers it (entries in parallel) and
+// records each result; it returns how many entries it handled.
+func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	lease := w.timeout()*2 + 5*time.Second
+	entries, err := w.Outbox.ClaimEvents(ctx, w.name(), lease, defaultBatch)
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for _, en := range entries {
+		wg.Go(func() { w.deliver(en) })
+	}
+	wg.Wait()
+	return len(entries), nil
+}
+
+// deliver sends one entry and records the outcome. It runs on a context of
+// its own, so that a shutdown lets a send in progress finish and record.
+func (w *Worker) deliver(en ledger.OutboxEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout())
+	defer cancel()
+	var err error
+	if s, ok := w.Sinks[en.Sink]; ok {
+		err = s.Deliver(ctx, en)
+	} else {
+		err = fmt.Errorf("no sink %q is configured", en.Sink)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if err == nil {
+		if rerr := w.Outbox.EventDelivered(rctx, en.Sink, en.Event.ID); rerr != nil {
+			w.logger().Warn("recording a delivery", "sink", en.Sink, "event_id", en.Event.ID, "err", rerr)
+		}
+		w.observe(en, "delivered")
+		return
+	}
+	attempts := en.Attempts + 1
+	dead := errors.Is(err, ErrPermanent) || attempts >= w.maxAttempts()
+	next := time.Now().Add(w.backoff(attempts))
+	result := "failed"
+	if dead {
+		result = "dead"
+	}
+	w.logger().Warn("notification not delivered", "sink", en.Sink, "event_id", en.Event.ID, "type", en.Event.Type,
+		"attempt", attempts, "dead", dead, "err", err)
+	if rerr := w.Outbox.EventFailed(rctx, en.Sink, en.Event.ID, err.Error(), next, dead); rerr != nil {
+		w.logger().Warn("recording a failed delivery", "sink", en.Sink, "event_id", en.Event.ID, "err", rerr)
+	}
+	w.observe(en, result)
+}
+
+// backoff is the wait after the attempts-th failure: Backoff doubled for
+// each failure before it, at most MaxBackoff, less up to a tenth at random
+// so that a fleet's retries spread out.
+func (w *Worker) backoff(attempts int) time.Duration {
+	base, ceil := w.Backoff, w.MaxBackoff
+	if base <= 0 {
+		base = DefaultBackoff
+	}
+	if ceil <= 0 {
+		ceil = DefaultMaxBackoff
+	}
+	d := base
+	for i := 1; i < attempts && d < ceil; i++ {
+		d *= 2
+	}
+	d = min(d, ceil)
+	return d - time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+func (w *Worker) observe(en ledger.OutboxEntry, result string) {
+	if w.Observer != nil {
+		w.Observer.Delivery(en.Sink, en.Event.Type, result)
+	}
+}
+
+func (w *Worker) name() string {
+	if w.Name == "" {
+		return "worker"
+	}
+	return w.Name
+}
+
+func (w *Worker) maxAttempts() int {
+	if w.MaxAttempts <= 0 {
+		return DefaultMaxAttempts
+	}
+	return w.MaxAttempts
+}
+
+func (w *Worker) poll() time.Duration {
+	if w.Poll <= 0 {
+		return DefaultPoll
+	}
+	return w.Poll
+}
+
+func (w *Worker) timeout() time.Duration {
+	if w.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return w.Timeout
+}
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return w.Logger
+}
