@@ -488,6 +488,9 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 		Message: fmt.Sprintf("Perform the action now, then report its outcome for effect_id %s before the lease ends.", rec.EffectID)}
 	if req.Vendor != "" {
 		k := e.vendorKey(rec)
+		if err := indexVendorKey(t, rec, k.Value); err != nil {
+			return nil, err
+		}
 		out.VendorIdempotencyKey = &k
 		out.Message += fmt.Sprintf(" Send vendor_idempotency_key.value to %s as its own idempotency key (%s %q).", req.Vendor, k.Location, k.Name)
 	}

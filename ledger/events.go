@@ -52,6 +52,7 @@ var NotifyTypes = map[string]bool{
 	EventEffectIndeterminate: true,
 	EventBudgetThreshold:     true,
 	EventIntegrationWarning:  true,
+	EventEffectContradicted:  true,
 }
 
 // Event is one thing that happened in the ledger.

@@ -33,6 +33,7 @@ import (
 //	h\0<chain>\0<seq, 16 hex digits>            an audit record (events.go)
 //	j\0<chain>                                  an audit chain's head (JSON)
 //	o\0<sink>\0<event_id>                       an outbox entry: an event to deliver to a sink (JSON)
+//	v\0<vendor>\0<vendor key>                   → effect_id NUL attempt: whose vendor key it is (settle.go)
 //	x\0<sink>\0<ref>                            what a sink needs to find a delivery again (sinkrefs.go, JSON)
 //
 // The kind m holds both group members (three parts) and the engine's own
@@ -56,6 +57,7 @@ const (
 	kindAudit         = "h"
 	kindAuditHead     = "j"
 	kindOutbox        = "o"
+	kindVendorKey     = "v"
 	kindSinkRef       = "x"
 )
 
@@ -87,6 +89,7 @@ var keyLayouts = map[string][]int{
 	kindAudit:         {2},
 	kindAuditHead:     {1},
 	kindOutbox:        {2},
+	kindVendorKey:     {2},
 	kindSinkRef:       {2},
 }
 

@@ -145,6 +145,7 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 	if rec.RunID != "" {
 		del = append(del, key(kindRun, rec.Namespace, rec.RunID, rec.EffectID))
 	}
+	del = append(del, e.vendorKeyIndexes(rec)...)
 	if rec.GroupKey != "" {
 		del = append(del, key(kindGroupMember, rec.Namespace, rec.GroupKey, rec.EffectID))
 		// The group goes with its last step.
