@@ -35,6 +35,13 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	}
 	res := v.(*BeginResult)
 	e.obs.Begin(in.req.EffectType, res.Decision, time.Since(start))
+	if o := in.observed; o != nil {
+		if ob, ok := e.obs.(ObservedObserver); ok {
+			ob.Observed(in.req.EffectType, o.would)
+		}
+		e.log.Info("observed rule would have refused", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
+			"effect_id", res.EffectID, "decision", res.Decision, "would", o.would, "reason", o.reason, "rule", o.rule)
+	}
 	e.log.Info("begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
 		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
 	return res, nil
@@ -75,6 +82,7 @@ func (in *beginInput) reads(known knownFunc) [][]byte {
 
 func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, error) {
 	req := &in.req
+	in.observed = nil // a batch decided again decides afresh
 	rec, err := e.effectByKey(t, req.Namespace, req.IdempotencyKey)
 	if errors.Is(err, ErrNotFound) {
 		rec, err = e.sameAs(t, req, now)
@@ -92,6 +100,13 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 	t.emit(Event{Type: EventEffectBegun, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
 		Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
 		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims})
+	if o := in.observed; o != nil && o.changes(res.Decision) {
+		t.emit(Event{Type: EventPolicyObserved, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
+			Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, Decision: Decision(o.would),
+			Reason: o.reason, Rule: o.rule, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims})
+	} else {
+		in.observed = nil
+	}
 	return res, nil
 }
 
@@ -248,13 +263,22 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	if pol.deny {
 		return denied(rec, ReasonPolicyDenied, fmt.Sprintf("Policy forbids %s actions. Do not perform it; tell the user it is not allowed.", req.EffectType)), nil
 	}
-	if pol.maxUnreported > 0 {
+	// Observed rules (observe.go) are checked beside the enforced ones, in
+	// the same order, and only noted.
+	obs := &pol.observe
+	if obs.deny != "" {
+		in.note(observation{would: WouldDeny, reason: ReasonPolicyDenied, rule: obs.deny})
+	}
+	if pol.maxUnreported > 0 || obs.maxUnreported > 0 {
 		var a agentRec
 		if err := getJSON(t, key(kindUnreported, req.Namespace, req.AgentID), &a); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
-		if len(a.Unreported) >= pol.maxUnreported {
+		if pol.maxUnreported > 0 && len(a.Unreported) >= pol.maxUnreported {
 			return denied(rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and every action must be reported after it is done.", len(a.Unreported), pol.maxUnreported)), nil
+		}
+		if obs.maxUnreported > 0 && len(a.Unreported) >= obs.maxUnreported {
+			in.note(observation{would: WouldDeny, reason: ReasonUnreported})
 		}
 	}
 	for _, d := range pol.requireDims {
@@ -263,10 +287,18 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 				"policy requires dimension %q for %s; begin again with dimensions {%q: <who or what this action targets>}", d, req.EffectType, d)}
 		}
 	}
+	for _, d := range obs.requireDims {
+		if _, ok := in.dims[d]; !ok {
+			in.note(observation{would: WouldRequireDimension, reason: d})
+		}
+	}
 	approved := rec != nil && rec.approvalCovers(req.EstimatedCostMicros, now)
 	if pol.threshold != nil && req.EstimatedCostMicros == nil && !undo && !approved {
 		return nil, &Error{Code: CodeCostRequired, Field: "estimated_cost_micros", Message: fmt.Sprintf(
 			"an approval threshold applies to %s; begin again with estimated_cost_micros (micro-USD, 1000000 = $1)", req.EffectType)}
+	}
+	if obs.threshold != nil && req.EstimatedCostMicros == nil && !undo && !approved {
+		in.note(observation{would: WouldRequireCost})
 	}
 	uses, err := ceilingsFor(t, in, now)
 	if err != nil {
@@ -274,10 +306,18 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	var uncounted []string
 	for _, u := range uses {
-		if u.c.money && req.EstimatedCostMicros == nil {
+		if u.c.money && req.EstimatedCostMicros == nil && !u.c.observed {
 			uncounted = append(uncounted, u.c.Name)
 		}
 		if undo {
+			continue
+		}
+		if u.c.observed { // it counts (reserve, below) but never refuses
+			if ok, err := u.admit(t, now); err != nil {
+				return nil, err
+			} else if !ok {
+				in.note(observation{would: WouldDeny, reason: ReasonBudgetExceeded, rule: u.c.Name})
+			}
 			continue
 		}
 		if ok, err := u.admit(t, now); err != nil {
@@ -293,6 +333,9 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
 		return e.requestApproval(t, in, rec, *pol.threshold, now)
+	}
+	if obs.threshold != nil && !undo && !approved && req.EstimatedCostMicros != nil && *req.EstimatedCostMicros >= *obs.threshold {
+		in.note(observation{would: WouldRequireApproval, reason: reasonApprovalRequired})
 	}
 	if approved { // an approval is for one execute: a later attempt asks again
 		rec.Approval.UsedAt = &now
@@ -495,7 +538,9 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 		out.Message += fmt.Sprintf(" Send vendor_idempotency_key.value to %s as its own idempotency key (%s %q).", req.Vendor, k.Location, k.Name)
 	}
 	for _, u := range uses {
-		out.Budgets = append(out.Budgets, u.budget(now))
+		if !u.c.observed { // the agent is answered as if observed rules were absent
+			out.Budgets = append(out.Budgets, u.budget(now))
+		}
 	}
 	return out, nil
 }

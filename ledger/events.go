@@ -39,6 +39,7 @@ const (
 	EventGroupUnwind         = "group.unwind"
 	EventIntegrationWarning  = "agent.integration_warning"
 	EventAuditChainStarted   = "audit.chain_started"
+	EventPolicyObserved      = "policy.observed"  // what an observed rule would have answered (observe.go)
 	EventBudgetThreshold     = "budget.threshold" // a ceiling crossed a configured fraction (thresholds.go)
 	EventApprovalExpired     = "approval.expired" // a pending request ran out (the expiry sweep)
 )
@@ -81,6 +82,9 @@ type Event struct {
 	Count int `json:"count,omitempty"`
 	// Dimensions are the keyed hashes of the effect's dimension values.
 	Dimensions map[string]string `json:"dimensions,omitempty"`
+	// Rule is the observed ceiling's name or the observed rule's match
+	// (policy.observed).
+	Rule string `json:"rule,omitempty"`
 }
 
 // emit records an event of this op; the writer journals it if the op

@@ -27,7 +27,18 @@ type Rule struct {
 	// MaxUnreported denies an agent's begins once it has this many effects
 	// whose leases expired without a report; zero means no limit.
 	MaxUnreported int `yaml:"max_unreported,omitempty"`
+	// Mode is ModeEnforce (the default, "") or ModeObserve: an observed
+	// rule is evaluated and what it would have refused is logged, counted
+	// and audited, but the answer is as if the rule were absent (see
+	// observe.go).
+	Mode string `yaml:"mode,omitempty"`
 }
+
+// Rule modes.
+const (
+	ModeEnforce = "enforce"
+	ModeObserve = "observe"
+)
 
 // Ceiling is a limit on money (micro-USD) or count over a window per scope.
 // Exactly one of LimitMicros and LimitCount is set.
@@ -79,6 +90,9 @@ func ValidatePolicies(rules []Rule) []*FieldError {
 		}
 		if r.MaxUnreported < 0 {
 			add(rp+".max_unreported", "must be >= 0, got %d", r.MaxUnreported)
+		}
+		if r.Mode != "" && r.Mode != ModeEnforce && r.Mode != ModeObserve {
+			add(rp+".mode", "%q must be enforce or observe", r.Mode)
 		}
 		for j, d := range r.RequireDimensions {
 			if !dimNameRe.MatchString(d) {
@@ -156,6 +170,9 @@ type ceiling struct {
 	limit  int64
 	money  bool
 	dim    string // dimension name for per dimension:<name>
+	// observed: the ceiling's rule is observed; it counts, but never
+	// refuses (observe.go).
+	observed bool
 }
 
 // effectivePolicy is the strictest combination of every rule matching one
@@ -167,6 +184,9 @@ type effectivePolicy struct {
 	ceilings      []*ceiling
 	maxLease      int
 	maxUnreported int
+	// observe is what the observed rules that match would add; their
+	// ceilings are in ceilings, marked observed.
+	observe observedPolicy
 }
 
 // policy is the compiled policy: rules in file order.
@@ -183,7 +203,7 @@ func compilePolicy(rules []Rule) (*policy, error) {
 	for i, r := range rules {
 		for _, c := range r.Ceilings {
 			w, _ := parseWindow(c.Window)
-			cc := &ceiling{Ceiling: c, window: w}
+			cc := &ceiling{Ceiling: c, window: w, observed: r.Mode == ModeObserve}
 			if c.LimitMicros != nil {
 				cc.money, cc.limit = true, *c.LimitMicros
 			} else {
@@ -204,6 +224,11 @@ func (p *policy) forType(effectType string) effectivePolicy {
 	seen := map[string]bool{}
 	for i, r := range p.rules {
 		if ok, _ := path.Match(r.Match, effectType); !ok {
+			continue
+		}
+		if r.Mode == ModeObserve {
+			ep.observe.add(r)
+			ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
 			continue
 		}
 		ep.deny = ep.deny || r.Deny

@@ -160,7 +160,7 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 			out = append(out, Budget{Namespace: c.Namespace, Scope: scope, BudgetUse: BudgetUse{
 				Name: cc.Name, Per: cc.Per, Unit: cc.unit(), Limit: cc.limit, Counted: counted,
 				Remaining: max(0, cc.limit-counted), Window: cc.Window,
-			}})
+			}, Observed: cc.observed})
 			return true, nil
 		})
 	})

@@ -355,4 +355,7 @@ type Budget struct {
 	// Scope is the scope value: empty for global, the agent or run id, or the
 	// keyed hash of a dimension value (the value itself is never stored).
 	Scope string `json:"scope,omitempty"`
+	// Observed marks a ceiling of an observed rule: it counts, never
+	// refuses, and may count past its limit.
+	Observed bool `json:"observed,omitempty"`
 }

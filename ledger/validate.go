@@ -179,6 +179,9 @@ type beginInput struct {
 	// payload is the canonical payload of a compensation, compared with
 	// the one declared; nil for other begins. It is never stored.
 	payload []byte
+	// observed is what observed rules would have answered (observe.go),
+	// set by the writer as it decides; nil when they add nothing.
+	observed *observation
 }
 
 func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {

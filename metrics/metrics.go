@@ -43,6 +43,7 @@ type Metrics struct {
 	proxyReqs *prometheus.CounterVec
 	upstream  *prometheus.HistogramVec
 	notify    *prometheus.CounterVec
+	observed  *prometheus.CounterVec
 
 	mu    sync.Mutex
 	types map[string]bool
@@ -51,6 +52,8 @@ type Metrics struct {
 var (
 	_ ledger.Observer = (*Metrics)(nil)
 	_ proxy.Observer  = (*Metrics)(nil)
+
+	_ ledger.ObservedObserver = (*Metrics)(nil)
 )
 
 // New registers the metrics. Set the ledger with Watch before serving.
@@ -78,6 +81,10 @@ func New() *Metrics {
 	m.notify = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_notify_deliveries_total",
 		Help: "Notification delivery attempts by sink, event type and result: delivered, failed (tried again later) or dead (given up: a dead letter, see GET /v1/outbox?dead=true)."},
 		[]string{"sink", "event_type", "result"})
+	m.observed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_observed_total",
+		Help: "Begins an observed policy rule (mode: observe) would have refused, by effect type and what it would have answered; the agent was answered as if the rule were absent."},
+		[]string{"effect_type", "would"})
+	m.reg.MustRegister(m.observed)
 	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -109,6 +116,11 @@ func (m *Metrics) effectType(t string) string {
 func (m *Metrics) Begin(effectType string, d ledger.Decision, elapsed time.Duration) {
 	m.decisions.WithLabelValues(m.effectType(effectType), string(d)).Inc()
 	m.beginLat.Observe(elapsed.Seconds())
+}
+
+// Observed implements ledger.ObservedObserver.
+func (m *Metrics) Observed(effectType, would string) {
+	m.observed.WithLabelValues(m.effectType(effectType), would).Inc()
 }
 
 // Report implements ledger.Observer.

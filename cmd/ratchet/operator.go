@@ -227,10 +227,27 @@ func runBudgets(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return err
 	}
 	return o.print(stdout, list, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "NAMESPACE\tCEILING\tPER\tSCOPE\tUNIT\tLIMIT\tCOUNTED\tREMAINING\tWINDOW")
-		for _, b := range list {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", b.Namespace, b.Name, b.Per, dash(short(b.Scope)),
-				b.Unit, b.Limit, b.Counted, b.Remaining, b.Window)
+		// Ceilings of observed rules (mode: observe) count but never
+		// refuse: they are listed apart, under their own heading.
+		for _, observed := range []bool{false, true} {
+			head := false
+			for _, b := range list {
+				if b.Observed != observed {
+					continue
+				}
+				if !head {
+					if observed {
+						fmt.Fprintln(w, "\nOBSERVED (mode: observe): counted, never enforced")
+					}
+					fmt.Fprintln(w, "NAMESPACE\tCEILING\tPER\tSCOPE\tUNIT\tLIMIT\tCOUNTED\tREMAINING\tWINDOW")
+					head = true
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", b.Namespace, b.Name, b.Per, dash(short(b.Scope)),
+					b.Unit, b.Limit, b.Counted, b.Remaining, b.Window)
+			}
+			if !head && !observed {
+				fmt.Fprintln(w, "NAMESPACE\tCEILING\tPER\tSCOPE\tUNIT\tLIMIT\tCOUNTED\tREMAINING\tWINDOW")
+			}
 		}
 	})
 }

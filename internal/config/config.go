@@ -43,6 +43,9 @@ type Config struct {
 	Ledger   Ledger        `yaml:"ledger"`
 	Audit    Audit         `yaml:"audit"`
 	Policies []ledger.Rule `yaml:"policies"`
+	// Mode observe makes every policy rule without a mode of its own an
+	// observed rule (see ledger/observe.go); default enforce.
+	Mode string `yaml:"mode"`
 	// Notify gets events to people (notify.go).
 	Notify Notify `yaml:"notify"`
 
@@ -168,6 +171,13 @@ func (c *Config) fill() {
 	set(&c.Proxy.Namespace, "default")
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
+	if c.Mode == ledger.ModeObserve {
+		for i := range c.Policies {
+			if c.Policies[i].Mode == "" {
+				c.Policies[i].Mode = ledger.ModeObserve
+			}
+		}
+	}
 	c.Notify.fill()
 	if c.Defaults.LeaseSeconds == 0 {
 		c.Defaults.LeaseSeconds = ledger.DefaultLeaseSeconds
@@ -411,6 +421,9 @@ func (c *Config) problems() []Problem {
 	}
 	for _, fe := range ledger.ValidatePolicies(c.Policies) {
 		add(fe.Path, "%s", fe.Message)
+	}
+	if c.Mode != "" && c.Mode != ledger.ModeEnforce && c.Mode != ledger.ModeObserve {
+		add("mode", "%q must be enforce or observe", c.Mode)
 	}
 	checkDur := func(path string, d Duration) {
 		if d.Value() <= 0 {
