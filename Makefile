@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short interop bench lint fmt clean
+.PHONY: all build run test test-short interop console-test console-screenshots bench lint fmt clean
 
 all: lint test
 
@@ -18,13 +18,18 @@ run:
 # Fuzz tests run their seed corpus here; run one for longer with e.g.
 #   go test -run XXX -fuzz FuzzCanonicalJSON -fuzztime 1m ./ledger
 # Then the interop suite when Node.js is here (CI sets RATCHET_REQUIRE_INTEROP
-# so that it is never skipped there).
+# so that it is never skipped there), and the console's browser test when
+# Chromium is too (RATCHET_REQUIRE_CONSOLE in CI).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop; \
 	elif [ -n "$$RATCHET_REQUIRE_INTEROP" ]; then echo "Node.js is required for the interop suite" >&2; exit 1; \
 	else echo "Node.js not found: the interop suite (make interop) did not run"; fi
+	@if command -v node >/dev/null 2>&1 && { [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null 2>&1; }; then \
+		$(MAKE) --no-print-directory console-test; \
+	elif [ -n "$$RATCHET_REQUIRE_CONSOLE" ]; then echo "Node.js and Chromium are required for the console's browser test" >&2; exit 1; \
+	else echo "Node.js or Chromium not found: the console's browser test (make console-test) did not run"; fi
 
 test-short:
 	$(GO) test -count=1 ./...
@@ -37,6 +42,18 @@ interop: build
 	cd interop && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
 		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs
+
+# The operator console in Debian's Chromium (playwright-core) against a real
+# ratchet serve, an agent speaking MCP beside it (console/browser/, about 10
+# seconds). CHROMIUM names the browser when it is not /usr/bin/chromium.
+# console-screenshots also rewrites the README's docs/console-*.png.
+CONSOLE_NPM = cd console/browser && { [ node_modules/.installed -nt package.json ] || \
+	{ npm install --no-package-lock && touch node_modules/.installed; }; }
+console-test: build
+	$(CONSOLE_NPM) && RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec console.test.mjs
+
+console-screenshots: build
+	$(CONSOLE_NPM) && RATCHET_BIN=$(CURDIR)/bin/ratchet RATCHET_SCREENSHOT_DIR=$(CURDIR)/docs node --test console.test.mjs
 
 # Throughput and latency against baselines measured in the same run, with a
 # million-effect ledger; rewrites BENCHMARKS.md (about 3 minutes on 2 cores).

@@ -227,6 +227,7 @@ views.approvals = () => {
     },
     async update(root) {
       const { approvals } = await v1('/approvals?state=pending');
+      $('count-approvals').textContent = approvals.length ? String(approvals.length) : '';
       root.querySelector('.empty').hidden = approvals.length > 0;
       t.table.hidden = approvals.length === 0;
       rows(t.body, approvals, (a) => a.approval_id, (a) => h('tr', null,
@@ -279,7 +280,7 @@ views.approval = (id) => {
           a.note && ['Note', a.note],
           a.used_at && ['Used by an execute', when(a.used_at)],
         ]),
-        a.state === 'pending' ? h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a)) : null);
+        ...(a.state === 'pending' ? [h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a))] : []));
     },
   };
 };
@@ -303,6 +304,7 @@ views.attention = () => {
     },
     async update(root) {
       const { effects } = await v1('/effects?state=indeterminate&limit=500');
+      $('count-attention').textContent = effects.length ? (effects.length >= 500 ? '500+' : String(effects.length)) : '';
       root.querySelector('.empty').hidden = effects.length > 0;
       t.table.hidden = effects.length === 0;
       rows(t.body, effects, (e) => e.effect_id, (e) => h('tr', null,
@@ -407,7 +409,7 @@ views.effect = (id) => {
           ['Group', e.group_key ? link(`/groups?namespace=${enc(e.namespace)}&group_key=${enc(e.group_key)}`, e.group_key) : '—'],
           e.error && ['Error', h('span', { class: 'err' }, e.error)],
           e.since && ['Since', when(e.since)],
-          e.lease_expires_at && ['Lease expires', when(e.lease_expires_at)],
+          e.state === 'pending' && e.lease_expires_at && ['Lease expires', when(e.lease_expires_at)],
           e.compensation && ['Undo declared', `${e.compensation.effect_type}${e.compensation.description ? ': ' + e.compensation.description : ''}`],
           e.compensates_effect_id && ['Undoes', link(`/effects/${enc(e.compensates_effect_id)}`, e.compensates_effect_id)],
           e.compensated_by && ['Undone by', link(`/effects/${enc(e.compensated_by)}`, e.compensated_by)],
@@ -418,7 +420,7 @@ views.effect = (id) => {
           ['Updated', when(e.updated_at)],
           e.completed_at && ['Completed', when(e.completed_at)],
         ]),
-        e.state === 'indeterminate' ? h('div', { class: 'panel' }, h('h2', null, 'Resolve'), resolveActions(e)) : null);
+        ...(e.state === 'indeterminate' ? [h('div', { class: 'panel' }, h('h2', null, 'Resolve'), resolveActions(e))] : []));
       const { events, note } = await api(`/console/api/history/${enc(id)}`);
       root.querySelector('.hist-note').textContent = note ?? '';
       rows(hist.body, events, (ev) => ev.id, (ev) => h('tr', null,
@@ -452,17 +454,25 @@ views.budgets = () => {
         const level = pct >= 90 ? 'hot' : pct >= 70 ? 'warm' : 'cool';
         return h('section', { class: 'budget' },
           h('div', { class: 'bhead' },
-            h('strong', null, b.name), ' ',
-            h('span', { class: 'muted' }, `${b.namespace} · per ${b.per}${b.scope ? ' · ' : ''}`, b.scope ? short(b.scope, 12) : '', ` · window ${b.window}`)),
+            h('strong', null, b.name),
+            h('div', { class: 'muted' }, `${b.namespace} · `, scopeOf(b), ` · ${b.window} window`)),
           bar(level, pct, b),
           h('div', { class: 'bnums' },
             h('span', { class: 'counted' }, `${amount(b.unit, b.counted)} counted`),
             h('span', null, `${amount(b.unit, b.remaining)} remaining`),
-            h('span', null, `limit ${amount(b.unit, b.limit)}`)));
+            h('span', { class: 'muted' }, `of ${amount(b.unit, b.limit)}`)));
       });
     },
   };
 };
+
+/** What a ceiling counts per: a dimension's value is shown as its keyed hash (the value is not stored). */
+function scopeOf(b) {
+  if (b.per === 'global') return 'global';
+  const dim = /^dimension:(.*)$/.exec(b.per);
+  if (dim) return [`per ${dim[1]} `, h('span', { class: 'key', title: `keyed hash of the ${dim[1]}: ${b.scope}` }, (b.scope ?? '').slice(0, 10) + '…')];
+  return [`per ${b.per} `, h('span', { class: 'key' }, b.scope ?? '')];
+}
 
 /** A bar (its width set through the CSSOM: the CSP allows no style attribute). */
 function bar(level, pct, b) {
@@ -704,7 +714,7 @@ async function start() {
   }
   render();
   setInterval(tick, 1000);
-  setInterval(counts, 3000);
+  setInterval(counts, 2000);
 }
 
 start();
