@@ -512,6 +512,9 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	if err != nil {
 		return nil, err
 	}
+	if err := e.fireThresholds(t, in, uses, now); err != nil {
+		return nil, err
+	}
 	lease := now.Add(time.Duration(in.lease) * time.Second)
 	rec.State, rec.Attempt, rec.Reservations = StatePending, rec.Attempt+1, res
 	rec.AttemptAgent = req.AgentID

@@ -24,6 +24,10 @@ type Defaults struct {
 	// ApprovalTTL is how long an approval request, or a granted approval,
 	// stays valid (default 24h).
 	ApprovalTTL time.Duration
+	// ApprovalRetryAfter is the retry_after_seconds of an
+	// approval_required answer: how often an agent waiting for a human
+	// should begin again (default 30s).
+	ApprovalRetryAfter time.Duration
 }
 
 // The defaults of Defaults: the one home of these values (the config file's
@@ -34,6 +38,9 @@ const (
 	DefaultRetention       = 720 * time.Hour
 	DefaultApprovalTTL     = 24 * time.Hour
 	DefaultAuditRetention  = 2160 * time.Hour // 90 days
+	// DefaultApprovalRetryAfter: a human takes minutes, and an agent that
+	// asks twice a minute hears of a decision soon enough.
+	DefaultApprovalRetryAfter = 30 * time.Second
 )
 
 func (d Defaults) withZeroesFilled() Defaults {
@@ -48,6 +55,9 @@ func (d Defaults) withZeroesFilled() Defaults {
 	}
 	if d.ApprovalTTL == 0 {
 		d.ApprovalTTL = DefaultApprovalTTL
+	}
+	if d.ApprovalRetryAfter == 0 {
+		d.ApprovalRetryAfter = DefaultApprovalRetryAfter
 	}
 	return d
 }
@@ -90,6 +100,10 @@ type Options struct {
 	// outbox (see NotifyTypes); nil queues nothing. It must be a pure
 	// function of the event.
 	Route func(Event) []string
+	// BudgetThresholds are the fractions of a ceiling's limit whose
+	// crossing emits a budget.threshold event, once per ceiling, scope and
+	// window (thresholds.go); none: no alerts.
+	BudgetThresholds []float64
 }
 
 // Observer is told what the engine decided, after it is durable, and when
@@ -138,6 +152,8 @@ type Engine struct {
 	audit          bool          // keep the audit log (events.go)
 	auditRetention time.Duration // how long audit records stay
 	route          func(Event) []string
+	thresholds     []float64          // budget alert fractions, ascending (thresholds.go)
+	fired          firedMemory        // thresholds seen fired (thresholds.go); writer only
 	storeCtx       context.Context    // the writer's store calls (see New)
 	stopStore      context.CancelFunc // ends storeCtx: Close
 
@@ -188,6 +204,9 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ValidateThresholds(opts.BudgetThresholds); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
@@ -202,6 +221,7 @@ func New(opts Options) (*Engine, error) {
 		ops:      make(chan *op, 1024),
 		stop:     make(chan struct{}),
 	}
+	e.thresholds = normalThresholds(opts.BudgetThresholds)
 	// The writer's store calls run on a context of the engine's own: a
 	// batch carries many callers' decisions, so no one caller's request
 	// may cancel it; Close ends it if the store hangs past Close's context.

@@ -80,6 +80,11 @@ type Event struct {
 	Actor string `json:"actor,omitempty"`
 	// Count is the agent's unreported expiries (integration warnings).
 	Count int `json:"count,omitempty"`
+	// Budget is the ceiling a budget.threshold event is about.
+	Budget *BudgetThreshold `json:"budget,omitempty"`
+	// GrantID is the grant that covered a begin, or that an operator
+	// created or revoked (grants.go).
+	GrantID string `json:"grant_id,omitempty"`
 	// Dimensions are the keyed hashes of the effect's dimension values.
 	Dimensions map[string]string `json:"dimensions,omitempty"`
 	// Rule is the observed ceiling's name or the observed rule's match

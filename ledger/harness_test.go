@@ -131,6 +131,8 @@ type harness struct {
 	// wrap, when set, wraps the Badger store the next opens use.
 	wrap func(*badgerstore.Store) ledger.Store
 	obs  ledger.Observer // nil: none
+	// thresholds are the engine's Options.BudgetThresholds.
+	thresholds []float64
 }
 
 func newHarness(t testing.TB, rules []ledger.Rule) *harness {
@@ -248,7 +250,8 @@ func (h *harness) open() {
 	var err error
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
 		Defaults: h.defs, Logger: h.logger, Observer: h.obs, ReapInterval: -1, PurgeInterval: -1,
-		Audit: true, AuditRetention: h.auditRetention, Route: func(ledger.Event) []string { return []string{"test-sink"} }})
+		Audit: true, AuditRetention: h.auditRetention, Route: func(ledger.Event) []string { return []string{"test-sink"} },
+		BudgetThresholds: h.thresholds})
 	if err != nil {
 		h.t.Fatal(err)
 	}

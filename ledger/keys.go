@@ -35,6 +35,7 @@ import (
 //	o\0<sink>\0<event_id>                       an outbox entry: an event to deliver to a sink (JSON)
 //	v\0<vendor>\0<vendor key>                   → effect_id NUL attempt: whose vendor key it is (settle.go)
 //	x\0<sink>\0<ref>                            what a sink needs to find a delivery again (sinkrefs.go, JSON)
+//	b\0<ns>\0<ceiling>\0<scope>\0<run>          the budget thresholds a counter fired, and when (thresholds.go, JSON)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -59,6 +60,7 @@ const (
 	kindOutbox        = "o"
 	kindVendorKey     = "v"
 	kindSinkRef       = "x"
+	kindThreshold     = "b"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -91,6 +93,7 @@ var keyLayouts = map[string][]int{
 	kindOutbox:        {2},
 	kindVendorKey:     {2},
 	kindSinkRef:       {2},
+	kindThreshold:     {4},
 }
 
 func key(kind string, parts ...string) []byte {

@@ -14,6 +14,7 @@ import (
 // documented in keys.go.
 func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	h := newHarness(t, testRules())
+	withThresholds(h, 0.5) // a threshold record
 	ctx := context.Background()
 	// A group step with a compensation, in a run; an email ceiling per agent.
 	s := step("hotel", "hotel.book", &ledger.Compensation{EffectType: "hotel.cancel"})
@@ -21,6 +22,7 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	r := h.beginWant(s, ledger.DecisionExecute)
 	h.report(r.EffectID, ledger.OutcomeSucceeded) // into the retention index
 	h.beginWant(email("mail", "bot"), ledger.DecisionExecute)
+	h.beginWant(email("mail-2", "bot"), ledger.DecisionExecute) // half the email rate: a threshold fires
 	// An approval, a spend ceiling per counterparty.
 	ask := h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
 	if _, err := h.eng.Approve(ctx, ask.ApprovalID, "alice", ""); err != nil {

@@ -224,6 +224,11 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 				if err := t.Delete(k); err != nil {
 					return nil, err
 				}
+				if c.Replica == "" { // its thresholds re-arm: it counted nothing for a whole window
+					if err := t.Delete(thresholdKey(k)); err != nil {
+						return nil, err
+					}
+				}
 				if c.Replica != "" {
 					if err := e.returnGrant(t, c.poolKey(k), &c, now); err != nil {
 						return nil, err
@@ -250,6 +255,9 @@ func (e *Engine) returnGrant(t *opTxn, k []byte, share *counterRec, now time.Tim
 	pool.Grant = max(0, pool.Grant-share.Grant)
 	pool.Shares = slices.DeleteFunc(pool.Shares, func(r string) bool { return r == share.Replica })
 	if e.counterIdle(&pool, now) {
+		if err := t.Delete(thresholdKey(k)); err != nil {
+			return err
+		}
 		return t.Delete(k)
 	}
 	return t.Set(k, pool.encode())
