@@ -538,3 +538,25 @@ func TestReads(t *testing.T) {
 		t.Fatalf("groups without a session: %d %q", status, code)
 	}
 }
+
+// TestAssetsAreSelfContained: nothing is loaded from elsewhere, and the
+// script never turns text into markup.
+func TestAssetsAreSelfContained(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{})
+	for _, path := range []string{"/", "/assets/app.js", "/assets/app.css", "/assets/favicon.svg"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		body = strings.ReplaceAll(body, `xmlns="http://www.w3.org/2000/svg"`, "") // a name, not a fetch
+		for _, bad := range []string{"http://", "https://", "//cdn", "@import", "url(", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
+			if strings.Contains(body, bad) {
+				t.Errorf("%s contains %q", path, bad)
+			}
+		}
+	}
+}

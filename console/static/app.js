@@ -1,6 +1,6 @@
 // Ratchet's operator console: plain JavaScript, no build step, nothing
 // loaded from elsewhere. Every value an agent or a vendor wrote is put in
-// the page as text (h() makes text nodes; innerHTML is never used), and the
+// the page as text (h() makes text nodes; nothing is parsed as HTML), and the
 // page's Content-Security-Policy allows no inline script besides.
 'use strict';
 
@@ -107,8 +107,12 @@ async function api(path, { method = 'GET', body } = {}) {
   if (!res.ok) {
     const err = new APIError(res.status, data.error?.code, data.error?.message);
     if (err.code === 'sign_in_required') {
-      S.session = { ...S.session, signed_in: false };
-      render();
+      if (S.session?.mode === 'sign_in') {
+        S.session = { ...S.session, signed_in: false };
+        render();
+      } else {
+        start(); // no sign-in here: the session expired or Ratchet restarted; take a new one
+      }
     }
     throw err;
   }
@@ -254,8 +258,13 @@ views.approval = (id) => {
       root.append(h('p', null, link('/approvals', '← Approvals')), h('h1', null, 'Approval ', h('code', null, id)), box);
     },
     async update() {
-      const { approvals } = await v1('/approvals');
-      const a = approvals.find((x) => x.approval_id === id);
+      if (box.dataset.final) return; // decided or expired: it changes no more
+      // The pending list is short; every approval ever is read only once it is not in it.
+      let a = (await v1('/approvals?state=pending')).approvals.find((x) => x.approval_id === id);
+      if (!a) {
+        a = (await v1('/approvals')).approvals.find((x) => x.approval_id === id);
+        if (a) box.dataset.final = '1';
+      }
       const sig = JSON.stringify(a ?? null);
       if (box.dataset.sig === sig) return;
       box.dataset.sig = sig;
@@ -455,6 +464,8 @@ views.budgets = () => {
         return h('section', { class: 'budget' },
           h('div', { class: 'bhead' },
             h('strong', null, b.name),
+            b.observed ? [' ', h('span', { class: 'badge s-observed', title: 'a ceiling of an observed rule: it counts and never refuses' }, 'observed')] : '',
+            b.counted > b.limit ? [' ', h('span', { class: 'badge s-denied' }, 'over its limit')] : '',
             h('div', { class: 'muted' }, `${b.namespace} · `, scopeOf(b), ` · ${b.window} window`)),
           bar(level, pct, b),
           h('div', { class: 'bnums' },
@@ -705,6 +716,8 @@ document.addEventListener('click', (ev) => {
 });
 window.addEventListener('popstate', render);
 
+let started = false;
+
 async function start() {
   try {
     S.session = await api('/console/session');
@@ -713,8 +726,11 @@ async function start() {
     return;
   }
   render();
-  setInterval(tick, 1000);
-  setInterval(counts, 2000);
+  if (!started) {
+    started = true;
+    setInterval(tick, 1000);
+    setInterval(counts, 2000);
+  }
 }
 
 start();
