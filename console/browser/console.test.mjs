@@ -294,6 +294,12 @@ test('a request without the CSRF token is refused', async () => {
   assert.equal(pending, 2, 'a refused request decided nothing');
 });
 
+test('the grants page answers, with grants or saying the admin API has none yet', async () => {
+  await open('Grants');
+  await page.locator('.grants > *').first().waitFor({ timeout: 3000 });
+  assert.match(await page.locator('.grants').textContent(), /no grants endpoint yet|No grants\.|\S/);
+});
+
 test('the page raised no error and no dialog', () => {
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(dialogs, []);

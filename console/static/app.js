@@ -545,11 +545,16 @@ function groupCard(g) {
     !g.compensations.length && !g.permanent.length && !g.unresolved.length && !g.compensated.length ? h('p', { class: 'muted' }, 'Nothing left to undo.') : null);
 }
 
+// Grants (scoped approvals) come with the admin API's /v1/grants; until a
+// Ratchet has it, the page says so. Their fields are shown as the API gives
+// them, each as text.
 views.grants = () => ({
   page: 'grants',
   title: 'Grants',
   mount(root) {
-    root.append(h('h1', null, 'Grants'), h('div', { class: 'grants' }));
+    root.append(h('h1', null, 'Grants'),
+      h('p', { class: 'muted' }, 'Scoped approvals: up to an amount or a number of effects, of an effect-type glob, for an agent or a run, until a time. A begin inside a live grant executes without a request of its own; ceilings still apply.'),
+      h('div', { class: 'grants' }));
   },
   async update(root) {
     const box = root.querySelector('.grants');
@@ -557,17 +562,34 @@ views.grants = () => ({
     try {
       data = await v1('/grants');
     } catch (err) {
-      if (err.status === 404) {
+      if (err.status === 404 || err.status === 405) {
         if (!box.dataset.none) {
           box.dataset.none = '1';
-          box.replaceChildren(h('p', { class: 'muted' }, 'This Ratchet has no grants (scoped approvals) in its admin API yet.'));
+          box.replaceChildren(h('p', { class: 'muted' }, 'This Ratchet\'s admin API has no grants endpoint yet.'));
         }
         return;
       }
       throw err;
     }
-    const list = data.grants ?? [];
-    box.replaceChildren(list.length ? h('pre', null, JSON.stringify(list, null, 2)) : h('p', { class: 'muted' }, 'No grants.'));
+    const list = Array.isArray(data) ? data : data.grants ?? [];
+    const sig = JSON.stringify(list);
+    if (box.dataset.sig === sig) return;
+    box.dataset.sig = sig;
+    if (!list.length) {
+      box.replaceChildren(h('p', { class: 'muted' }, 'No grants.'));
+      return;
+    }
+    const cols = [...new Set(list.flatMap((g) => Object.keys(g)))];
+    const cell = (k, v) => {
+      if (v === undefined || v === null) return '';
+      if (/_micros$/.test(k) && typeof v === 'number') return money(v);
+      if (/_at$/.test(k) && typeof v === 'string') return when(v);
+      if (/state$/.test(k) && typeof v === 'string') return badge(v);
+      return typeof v === 'object' ? JSON.stringify(v) : String(v);
+    };
+    box.replaceChildren(h('table', { class: 'list grants-list' },
+      h('thead', null, h('tr', null, cols.map((c) => h('th', null, c.replace(/_/g, ' '))))),
+      h('tbody', null, list.map((g) => h('tr', null, cols.map((c) => h('td', null, cell(c, g[c]))))))));
   },
 });
 
