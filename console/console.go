@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -219,7 +220,7 @@ func (c *console) asset(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	ct := mime.TypeByExtension(name[strings.LastIndexByte(name, '.'):])
+	ct := mime.TypeByExtension(path.Ext(name))
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
@@ -308,7 +309,7 @@ func (c *console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 func (c *console) start(w http.ResponseWriter, r *http.Request, name, token string) *session {
 	s, id := c.sessions.start(c.now(), name, token)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", Expires: s.expires,
-		MaxAge: int(time.Until(s.expires).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		MaxAge: int(s.expires.Sub(c.now()).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	return s
 }
 
