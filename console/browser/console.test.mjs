@@ -139,6 +139,7 @@ test('an agent token cannot sign in', async () => {
   await page.fill('input[name=token]', AGENT_TOKEN);
   await page.click('form.signin button[type=submit]');
   await page.getByRole('alert').filter({ hasText: 'agent tokens cannot sign in' }).waitFor();
+  await peek('console-signin.png');
   assert.deepEqual(await page.context().cookies(), []);
   assert.equal(await page.locator('#nav').isVisible(), false);
 });
@@ -189,6 +190,7 @@ test("an agent's begin appears as a pending approval within 2 s; approving it in
   await page.locator('dl.facts .badge', { hasText: 'approved' }).waitFor({ timeout: 3000 });
   await page.locator('dl.facts dd', { hasText: 'ok: Q4 restock' }).waitFor();
   await page.locator('dl.facts dd', { hasText: 'admin:ops-oncall' }).waitFor();
+  await peek('console-approval.png');
 
   const again = await begin(charge('order-1001', 150, 'acme-supplies', 'run-7f3a'));
   assert.equal(again.decision, 'execute');
@@ -233,6 +235,7 @@ test('an unknown outcome, its key escaped, resolved in the page: the next begin 
   assert.equal(await page.locator('table.effects td.key a').first().textContent(), XSS_KEY);
   assert.equal(await page.locator('main img').count(), 0);
   assert.deepEqual(dialogs, []);
+  await peek('console-effects.png');
 });
 
 test('the budgets page shows the counted amount', async () => {
