@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"testing"
 )
 
@@ -48,6 +49,39 @@ func TestAllowed(t *testing.T) {
 	for _, c := range cases {
 		if _, got := p.allowed(context.Background(), c.host, c.port, "443"); got != c.want {
 			t.Errorf("allowed(%s:%s) = %v, want %v", c.host, c.port, got, c.want)
+		}
+	}
+}
+
+// TestWildcardRefusesNonPublicRanges: a wildcard allow_hosts entry never
+// reaches an address outside the public internet: besides loopback,
+// private, link-local and multicast, the shared address space
+// 100.64.0.0/10 (carrier-grade NAT; Alibaba Cloud's metadata service is
+// 100.100.100.200; some clusters' pod ranges), 0.0.0.0/8, 198.18.0.0/15,
+// reserved 240.0.0.0/4, IPv6 unique-local, and the IPv4 address inside a
+// NAT64 (64:ff9b::/96), 6to4 or IPv4-mapped address. Each of these was
+// reached before, but the last three.
+func TestWildcardRefusesNonPublicRanges(t *testing.T) {
+	res := fakeResolver{}
+	cases := map[string]bool{
+		"100.100.100.200": false, "100.64.0.10": false, "64:ff9b::a9fe:a9fe": false, "198.18.0.1": false, "0.0.0.1": false,
+		"240.0.0.1": false, "255.255.255.255": false, "192.0.0.170": false, "fd00::1": false, "fe80::1": false, "::1": false,
+		"::ffff:127.0.0.1": false, "::ffff:10.0.0.1": false, "64:ff9b::7f00:1": false, "64:ff9b:1::a00:1": false,
+		"2002:a9fe:a9fe::1": false, "2001:0:4136:e378::1": false, "ff02::1": false, "::": false, "100::1": false,
+		"203.0.113.10": true, "8.8.8.8": true, "100.128.0.1": true, "2606:4700:4700::1111": true, "64:ff9b::808:808": true,
+		"2002:808:808::1": true, "::ffff:8.8.8.8": true,
+	}
+	i := 0
+	names := map[string]string{}
+	for ip := range cases {
+		name := "h" + strconv.Itoa(i) + ".partner.example"
+		res[name], names[ip] = ip, name
+		i++
+	}
+	p := &Proxy{opts: Options{AllowHosts: []string{"*.partner.example"}, Resolver: res}}
+	for ip, want := range cases {
+		if _, got := p.allowed(context.Background(), names[ip], "443", "443"); got != want {
+			t.Errorf("a name resolving to %s: allowed %v, want %v", ip, got, want)
 		}
 	}
 }

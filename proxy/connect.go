@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -106,9 +107,56 @@ func (p *Proxy) public(ctx context.Context, host string) ([]net.IP, bool) {
 	return ips, true
 }
 
+// nonPublic are the ranges a wildcard allow_hosts entry never reaches,
+// beyond what net.IP's predicates name (loopback, private and ULA,
+// link-local, multicast, unspecified): "this network", the shared address
+// space of carrier-grade NAT (also some clouds' metadata services, such as
+// 100.100.100.200, and some clusters' pod ranges), IETF protocol
+// assignments, benchmarking, reserved and broadcast; for IPv6 the discard
+// prefix, local-use NAT64, Teredo and deprecated site-local.
+var nonPublic = func() []netip.Prefix {
+	var ps []netip.Prefix
+	for _, s := range []string{"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "198.18.0.0/15", "240.0.0.0/4",
+		"::/96", "100::/64", "64:ff9b:1::/48", "2001::/32", "fec0::/10"} {
+		ps = append(ps, netip.MustParsePrefix(s))
+	}
+	return ps
+}()
+
+// Prefixes whose addresses carry an IPv4 address, which is checked in
+// turn: NAT64's well-known prefix (the last 32 bits) and 6to4 (bits 16 to
+// 48). IPv4-mapped addresses are checked as IPv4.
+var (
+	nat64  = netip.MustParsePrefix("64:ff9b::/96")
+	sixTo4 = netip.MustParsePrefix("2002::/16")
+)
+
+// publicIP reports whether a wildcard allow_hosts entry may reach ip.
 func publicIP(ip net.IP) bool {
-	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast())
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a):
+			return publicIP(net.IP(b[12:16]))
+		case sixTo4.Contains(a):
+			return publicIP(net.IP(b[2:6]))
+		}
+	}
+	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsUnspecified() || a.IsMulticast() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // tunnel splices the client to an allowed host, untouched, trying each of
@@ -130,6 +178,12 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, addrs []string) {
 		up.Close()
 		return
 	}
+	splice(conn, up)
+}
+
+// splice copies bytes both ways between the client and an upstream until
+// both directions end, then closes both.
+func splice(conn, up net.Conn) {
 	var wg sync.WaitGroup
 	wg.Go(func() { io.Copy(up, conn); up.Close() })
 	wg.Go(func() { io.Copy(conn, up); conn.Close() })
@@ -166,6 +220,13 @@ func (p *Proxy) intercept(w http.ResponseWriter, v vendors.Vendor, host string) 
 	if err != nil {
 		return
 	}
+	p.serveIntercepted(conn, v, leaf)
+}
+
+// serveIntercepted terminates TLS on conn with leaf and serves the requests
+// inside as vendor v's: forward mode after its CONNECT, transparent mode
+// after reading the ClientHello's name (transparent.go).
+func (p *Proxy) serveIntercepted(conn net.Conn, v vendors.Vendor, leaf *tls.Certificate) {
 	tconn := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
