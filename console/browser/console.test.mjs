@@ -297,6 +297,18 @@ test('a request without the CSRF token is refused', async () => {
   assert.equal(pending, 2, 'a refused request decided nothing');
 });
 
+test('rejecting in the list, with a note: the next begin is denied', async () => {
+  await open('Approvals');
+  const row = page.locator('table.approvals tbody tr', { hasText: 'run-81c2' });
+  await row.waitFor({ timeout: 2000 });
+  await row.locator('input.note').fill('globex is on hold');
+  await row.locator('button[data-action=reject]').click();
+  await row.waitFor({ state: 'detached', timeout: 3000 });
+  const denied = await begin(charge('order-1002', 120, 'globex', 'run-81c2'));
+  assert.equal(denied.decision, 'denied');
+  assert.equal(denied.reason, 'approval_rejected');
+});
+
 test('the grants page answers, with grants or saying the admin API has none yet', async () => {
   await open('Grants');
   await page.locator('.grants > *').first().waitFor({ timeout: 3000 });
