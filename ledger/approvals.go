@@ -112,3 +112,61 @@ func approvalNotFound(err error, id string) error {
 	}
 	return err
 }
+
+// approvalAnswer is the approval_required answer for rec's pending
+// request: when to begin again (Defaults.ApprovalRetryAfter, never past
+// the request's expiry) and when the request lapses.
+func (e *Engine) approvalAnswer(rec *effectRec, now time.Time) *BeginResult {
+	res := approvalRequired(rec)
+	exp := rec.Approval.ExpiresAt
+	left := exp.Sub(now)
+	res.RetryAfterSeconds = max(1, int(min(e.defaults.ApprovalRetryAfter, left)/time.Second))
+	res.ExpiresAt = &exp
+	res.Message += fmt.Sprintf(" Begin again in %d seconds to see whether it was decided; the request lapses at %s.",
+		res.RetryAfterSeconds, exp.UTC().Format(time.RFC3339))
+	return res
+}
+
+// approvalRequested indexes rec's new request by its expiry, for the
+// expiry sweep, after telling of the request it replaces if that one
+// lapsed undecided and the sweep has not told of it yet.
+func (e *Engine) approvalRequested(t *opTxn, rec *effectRec, prior *Approval) error {
+	if prior != nil && prior.State == ApprovalPending {
+		e.emitExpired(t, rec, prior)
+	}
+	return t.Set(timeKey(kindApprovalDue, rec.Approval.ExpiresAt, rec.EffectID), nil)
+}
+
+func (e *Engine) emitExpired(t *opTxn, rec *effectRec, a *Approval) {
+	ev := effectEvent(EventApprovalExpired, rec)
+	ev.AgentID, ev.ApprovalID, ev.CostMicros, ev.Actor = a.AgentID, a.ApprovalID, &a.EstimatedCostMicros, "expiry"
+	ev.State = StateAwaitingApproval
+	t.emit(ev)
+}
+
+// ExpireApprovals marks every pending approval request past its expiry as
+// expired and emits approval.expired for each, once, so that whoever was
+// asked hears that it lapsed. It returns how many it expired. The
+// background reaper calls it. An agent's begin after the expiry asks again
+// whether or not the sweep ran.
+func (e *Engine) ExpireApprovals(ctx context.Context) (int, error) {
+	return e.sweep(ctx, kindApprovalDue, func(now time.Time) time.Time { return now },
+		func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
+			a := rec.Approval
+			if rec.State != StateAwaitingApproval || a == nil || a.State != ApprovalPending || now.Before(a.ExpiresAt) {
+				return false, nil
+			}
+			if err := t.Delete(timeKey(kindApprovalDue, a.ExpiresAt, rec.EffectID)); err != nil {
+				return false, err
+			}
+			a.State = ApprovalExpired
+			if err := e.putEffect(t, rec, now); err != nil {
+				return false, err
+			}
+			e.emitExpired(t, rec, a)
+			return true, nil
+		}, func(rec *effectRec, at time.Time) bool {
+			a := rec.Approval
+			return rec.State == StateAwaitingApproval && a != nil && a.State == ApprovalPending && a.ExpiresAt.Equal(at)
+		})
+}

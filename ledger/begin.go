@@ -39,10 +39,10 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 		if ob, ok := e.obs.(ObservedObserver); ok {
 			ob.Observed(in.req.EffectType, o.would)
 		}
-		e.log.Info("observed rule would have refused", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
+		e.log.InfoContext(ctx, "observed rule would have refused", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
 			"effect_id", res.EffectID, "decision", res.Decision, "would", o.would, "reason", o.reason, "rule", o.rule)
 	}
-	e.log.Info("begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
+	e.log.InfoContext(ctx, "begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
 		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
 	return res, nil
 }
@@ -187,7 +187,7 @@ func (e *Engine) existing(t *opTxn, rec *effectRec, now time.Time) (*BeginResult
 		return res, nil
 	case StateAwaitingApproval:
 		if now.Before(rec.Approval.ExpiresAt) {
-			return approvalRequired(rec), nil
+			return e.approvalAnswer(rec, now), nil
 		}
 	}
 	return nil, nil
@@ -469,6 +469,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 		rec = e.newEffect(in, now)
 	}
 	rec.State = StateAwaitingApproval
+	prior := rec.Approval
 	if rec.Approval != nil { // its id still answers "superseded" until the effect is purged
 		rec.PriorApprovals = append(rec.PriorApprovals, rec.Approval.ApprovalID)
 	}
@@ -482,13 +483,16 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	if err := t.Set(key(kindApproval, rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
 		return nil, err
 	}
+	if err := e.approvalRequested(t, rec, prior); err != nil {
+		return nil, err
+	}
 	if err := e.putEffect(t, rec, now); err != nil {
 		return nil, err
 	}
 	ev := effectEvent(EventApprovalRequested, rec)
 	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
 	t.emit(ev)
-	return approvalRequired(rec), nil
+	return e.approvalAnswer(rec, now), nil
 }
 
 func (e *Engine) newEffect(in *beginInput, now time.Time) *effectRec {

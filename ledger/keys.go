@@ -36,6 +36,7 @@ import (
 //	v\0<vendor>\0<vendor key>                   → effect_id NUL attempt: whose vendor key it is (settle.go)
 //	x\0<sink>\0<ref>                            what a sink needs to find a delivery again (sinkrefs.go, JSON)
 //	b\0<ns>\0<ceiling>\0<scope>\0<run>          the budget thresholds a counter fired, and when (thresholds.go, JSON)
+//	d\0<expires, 8 bytes BE>\0<effect_id>       approval requests by expiry, for the expiry sweep (approvals.go)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -61,6 +62,7 @@ const (
 	kindVendorKey     = "v"
 	kindSinkRef       = "x"
 	kindThreshold     = "b"
+	kindApprovalDue   = "d"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -94,6 +96,7 @@ var keyLayouts = map[string][]int{
 	kindVendorKey:     {2},
 	kindSinkRef:       {2},
 	kindThreshold:     {4},
+	kindApprovalDue:   {0},
 }
 
 func key(kind string, parts ...string) []byte {

@@ -16,7 +16,8 @@ const sweepBatch = 256
 // counts and warnings are right even when nobody retries. Expiry also
 // happens lazily whenever a begin touches such an effect. It returns how
 // many effects it expired. The background reaper calls it every
-// Options.ReapInterval.
+// Options.ReapInterval. It then expires lapsed approval requests
+// (ExpireApprovals).
 func (e *Engine) Reap(ctx context.Context) (int, error) {
 	n, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
@@ -28,6 +29,9 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 	})
 	if n > 0 {
 		e.obs.Expired(n)
+	}
+	if err == nil { // approval requests that lapsed, likewise
+		_, err = e.ExpireApprovals(ctx)
 	}
 	return n, err
 }

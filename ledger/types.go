@@ -162,10 +162,18 @@ type BeginResult struct {
 	// Ceiling is the ceiling that refused a budget_exceeded denial.
 	Ceiling *BudgetUse `json:"ceiling,omitempty"`
 
-	// approval_required
+	// approval_required (and retry_after_seconds: how long to wait before
+	// beginning again to see whether a human decided)
 	ApprovalID          string `json:"approval_id,omitempty"`
 	ThresholdMicros     *int64 `json:"threshold_micros,omitempty"`
 	EstimatedCostMicros *int64 `json:"estimated_cost_micros,omitempty"`
+	// ExpiresAt is when the approval request lapses undecided; a begin
+	// after it asks again.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// GrantID, on an execute, is the grant (a scoped approval) that let
+	// it through without a request of its own.
+	GrantID string `json:"grant_id,omitempty"`
 
 	// Message says in one sentence what the agent must do now.
 	Message string `json:"message"`

@@ -45,7 +45,7 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 	},
 	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
 		"result": nil, "vendor_reference": nil, "retry_after_seconds": nil, "reason": nil, "approval_id": nil,
-		"budget_warning": nil, "integration_warning": nil,
+		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "integration_warning": nil,
 		"vendor_idempotency_key": {"value": nil, "location": nil, "name": nil, "enforced": nil}},
 }
 

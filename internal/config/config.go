@@ -109,6 +109,9 @@ type Defaults struct {
 	MaxLeaseSeconds int      `yaml:"max_lease_seconds"`
 	Retention       Duration `yaml:"retention"`
 	ApprovalTTL     Duration `yaml:"approval_ttl"`
+	// ApprovalRetryAfter is the retry_after_seconds of an
+	// approval_required answer (default 30s).
+	ApprovalRetryAfter Duration `yaml:"approval_retry_after"`
 }
 
 // Proxy configures the outbound proxy.
@@ -166,6 +169,7 @@ func (c *Config) fill() {
 	set(&c.Listen.Proxy, "127.0.0.1:8789")
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
 	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
+	c.Defaults.ApprovalRetryAfter.orDefault(ledger.DefaultApprovalRetryAfter)
 	c.Audit.Retention.orDefault(ledger.DefaultAuditRetention)
 	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
 	set(&c.Proxy.Namespace, "default")
@@ -218,7 +222,8 @@ func (c *Config) HMACKeyPath() string {
 // successful Validate.
 func (c *Config) LedgerDefaults() ledger.Defaults {
 	return ledger.Defaults{LeaseSeconds: c.Defaults.LeaseSeconds, MaxLeaseSeconds: c.Defaults.MaxLeaseSeconds,
-		Retention: c.Defaults.Retention.Value(), ApprovalTTL: c.Defaults.ApprovalTTL.Value()}
+		Retention: c.Defaults.Retention.Value(), ApprovalTTL: c.Defaults.ApprovalTTL.Value(),
+		ApprovalRetryAfter: c.Defaults.ApprovalRetryAfter.Value()}
 }
 
 // Duration is a duration in the file ("24h", "90m"): the text as written,
@@ -432,6 +437,7 @@ func (c *Config) problems() []Problem {
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
+	checkDur("defaults.approval_retry_after", c.Defaults.ApprovalRetryAfter)
 	checkDur("audit.retention", c.Audit.Retention)
 	if c.Audit.Retention.Value() > 0 && c.Audit.Retention.Value() < c.Defaults.Retention.Value() {
 		add("audit.retention", "%s is shorter than defaults.retention (%s): the audit log must outlive the effects it records", c.Audit.Retention, c.Defaults.Retention)
