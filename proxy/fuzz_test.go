@@ -30,7 +30,7 @@ func FuzzBeginRequest(f *testing.F) {
 		if !ok {
 			return
 		}
-		req := p.beginRequest(r, v, path, []byte(body), e)
+		req := p.beginRequest(r, v, path, []byte(body), e, false)
 		if !json.Valid(req.Payload) || len(req.IdempotencyKey) > 255 || req.IdempotencyKey == "" {
 			t.Fatalf("begin request %+v", req)
 		}

@@ -32,6 +32,7 @@ type call struct {
 	v        vendors.Vendor
 	effectID string
 	attempt  int
+	owner    string // ownerOf the request: whose its stored answer is
 }
 
 // vendor handles a request for vendor v whose API path is path.
@@ -47,15 +48,40 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: could not read the request body: "+err.Error())
 		return
 	}
-	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Header: r.Header, Body: body})
+	clean, ok := cleanPath(path)
+	if !ok {
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: the path "+strconv.Quote(path)+
+			" has a ';' or '\\' in it, which servers read differently; nothing was sent or recorded")
+		return
+	}
+	path = clean // classified and forwarded alike
+	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Header: r.Header, Body: body})
 	if !isEffect {
 		p.opts.Observer.Request(v.Name(), "pass")
 		p.forward(w, r, v, path, body, nil)
 		return
 	}
-	req := p.beginRequest(r, v, path, body, e)
+	if e.Refuse != "" {
+		p.log.Warn("proxy request refused as ambiguous", "vendor", v.Name(), "effect_type", e.EffectType)
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+e.Refuse+"; nothing was sent or recorded")
+		return
+	}
+	owner := ownerOf(e)
+	req := p.beginRequest(r, v, path, body, e, false)
 	req.LeaseSeconds = p.lease(e.EffectType)
 	res, err := p.eng.Begin(r.Context(), req)
+	if err == nil && res.Decision == ledger.DecisionDuplicate {
+		if kept, ok := storedOwner(res); ok && kept != "" && kept != owner {
+			// Another credential's answer to identical content, and
+			// nothing but the credential says whose call either is:
+			// never replayed to this one, which makes its own call.
+			req = p.beginRequest(r, v, path, body, e, true)
+			req.LeaseSeconds = p.lease(e.EffectType)
+			res, err = p.eng.Begin(r.Context(), req)
+		}
+	}
 	if err != nil {
 		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "code", ledger.CodeOf(err))
 		status, code, msg := errorAnswer(err)
@@ -80,14 +106,14 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 			if body, err = vendors.Stamp(e.Key, r.Header, body, res.VendorIdempotencyKey.Value); err != nil {
 				// The body cannot carry the key: nothing was sent, so the
 				// attempt definitely did not happen.
-				p.report(r.Context(), &call{v, res.EffectID, res.Attempt}, ledger.OutcomeFailed, nil, "", "cannot stamp the key: "+err.Error())
+				p.report(r.Context(), &call{v, res.EffectID, res.Attempt, owner}, ledger.OutcomeFailed, nil, "", "cannot stamp the key: "+err.Error())
 				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
 				return
 			}
 		}
-		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt})
+		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt, owner})
 	case ledger.DecisionDuplicate:
-		p.replay(w, v, res)
+		p.replay(w, v, res, owner)
 	default:
 		status, code, msg := decisionAnswer(res)
 		if res.Decision == ledger.DecisionInFlight {
@@ -108,23 +134,43 @@ func (p *Proxy) lease(effectType string) int {
 
 // beginRequest builds the begin for a gated request. Its key is, in
 // order: the Ratchet-Idempotency-Key header; the caller's own key in the
-// vendor's place (unless an SDK minted it for the one call), scoped by
-// whose call it is; or one derived from the content. A key derived from
-// the content names the window it falls in (proxy.dedupe_window), and
-// SameAs the keys it has in the windows on either side.
-func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect) ledger.BeginRequest {
+// vendor's place (unless an SDK minted it for the one call); or one
+// derived from the content. Each is scoped by whose call it is (whose):
+// the account a header names, the merchant the body names, the static
+// credential, and, when owned, the credential that owns the answer
+// (Effect.Owner; see vendor). A key derived from the content names the
+// window it falls in (proxy.dedupe_window) and SameAs the keys it has in
+// the windows on either side; for a stripe-go key, the window its mint
+// time falls in, so the SDK's retries of one call, however late, are
+// that call.
+func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect, owned bool) ledger.BeginRequest {
 	content := canonicalContent(r.Method, path, r.Header.Get("Content-Type"), body, e)
+	whose := []string{e.Scope, e.Merchant, hashed(e.Credential)}
+	if owned {
+		whose = append(whose, "owner="+ownerOf(e))
+	}
 	key := r.Header.Get(HeaderIdempotencyKey)
 	var same []string
 	switch {
 	case key != "":
+		// Scoped as the caller's key is: another merchant (or anyone who
+		// learns the key and content) never reads this call's answer, and
+		// a key shaped like a derived one names nothing but itself.
+		key = v.Name() + ":ratchet:" + hashed(strings.Join(append(whose, key), "\x00"))[:40]
 	case e.CallerKey != "" && !e.KeyFromSDK:
-		key = callerKey(v, r.Method, path, e)
+		key = callerKey(v, r.Method, path, e, whose)
 	default:
-		bucket := p.opts.Clock().UnixNano() / int64(p.opts.DedupeWindow)
+		at := p.opts.Clock()
+		if minted, ok := vendors.StripeKeyMinted(e.CallerKey); ok && e.KeyFromSDK {
+			at = minted
+		}
+		bucket := at.UnixNano() / int64(p.opts.DedupeWindow)
 		derive := func(bucket int64) string {
-			return v.Name() + ":auto:" + hashed(string(content) + "\x00" + e.Scope + "\x00" + hashed(e.Credential) +
-				"\x00" + strconv.FormatInt(bucket, 10))[:40]
+			parts := string(content) + "\x00" + e.Scope + "\x00" + hashed(e.Credential)
+			if owned {
+				parts += "\x00owner=" + ownerOf(e)
+			}
+			return v.Name() + ":auto:" + hashed(parts + "\x00" + strconv.FormatInt(bucket, 10))[:40]
 		}
 		// The neighbouring windows' keys make the window slide: the
 		// engine takes the effect of either when it began less than one
@@ -152,19 +198,65 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 }
 
 // callerKey is the Ratchet key of a request that carries the caller's own
-// idempotency key: that key within the account a header names, the merchant
-// the body names, the stable credential where neither does, and the
-// endpoint where the vendor's keys are per endpoint. Nothing in it changes
-// when an OAuth token is refreshed or the caller restarts, so the same key
-// and content is one call until the ledger forgets it, the same key with
-// other content is idempotency_key_conflict (the content is the
-// fingerprint), and a new key is a new call.
-func callerKey(v vendors.Vendor, method, path string, e vendors.Effect) string {
+// idempotency key: that key within whose call it is (the account a header
+// names, the merchant the body names, the static credential, the owner
+// when owned), and the endpoint where the vendor's keys are per endpoint.
+// Nothing in it changes when an OAuth token is refreshed or the caller
+// restarts, so the same key and content is one call until the ledger
+// forgets it, the same key with other content is idempotency_key_conflict
+// (the content is the fingerprint), and a new key is a new call.
+func callerKey(v vendors.Vendor, method, path string, e vendors.Effect, whose []string) string {
 	endpoint := ""
 	if v.KeyRule().PerEndpoint {
 		endpoint = method + " " + path
 	}
-	return v.Name() + ":key:" + hashed(strings.Join([]string{e.Scope, e.Merchant, hashed(e.Credential), endpoint, e.CallerKey}, "\x00"))[:40]
+	parts := append(append([]string{}, whose[:3]...), endpoint, e.CallerKey)
+	parts = append(parts, whose[3:]...) // the owner, after the parts keys always had
+	return v.Name() + ":key:" + hashed(strings.Join(parts, "\x00"))[:40]
+}
+
+// ownerOf is whose a stored answer is, when only an OAuth credential says
+// whose call it is (Effect.Owner), as a hash; else "".
+func ownerOf(e vendors.Effect) string {
+	if e.Owner == "" {
+		return ""
+	}
+	return hashed("owner\x00" + e.Owner)
+}
+
+// storedOwner returns the owner kept with a duplicate's stored answer, if
+// the answer was kept.
+func storedOwner(res *ledger.BeginResult) (string, bool) {
+	var kept storedResponse
+	if json.Unmarshal(res.Result, &kept) != nil || kept.Status == 0 {
+		return "", false
+	}
+	return kept.Owner, true
+}
+
+// cleanPath returns path with empty, "." and ".." segments resolved, as
+// the vendor's server would resolve them, so that what Ratchet classifies
+// (and the policy it applies) is the path it forwards: /v1/./payment_intents
+// is /v1/payment_intents. Percent-encoded dots and slashes are decoded
+// before this. A ';' (path parameters, which Java servers strip) or a '\'
+// (a separator to some servers) is refused: false.
+func cleanPath(path string) (string, bool) {
+	if strings.ContainsAny(path, ";\\") {
+		return "", false
+	}
+	var out []string
+	for _, seg := range strings.Split(path, "/") {
+		switch seg {
+		case "", ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, seg)
+		}
+	}
+	return "/" + strings.Join(out, "/"), true
 }
 
 // canonicalContent is the action as JSON: method, path, account scope and
@@ -259,7 +351,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 // body in base64 (a third larger) as it always was. An answer that does not fit the
 // ledger's result limit once encoded is kept without its body, with its
 // size and the vendor's object id; a duplicate then gets 409 naming that
-// id.
+// id. Owner, when only an OAuth credential said whose call it was, is
+// that credential's hash: the answer is replayed to it alone.
 type storedResponse struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type,omitempty"`
@@ -267,13 +360,14 @@ type storedResponse struct {
 	Omitted     bool   `json:"body_omitted,omitempty"`
 	Size        int    `json:"body_bytes,omitempty"`
 	ObjectID    string `json:"object_id,omitempty"`
+	Owner       string `json:"owner,omitempty"`
 }
 
 // keep returns the stored form of a vendor answer, always within
 // ledger.MaxResultBytes as encoded: the report of an answer the vendor
 // gave must never be refused for its size.
-func keep(status int, contentType string, body []byte, objectID string) []byte {
-	k := storedResponse{Status: status, ContentType: contentType}
+func keep(status int, contentType string, body []byte, objectID, owner string) []byte {
+	k := storedResponse{Status: status, ContentType: contentType, Owner: owner}
 	if base64.StdEncoding.EncodedLen(len(body)) <= ledger.MaxResultBytes {
 		k.Body = body
 		if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
@@ -308,7 +402,7 @@ func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start 
 	}
 	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
 	p.opts.Observer.Upstream(c.v.Name(), string(o.Result), time.Since(start))
-	result := keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference))
+	result := keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference), c.owner)
 	p.report(ctx, c, outcomes[o.Result], result, o.VendorReference, o.Reason)
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
@@ -369,10 +463,20 @@ func printable(s string, max int) string {
 	return s
 }
 
-// replay answers a duplicate with the stored vendor response.
-func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult) {
+// replay answers a duplicate with the stored vendor response, if it is
+// owner's (see storedResponse).
+func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult, owner string) {
 	var kept storedResponse
-	if json.Unmarshal(res.Result, &kept) != nil || kept.Status == 0 || kept.Omitted {
+	parsed := json.Unmarshal(res.Result, &kept) == nil && kept.Status != 0
+	if owner != "" && kept.Owner != owner {
+		// Kept without an owner (before owners were kept, or the answer
+		// could not be kept): whose it is cannot be told, so neither the
+		// answer nor its object id is given, and it is not sent again.
+		p.write(w, v, http.StatusConflict, vendors.RefusalDuplicate, fmt.Sprintf(
+			"Ratchet: this request was already performed (effect %s); its answer is kept only for the credential that made it", res.EffectID))
+		return
+	}
+	if !parsed || kept.Omitted {
 		ref := res.VendorReference
 		if ref == "" {
 			ref = kept.ObjectID

@@ -241,3 +241,44 @@ func TestReportsNameTheirAttempt(t *testing.T) {
 		t.Fatalf("effects: %+v", effs)
 	}
 }
+
+// TestDotSegmentsDoNotEscapePolicy: a path is cleaned before it is
+// classified, and the cleaned path is what is forwarded, so dot segments,
+// double slashes and encoded dots name the same effect type (and policy:
+// a $50 ceiling on stripe.payment_intents.*) as the plain path.
+// /v1/./payment_intents was stripe.x_.update, outside that policy, and was
+// forwarded as sent. A ';' (path parameters, which Java servers strip) or
+// a '\' is refused.
+func TestDotSegmentsDoNotEscapePolicy(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, `{"id":"pi_1","object":"payment_intent"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, map[string]string{"stripe": up.URL}, nil)
+	send := func(path, body string) (*http.Response, string) {
+		resp := post(t, e.url+"/stripe"+path, body, map[string]string{"Authorization": "Bearer sk_test_123", "Content-Type": "application/x-www-form-urlencoded"})
+		return resp, readAll(t, resp)
+	}
+	for _, p := range []string{"/v1/payment_intents", "/v1/./payment_intents", "/v1/x/../payment_intents", "//v1//payment_intents",
+		"/v1/%2e/payment_intents", "/v1/x/%2e%2e/payment_intents", "/v1/payment_intents/"} {
+		if resp, b := send(p, "amount=6000000&currency=usd"); resp.Header.Get("Ratchet-Decision") == "execute" {
+			t.Fatalf("%s: $60,000 over a $50 ceiling executed (%s)", p, b)
+		}
+	}
+	if resp, b := send("/v1/x/../payment_intents", "amount=100&currency=usd"); resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("$1: %s", b)
+	}
+	if effs := e.effects(t); effs[len(effs)-1].EffectType != "stripe.payment_intents.create" || len(paths) != 1 || paths[0] != "/v1/payment_intents" {
+		t.Fatalf("effect type %q; the upstream saw %q", effs[len(effs)-1].EffectType, paths)
+	}
+	for _, p := range []string{"/v1/payment_intents;x=1", "/v1/payment_intents%3Bx", `/v1\payment_intents`} {
+		if resp, b := send(p, "amount=100&currency=usd"); resp.StatusCode != 400 || !strings.Contains(b, "nothing was sent") || len(paths) != 1 {
+			t.Fatalf("%s: %d %s; the upstream saw %q", p, resp.StatusCode, b, paths)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stripe/stripe-go/v79"
 
@@ -46,6 +48,10 @@ type shape struct {
 	// and a string its body holds in the vendor's own error shape.
 	conflictStatus int
 	conflictCode   string
+	// staticKey: the credential is an API key, which is not refreshed and
+	// scopes the call (another key is another caller); else an OAuth
+	// bearer token, which is refreshed and does not.
+	staticKey bool
 }
 
 var shapes = []shape{
@@ -66,6 +72,7 @@ var shapes = []shape{
 		},
 		ok:             `{"pspReference":"993617895204576J","resultCode":"Authorised"}`,
 		conflictStatus: 422, conflictCode: `"errorCode":"ratchet_idempotency_key_conflict"`,
+		staticKey: true,
 	},
 	{
 		vendor: "paypal", path: "/v2/checkout/orders",
@@ -168,18 +175,23 @@ func TestTheCallersKeyDecides(t *testing.T) {
 
 // TestATokenRefreshKeepsABlockedRetryBlocked: the vendor failed with a
 // 500 (outcome unknown, so the call is blocked); the retry comes from a new
-// client with the same key and content but a fresh OAuth token (or another
-// API credential of the same merchant): still blocked, the vendor is not
-// called again.
+// client with the same key and content but a fresh OAuth token: still
+// blocked, the vendor is not called again. (An API key is not refreshed:
+// Adyen's retry comes with the same key; another key is another caller,
+// TestAnotherCompanysStaticKeyGetsNoReplay.)
 func TestATokenRefreshKeepsABlockedRetryBlocked(t *testing.T) {
 	forEachShape(t, func(t *testing.T, s shape, fake *vendorFake, e *env) {
+		before, after := "token-before-refresh", "token-after-refresh"
+		if s.staticKey {
+			after = before
+		}
 		fake.failing.Store(true)
-		resp, body := s.send(t, e, "order-1001", "M1", "token-before-refresh", "n")
+		resp, body := s.send(t, e, "order-1001", "M1", before, "n")
 		if resp.StatusCode != 500 {
 			t.Fatalf("first: %d %s", resp.StatusCode, body)
 		}
 		fake.failing.Store(false)
-		resp, body = s.send(t, e, "order-1001", "M1", "token-after-refresh", "n")
+		resp, body = s.send(t, e, "order-1001", "M1", after, "n")
 		if resp.Header.Get("Ratchet-Decision") != "blocked" || fake.hits.Load() != 1 {
 			t.Fatalf("retry after the refresh: %d %s %s, %d calls", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
 		}
@@ -357,5 +369,267 @@ func TestTwoMerchantsNeverShareAResponseInForwardMode(t *testing.T) {
 	// The first merchant's retry with a refreshed token is its own call again.
 	if d := send("M1", "refreshed-token"); d != "duplicate" || fake.hits.Load() != 2 {
 		t.Fatalf("retry: %s, %d calls", d, fake.hits.Load())
+	}
+}
+
+// tokenOnly are request shapes in which only an OAuth bearer token says
+// whose call it is: a PayPal app acting for itself (no
+// PayPal-Auth-Assertion), Checkout.com with an OAuth token and no
+// processing_channel_id, Square with no location_id. key is the caller's
+// key, or none.
+var tokenOnly = []struct {
+	vendor, path, ok string
+	request          func(key, token string) (http.Header, string)
+}{
+	{"paypal", "/v2/checkout/orders", `{"id":"5O190127TN364715T","status":"CREATED"}`, func(key, token string) (http.Header, string) {
+		h := http.Header{"Authorization": {"Bearer " + token}}
+		if key != "" {
+			h.Set("Paypal-Request-Id", key)
+		}
+		return h, `{"intent":"CAPTURE","purchase_units":[{"reference_id":"n","amount":{"currency_code":"USD","value":"10.00"}}]}`
+	}},
+	{"checkout", "/payments", `{"id":"pay_mbabizu24mvu3mela5njyhpit4","approved":true,"status":"Authorized"}`, func(key, token string) (http.Header, string) {
+		h := http.Header{"Authorization": {"Bearer " + token}}
+		if key != "" {
+			h.Set("Cko-Idempotency-Key", key)
+		}
+		return h, `{"amount":1000,"currency":"USD","source":{"type":"token","token":"tok_4gzeau5o2uqubbk6fufs3m7p54"},"reference":"n"}`
+	}},
+	{"square", "/v2/payments", `{"payment":{"id":"R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY","status":"COMPLETED"}}`, func(key, token string) (http.Header, string) {
+		return http.Header{"Authorization": {"Bearer " + token}},
+			`{"idempotency_key":"` + key + `","source_id":"ccof:GaJGNaZa8x4OgDJn4GB","amount_money":{"amount":1000,"currency":"USD"}}`
+	}},
+}
+
+// sendTo posts body with h to the proxy and returns the answer.
+func sendTo(t *testing.T, url, body string, h http.Header) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, readAll(t, resp)
+}
+
+// TestAppsKnownOnlyByTheirTokenNeverShareAResponse: two apps (each its own
+// OAuth token, nothing else saying whose call it is) send the same request
+// with the same key of theirs, or none: the second reaches the vendor and
+// never gets the first's answer; each app's own retry replays its own.
+// (The second app got the first's order or payment, replayed.)
+func TestAppsKnownOnlyByTheirTokenNeverShareAResponse(t *testing.T) {
+	for _, s := range tokenOnly {
+		for _, key := range []string{"order-1001", ""} {
+			t.Run(s.vendor+"/key="+key, func(t *testing.T) {
+				fake := &vendorFake{ok: s.ok}
+				up := httptest.NewServer(fake)
+				defer up.Close()
+				e := newEnvConfig(t, envConfig{}, map[string]string{s.vendor: up.URL}, nil)
+				send := func(token string) *http.Response {
+					h, body := s.request(key, token)
+					resp, _ := sendTo(t, e.url+"/"+s.vendor+s.path, body, h)
+					return resp
+				}
+				for i, tok := range []string{"A21AAF-app-A", "A21AAG-app-B"} {
+					if resp := send(tok); resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != int64(i+1) {
+						t.Fatalf("app %d: %s replayed=%q, %d calls", i+1, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), fake.hits.Load())
+					}
+				}
+				for _, tok := range []string{"A21AAF-app-A", "A21AAG-app-B"} {
+					if resp := send(tok); resp.Header.Get("Ratchet-Replayed") != "true" || fake.hits.Load() != 2 {
+						t.Fatalf("%s again: %s, %d calls", tok, resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestATokenRefreshKeepsABlockedCallBlockedWhenOnlyTheTokenSaysWhose: the
+// token does not scope the key, so after a 500 (outcome unknown) the
+// retry with a refreshed token is still blocked: the vendor is called
+// once. (Square without location_id executed again, with a new
+// idempotency_key, so Square could not dedupe it either.)
+func TestATokenRefreshKeepsABlockedCallBlockedWhenOnlyTheTokenSaysWhose(t *testing.T) {
+	for _, s := range tokenOnly {
+		for _, key := range []string{"order-1001", ""} {
+			t.Run(s.vendor+"/key="+key, func(t *testing.T) {
+				fake := &vendorFake{ok: s.ok}
+				up := httptest.NewServer(fake)
+				defer up.Close()
+				e := newEnvConfig(t, envConfig{}, map[string]string{s.vendor: up.URL}, nil)
+				fake.failing.Store(true)
+				h, body := s.request(key, "EAAAl-before-refresh")
+				if resp, b := sendTo(t, e.url+"/"+s.vendor+s.path, body, h); resp.StatusCode != 500 {
+					t.Fatalf("first: %d %s", resp.StatusCode, b)
+				}
+				fake.failing.Store(false)
+				h, body = s.request(key, "EAAAl-after-refresh")
+				resp, b := sendTo(t, e.url+"/"+s.vendor+s.path, body, h)
+				if resp.Header.Get("Ratchet-Decision") != "blocked" || fake.hits.Load() != 1 {
+					t.Fatalf("retry after the refresh: %s %s, %d calls", resp.Header.Get("Ratchet-Decision"), b, fake.hits.Load())
+				}
+			})
+		}
+	}
+}
+
+// TestAnotherCompanysStaticKeyGetsNoReplay: a static key (an Adyen API
+// key, a Checkout.com secret key) scopes the call even when the body
+// names the merchant: another company's key naming the same merchant
+// account or processing channel, with the same caller key and content,
+// reaches the vendor (which refuses it), never the first company's stored
+// answer. The first company's own retry still replays.
+func TestAnotherCompanysStaticKeyGetsNoReplay(t *testing.T) {
+	cases := []struct {
+		vendor, path, ok, body string
+		header                 func(cred string) http.Header
+	}{
+		{"adyen", "/v71/payments", `{"pspReference":"993617895204576J","resultCode":"Authorised"}`,
+			`{"amount":{"currency":"EUR","value":1000},"reference":"n","paymentMethod":{"type":"scheme"},"merchantAccount":"VictimECOM"}`,
+			func(c string) http.Header { return http.Header{"X-Api-Key": {c}, "Idempotency-Key": {"order-1001"}} }},
+		{"checkout", "/payments", `{"id":"pay_victim","approved":true}`,
+			`{"amount":1000,"currency":"USD","source":{"type":"token","token":"tok_x"},"reference":"n","processing_channel_id":"pc_victim"}`,
+			func(c string) http.Header {
+				return http.Header{"Authorization": {"Bearer " + c}, "Cko-Idempotency-Key": {"order-1001"}}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.vendor, func(t *testing.T) {
+			fake := &vendorFake{ok: c.ok}
+			up := httptest.NewServer(fake)
+			defer up.Close()
+			e := newEnvConfig(t, envConfig{}, map[string]string{c.vendor: up.URL}, nil)
+			for i, cred := range []string{"sk_victim_company_key", "sk_attacker_company_key"} {
+				resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header(cred))
+				if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != int64(i+1) {
+					t.Fatalf("credential %d (%s): %s replayed=%q %s", i+1, cred, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), b)
+				}
+			}
+			if resp, _ := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header("sk_victim_company_key")); resp.Header.Get("Ratchet-Replayed") != "true" {
+				t.Fatalf("the victim's own retry: %s", resp.Header.Get("Ratchet-Decision"))
+			}
+		})
+	}
+}
+
+// TestRatchetKeysAreScopedByWhoseCallItIs: Ratchet-Idempotency-Key is
+// scoped as the caller's key is: the same Ratchet key and content from
+// another Stripe API key, or from another PayPal app's token, is another
+// call, never a replay of the first's answer; the same caller again
+// replays.
+func TestRatchetKeysAreScopedByWhoseCallItIs(t *testing.T) {
+	cases := []struct {
+		vendor, path, body, ctype, ok string
+		creds                         []string
+	}{
+		{"stripe", "/v1/refunds", "charge=ch_1&amount=100", "application/x-www-form-urlencoded", `{"id":"re_1","object":"refund"}`,
+			[]string{"Bearer sk_test_company_A", "Bearer sk_test_company_B"}},
+		{"paypal", "/v2/checkout/orders", `{"intent":"CAPTURE","purchase_units":[{"amount":{"currency_code":"USD","value":"10.00"}}]}`,
+			"application/json", `{"id":"5O190127TN364715T","status":"CREATED"}`, []string{"Bearer A21AA-app-A", "Bearer A21AA-app-B"}},
+	}
+	for _, c := range cases {
+		t.Run(c.vendor, func(t *testing.T) {
+			fake := &vendorFake{ok: c.ok}
+			up := httptest.NewServer(fake)
+			defer up.Close()
+			e := newEnvConfig(t, envConfig{}, map[string]string{c.vendor: up.URL}, nil)
+			send := func(cred string) *http.Response {
+				resp, _ := sendTo(t, e.url+"/"+c.vendor+c.path, c.body,
+					http.Header{"Authorization": {cred}, "Ratchet-Idempotency-Key": {"refund-77"}, "Content-Type": {c.ctype}})
+				return resp
+			}
+			for i, cred := range c.creds {
+				if resp := send(cred); resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != int64(i+1) {
+					t.Fatalf("%s: %s replayed=%q, %d calls", cred, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), fake.hits.Load())
+				}
+			}
+			if resp := send(c.creds[0]); resp.Header.Get("Ratchet-Replayed") != "true" || fake.hits.Load() != 2 {
+				t.Fatalf("the first caller again: %s, %d calls", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
+			}
+		})
+	}
+}
+
+// TestAStripeGoKeyKeepsItsCallPastTheWindow: a key in stripe-go's shape
+// (NewIdempotencyKey: the UnixNano it was minted at, "_", six characters),
+// whether stripe-go minted it for one call or the application minted and
+// kept it, keys by content in the window its mint time falls in: a retry
+// of a blocked call with that key stays blocked however late it comes
+// (it executed again once dedupe_window had passed), as with any other
+// key of the caller's; and a new key minted for identical content within
+// the window is still a duplicate.
+func TestAStripeGoKeyKeepsItsCallPastTheWindow(t *testing.T) {
+	const window = 300 * time.Millisecond
+	minted := fmt.Sprintf("%d_Ab-_9z", time.Now().UnixNano())
+	for _, key := range []string{"order-77", "1733000000123456789_Ab-_9z", minted} {
+		t.Run(key, func(t *testing.T) {
+			up, hits := fixedAnswer(500, "application/json", []byte(`{"error":{"type":"api_error"}}`))
+			defer up.Close()
+			e := newEnvConfig(t, envConfig{}, map[string]string{"stripe": up.URL}, func(o *proxy.Options) { o.DedupeWindow = window })
+			h := http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"}, "Idempotency-Key": {key}}
+			sendTo(t, e.url+"/stripe/v1/payment_intents", "amount=100&currency=usd", h)
+			time.Sleep(2*window + 100*time.Millisecond) // the app restarts and retries
+			resp, _ := sendTo(t, e.url+"/stripe/v1/payment_intents", "amount=100&currency=usd", h)
+			if d := resp.Header.Get("Ratchet-Decision"); d != "blocked" || hits.Load() != 1 {
+				t.Fatalf("retry with the key %q: %s, %d calls reached Stripe", key, d, hits.Load())
+			}
+		})
+	}
+	t.Run("a new stripe-go key within the window", func(t *testing.T) {
+		up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"pi_1","object":"payment_intent"}`))
+		defer up.Close()
+		e := newEnvConfig(t, envConfig{}, map[string]string{"stripe": up.URL}, nil)
+		for i, want := range []string{"execute", "duplicate"} {
+			h := http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"},
+				"Idempotency-Key": {fmt.Sprintf("%d_Ab-_9%d", time.Now().UnixNano(), i)}}
+			if resp, _ := sendTo(t, e.url+"/stripe/v1/payment_intents", "amount=100&currency=usd", h); resp.Header.Get("Ratchet-Decision") != want || hits.Load() != 1 {
+				t.Fatalf("call %d: %s, %d calls", i+1, resp.Header.Get("Ratchet-Decision"), hits.Load())
+			}
+		}
+	})
+}
+
+// TestAmbiguousRequestsAreRefused: a request Ratchet and the vendor could
+// read two ways is answered 400 in the vendor's shape, never sent and
+// never recorded: two Stripe-Account values (scoped by the first, both
+// forwarded, so two requests naming different second accounts were one
+// call); a JSON key twice (Adyen's merchantAccount A then B, and B alone,
+// were one call); a repeated Stripe form amount (costed at the first,
+// charged at the last: $60,000 under a $50 ceiling).
+func TestAmbiguousRequestsAreRefused(t *testing.T) {
+	cases := []struct {
+		name, vendor, path, body, want string
+		header                         http.Header
+	}{
+		{"two Stripe-Account values", "stripe", "/v1/payment_intents", "amount=100&currency=usd", `"type":"invalid_request_error"`,
+			http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"}, "Stripe-Account": {"acct_1A", "acct_1B"}}},
+		{"two PayPal-Auth-Assertion values", "paypal", "/v2/checkout/orders", `{"intent":"CAPTURE"}`, `"name":"RATCHET_BAD_REQUEST"`,
+			http.Header{"Authorization": {"Bearer A21AA"}, "Paypal-Auth-Assertion": {"x.A.", "x.B."}}},
+		{"a repeated form amount", "stripe", "/v1/payment_intents", "amount=100&currency=usd&amount=6000000", `form field \"amount\"`,
+			http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"}}},
+		{"a duplicate JSON key", "adyen", "/v71/payments",
+			`{"merchantAccount":"MerchantA","amount":{"currency":"EUR","value":1000},"reference":"n","paymentMethod":{"type":"scheme"},"merchantAccount":"MerchantB"}`,
+			`"status":400`, http.Header{"X-Api-Key": {"AQE-key"}, "Idempotency-Key": {"order-1001"}}},
+		{"a trailing comma", "checkout", "/payments", `{"amount":6000000,"currency":"USD",}`, `"error_type":"ratchet_bad_request"`,
+			http.Header{"Authorization": {"Bearer sk_sbox_1"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"x"}`))
+			defer up.Close()
+			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
+			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
+			if resp.StatusCode != 400 || !strings.Contains(b, c.want) || !strings.Contains(b, "nothing was sent") ||
+				hits.Load() != 0 || len(e.effects(t)) != 0 {
+				t.Fatalf("%d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+		})
 	}
 }

@@ -20,22 +20,30 @@
 // untouched.
 //
 // Keys: whose call is it? In order:
-//   - The Ratchet-Idempotency-Key header, as given.
+//   - The Ratchet-Idempotency-Key header, scoped as the caller's key is
+//     (but never per endpoint): another merchant, or anyone who learns
+//     the key and content, never reads the call's answer.
 //   - The caller's own idempotency key in the vendor's place (Stripe's and
 //     Adyen's Idempotency-Key, Square's idempotency_key, PayPal-Request-Id,
 //     Cko-Idempotency-Key), scoped by the account a header names
 //     (Stripe-Account, Stripe-Context, PayPal-Auth-Assertion), the merchant
 //     the body names (Adyen merchantAccount, Square location_id,
-//     Checkout.com processing_channel_id), a static credential where
-//     neither does, and the endpoint where the vendor's keys are per
-//     endpoint. An OAuth bearer token does not scope it (but for Square
-//     requests naming no location, where the token alone says whose call
-//     it is): a retry with a refreshed token, or from a restarted client,
-//     is the same call. The
-//     same key with other content is idempotency_key_conflict, as the
-//     vendor would answer; a new key is a new call. A key an SDK minted for
-//     the one call (stripe-go's, stripe-node's stripe-node-retry-) is not
-//     the application's statement that two calls are one, and is skipped.
+//     Checkout.com processing_channel_id), a static credential (Stripe and
+//     Checkout.com secret keys, Adyen API keys, HTTP Basic) whether or not
+//     a merchant is named, and the endpoint where the vendor's keys are
+//     per endpoint. An OAuth bearer token never scopes it: a retry with a
+//     refreshed token, or from a restarted client, is the same call. Where
+//     the token alone says whose call it is (PayPal without an assertion,
+//     Checkout.com without a channel, Square without a location), it owns
+//     the call's answer (vendors.Effect.Owner): a blocked or in-flight
+//     call stays so for any token, but a stored answer is replayed only to
+//     the token that made it; another token's identical call is its own
+//     (keyed with its owner). The same key with other content is
+//     idempotency_key_conflict, as the vendor would answer; a new key is a
+//     new call. A key an SDK minted for the one call (stripe-go's,
+//     stripe-node's stripe-node-retry-) is not the application's statement
+//     that two calls are one, and is keyed by content (a stripe-go key in
+//     the window of the time it was minted, which it carries).
 //   - Else a key derived from the content: vendor, method, path, the
 //     canonical body (JSON canonicalised, form fields sorted), the account
 //     header and the stable credential, so two merchants' identical
@@ -43,6 +51,13 @@
 //     and the proxy looks one window back (lookBack), so identical requests
 //     dedupe for one window after the first wherever the window's multiples
 //     fall.
+//
+// What is classified is what is sent: the path is cleaned of empty, "."
+// and ".." segments first and forwarded cleaned (a ';' or '\' is
+// refused), and a request the vendor could read otherwise than Ratchet (a
+// repeated account header, credential or key, a repeated form field, a
+// duplicate JSON key, a body that does not parse) is refused with 400 in
+// the vendor's shape (vendors.Effect.Refuse), never sent or recorded.
 //
 // The caller's vendor key is never forwarded: Ratchet's replaces it, a new
 // one per attempt.

@@ -25,8 +25,12 @@ import (
 // ServiceError object {status, errorCode, message, errorType, pspReference}
 // (https://docs.adyen.com/development-resources/serviceexception).
 // Keys are kept per company account; the body's merchantAccount says which
-// merchant a call is for, and then the API key (any of the company's
-// credentials) is no part of the key's scope. The Node library shows the
+// merchant a call is for and scopes keys, and so does the API key (or
+// Basic credentials): it is static, and another company's key naming the
+// same merchant account is another caller, whom Adyen would refuse (a
+// rotated key starts a new scope: resolve blocked proxy effects first). A
+// repeated X-API-Key, Authorization or Idempotency-Key header, and a body
+// with a duplicate key, are refused. The Node library shows the
 // message of a body with a status field at any status.
 type Adyen struct{}
 
@@ -74,10 +78,22 @@ func (a Adyen) Classify(r *Request) (Effect, bool) {
 		Money:        minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
 		Counterparty: firstString(body, []string{"shopperReference"}),
 	}
+	e.Refuse = singleHeaders(r.Header, "X-API-Key", "Authorization", "Idempotency-Key")
+	if e.Refuse == "" {
+		e.Refuse = strictJSON(r.Body)
+	}
 	if m := str(body, "merchantAccount"); m != "" {
 		e.Merchant = "merchantAccount=" + m
-	} else if k, a := r.Header.Get("X-API-Key"), r.Header.Get("Authorization"); k != "" || a != "" {
+	}
+	// The API key (or Basic credentials) always scopes: it does not
+	// refresh, and another company's key naming the same merchant account
+	// is another caller, whom Adyen would refuse. An OAuth token does not
+	// scope; with no merchant account it owns the answer.
+	switch k, a := r.Header.Get("X-API-Key"), r.Header.Get("Authorization"); {
+	case k != "" || isBasic(a):
 		e.Credential = k + "\x00" + a
+	case e.Merchant == "":
+		e.Owner = a
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == "payments":

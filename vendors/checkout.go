@@ -15,9 +15,13 @@ import (
 // https://www.checkout.com/docs/payments/accept-payments/format-the-amount-value
 // — amount is an integer in minor units. A 201 with "approved": false is a
 // declined payment. Errors are {request_id, error_type, error_codes}.
-// processing_channel_id selects the merchant's entity and scopes keys;
-// without it a secret key (sk_…) does, an OAuth access token (refreshed)
-// never. checkout-sdk-node keeps an error's body only for 422, 429 and
+// processing_channel_id selects the merchant's entity and scopes keys; a
+// secret key (sk_…, "Bearer" in any case, or bare) scopes them too, channel
+// or not: it is static, and another account's key naming the same channel
+// is another caller. An OAuth access token (refreshed) never scopes; with
+// no channel it is the Owner of the call's answer (see PayPal). A
+// repeated Authorization or Cko-Idempotency-Key header, and a body with a
+// duplicate key, are refused. checkout-sdk-node keeps an error's body only for 422, 429 and
 // statuses it does not name (it drops it for 401, 403, 404, 409 and 502),
 // so refusals come as 422, in_flight as 429 (Checkout.com's earlier status
 // for a request in progress) and an unknown outcome as 504.
@@ -47,10 +51,18 @@ func (c Checkout) Classify(r *Request) (Effect, bool) {
 		Money:        minorMoney(body, []string{"amount"}, []string{"currency"}),
 		Counterparty: firstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
 	}
+	e.Refuse = singleHeaders(r.Header, "Authorization", "Cko-Idempotency-Key")
+	if e.Refuse == "" {
+		e.Refuse = strictJSON(r.Body)
+	}
 	if pc := str(body, "processing_channel_id"); pc != "" {
 		e.Merchant = "processing_channel_id=" + pc
-	} else if a := r.Header.Get("Authorization"); strings.HasPrefix(strings.TrimPrefix(a, "Bearer "), "sk_") {
+	}
+	switch a := r.Header.Get("Authorization"); {
+	case checkoutSecretKey(a):
 		e.Credential = a
+	case e.Merchant == "":
+		e.Owner = a // an OAuth token, and no channel says whose call it is
 	}
 	switch {
 	case r.Method == http.MethodPost && len(parts) == 1 && (parts[0] == "payments" || parts[0] == "transfers"):
@@ -61,6 +73,16 @@ func (c Checkout) Classify(r *Request) (Effect, bool) {
 		e.EffectType = "checkout.payments." + strings.TrimSuffix(part(parts[2]), "s")
 	}
 	return e, true
+}
+
+// checkoutSecretKey reports whether an Authorization header carries a
+// secret key (sk_…, sandbox sk_sbox_…): "Bearer sk_…" with the scheme in
+// any case (RFC 9110 11.1), or the bare key previous accounts send.
+func checkoutSecretKey(a string) bool {
+	if t, ok := bearerToken(a); ok {
+		return strings.HasPrefix(t, "sk_")
+	}
+	return strings.HasPrefix(strings.TrimSpace(a), "sk_")
 }
 
 // Outcome implements Vendor.

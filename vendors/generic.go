@@ -24,7 +24,8 @@ func (g Generic) Classify(r *Request) (Effect, bool) {
 		return Effect{}, false
 	}
 	return Effect{EffectType: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
-		CallerKey: r.Header.Get("Idempotency-Key"), Credential: r.Header.Get("Authorization")}, true
+		CallerKey: r.Header.Get("Idempotency-Key"), Credential: r.Header.Get("Authorization"),
+		Refuse: singleHeaders(r.Header, "Authorization", "Idempotency-Key")}, true
 }
 
 // Outcome implements Vendor with the common status rule.

@@ -16,9 +16,18 @@ import (
 // (https://developer.paypal.com/api/orders/v2/definitions/purchase_unit);
 // errors are {name, message, debug_id, details}. A platform acts for
 // another merchant with PayPal-Auth-Assertion
-// (https://developer.paypal.com/api/rest/requests/), which scopes keys; the
-// OAuth bearer token, refreshed every few hours, never does (HTTP Basic
-// client credentials would). The server SDK parses an error body only
+// (https://developer.paypal.com/api/rest/requests/), which scopes keys;
+// HTTP Basic client credentials (static) scope them too. The OAuth bearer
+// token, refreshed every few hours and opaque (the app's client id is in
+// the Basic credentials that fetched it, not in the token), never scopes:
+// with no assertion it is the Owner of the call's answer, so a retry with
+// a refreshed token still finds a blocked or in-flight call (never sent
+// twice), while a stored answer is replayed only to the token that made
+// the call and another app's token makes its own call. A first-party
+// caller that wants a succeeded call replayed across a refresh sends
+// Basic credentials or a PayPal-Auth-Assertion naming itself. A repeated
+// PayPal-Auth-Assertion, Authorization or PayPal-Request-Id header, and a
+// body with a duplicate key, are refused. The server SDK parses an error body only
 // for 400, 401 and 422, so refusals come as 422 (PayPal's own status for a
 // request it will not process), a conflict with PayPal's
 // PAYPAL_REQUEST_ID_PREVIOUSLY_USED.
@@ -45,12 +54,24 @@ func (p PayPal) Classify(r *Request) (Effect, bool) {
 		return Effect{}, false
 	}
 	body := jsonObject(r.Body)
-	e := Effect{Key: p.KeyRule(), CallerKey: r.Header.Get("PayPal-Request-Id")}
-	if a := r.Header.Get("PayPal-Auth-Assertion"); a != "" {
+	e := Effect{Key: p.KeyRule(), CallerKey: r.Header.Get("PayPal-Request-Id"),
+		Refuse: singleHeaders(r.Header, "PayPal-Auth-Assertion", "Authorization", "PayPal-Request-Id")}
+	if e.Refuse == "" {
+		e.Refuse = strictJSON(r.Body)
+	}
+	switch a := scopeOf(r.Header, "PayPal-Auth-Assertion"); {
+	case strings.HasPrefix(a, "\n"): // repeated (refused): every value
+		e.Scope = a
+	case a != "":
 		e.Scope = "auth_assertion=" + a
 	}
-	if a := r.Header.Get("Authorization"); len(a) > 6 && strings.EqualFold(a[:6], "basic ") {
+	switch a := r.Header.Get("Authorization"); {
+	case isBasic(a):
 		e.Credential = a
+	case e.Scope == "":
+		// A first-party call with an OAuth token: nothing else says
+		// whose call it is, and the token is opaque and refreshed.
+		e.Owner = a
 	}
 	// /v2/checkout/orders, /v2/payments/captures/{id}/refund: the second
 	// segment is a namespace.

@@ -3,16 +3,21 @@ package vendors
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Request is what a vendor rule sees of an outbound request.
 type Request struct {
 	Method string
 	// Path is the vendor API path, e.g. /v1/payment_intents.
-	Path   string
+	Path string
+	// Query is the raw query string, without the '?'.
+	Query  string
 	Header http.Header
 	Body   []byte
 }
@@ -45,10 +50,27 @@ type Effect struct {
 	Merchant string
 	// Credential is the stable part of the caller's credentials, which
 	// scopes derived keys: a static secret (a Stripe or Checkout.com secret
-	// key, an Adyen API key, HTTP Basic credentials) where no Merchant is
-	// named. It is empty for OAuth bearer tokens, which are refreshed: a
-	// retry with a fresh token is the same call.
+	// key, an Adyen API key, HTTP Basic credentials), whether or not a
+	// Merchant is named (a static key does not refresh, and another
+	// company's key naming the same merchant is another caller). It is
+	// empty for OAuth bearer tokens, which are refreshed: a retry with a
+	// fresh token is the same call.
 	Credential string
+	// Owner is the OAuth bearer credential when it alone says whose call
+	// it is: no account header, merchant field or static credential does
+	// (PayPal without PayPal-Auth-Assertion, Checkout.com without
+	// processing_channel_id, Square without location_id). It does not
+	// scope the key, so a retry with a refreshed token still finds a
+	// blocked or in-flight call; but a stored answer is replayed only to
+	// the credential that made the call, and another one makes its own
+	// call (the proxy's rule).
+	Owner string
+	// Refuse, when set, is why the request must not be sent: it can be
+	// read two ways (a repeated header or form field, a duplicate JSON
+	// key, a body that does not parse), so what Ratchet costs and scopes
+	// could differ from what the vendor acts on. The proxy answers 400 in
+	// the vendor's shape and records nothing.
+	Refuse string
 	// Key says where this endpoint takes an idempotency key; Location is
 	// empty for endpoints that take none (the request is gated but not
 	// stamped).
@@ -202,4 +224,129 @@ func firstString(v any, paths ...[]string) string {
 		}
 	}
 	return ""
+}
+
+// singleHeaders returns why a request is refused if one of the named
+// headers (those that say whose call it is, or carry its key) comes more
+// than once: Ratchet would scope by one value and forward them all.
+func singleHeaders(h http.Header, names ...string) string {
+	for _, n := range names {
+		if len(h.Values(n)) > 1 {
+			return "the " + n + " header is sent more than once; send it once"
+		}
+	}
+	return ""
+}
+
+// scopeOf names the account headers select, injectively: one header with
+// one value is the value itself (as it always was, so keys made before
+// stay the same); anything else starts with a newline, which no header
+// value holds, and quotes each name and value.
+func scopeOf(h http.Header, names ...string) string {
+	var parts []string
+	for _, n := range names {
+		for _, v := range h.Values(n) {
+			parts = append(parts, n+"="+strconv.Quote(v))
+		}
+	}
+	if len(parts) == 1 && len(h.Values(names[0])) == 1 && !strings.ContainsAny(h.Get(names[0]), "\r\n") {
+		return h.Get(names[0])
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "\n" + strings.Join(parts, "\n")
+}
+
+// bearerToken returns the token of an Authorization header with the
+// Bearer scheme, which is case-insensitive (RFC 9110 11.1).
+func bearerToken(authorization string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// isBasic reports whether an Authorization header uses the Basic scheme.
+func isBasic(authorization string) bool {
+	scheme, _, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	return ok && strings.EqualFold(scheme, "basic")
+}
+
+// strictJSON returns why a JSON body is refused, or "": an empty body is
+// fine; anything else must be exactly one JSON value with no object
+// holding the same key twice, at any depth, compared as case-insensitive
+// decoders compare them (Go's, .NET's). Parsers disagree about duplicates
+// (the first wins, the last wins, or an error) and some are lenient about
+// malformed JSON, so either would let Ratchet cost and scope one request
+// while the vendor acts on another.
+func strictJSON(body []byte) string {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := strictValue(dec, "$"); err != "" {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "the JSON body has data after its value"
+	}
+	return ""
+}
+
+// strictValue reads one JSON value, refusing duplicate keys.
+func strictValue(dec *json.Decoder, at string) string {
+	tok, err := dec.Token()
+	if err != nil {
+		return "the body is not valid JSON"
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			name, ok := k.(string)
+			if err != nil || !ok {
+				return "the body is not valid JSON"
+			}
+			if f := foldKey(name); seen[f] {
+				return fmt.Sprintf("the JSON body has the key %q twice in %s; send each key once", name, at)
+			} else {
+				seen[f] = true
+			}
+			if e := strictValue(dec, at+"."+name); e != "" {
+				return e
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return "the body is not valid JSON"
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if e := strictValue(dec, at+"["+strconv.Itoa(i)+"]"); e != "" {
+				return e
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return "the body is not valid JSON"
+		}
+	}
+	return ""
+}
+
+// foldKey maps a key to one spelling per case-insensitive class (each
+// rune to the smallest of its Unicode simple folds, so K, k and the Kelvin
+// sign are one).
+func foldKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		min := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < min {
+				min = f
+			}
+		}
+		return min
+	}, s)
 }

@@ -2,6 +2,7 @@ package vendors
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -325,40 +326,49 @@ func TestRefusalsEachSDKShows(t *testing.T) {
 }
 
 // TestWhoseCallItIs: the caller's key, whether an SDK minted it, the
-// account a header names, the merchant a body names, and the credential
-// that scopes keys: a static secret, never a refreshed OAuth token.
+// account a header names, the merchant a body names, the credential that
+// scopes keys (a static secret, named merchant or not; never a refreshed
+// OAuth token), and the owner of the answer where only an OAuth token says
+// whose call it is.
 func TestWhoseCallItIs(t *testing.T) {
 	cases := []struct {
-		name, vendor, path, body string
-		header                   http.Header
-		key                      string
-		fromSDK                  bool
-		scope, merchant, cred    string
+		name, vendor, path, body     string
+		header                       http.Header
+		key                          string
+		fromSDK                      bool
+		scope, merchant, cred, owner string
 	}{
 		{"stripe, caller's key", "stripe", "/v1/payment_intents", "amount=1&currency=usd",
-			http.Header{"Idempotency-Key": {"order-1"}, "Authorization": {"Bearer sk_test_1"}}, "order-1", false, "", "", "Bearer sk_test_1"},
+			http.Header{"Idempotency-Key": {"order-1"}, "Authorization": {"Bearer sk_test_1"}}, "order-1", false, "", "", "Bearer sk_test_1", ""},
 		{"stripe-go's key", "stripe", "/v1/payment_intents", "amount=1&currency=usd",
-			http.Header{"Idempotency-Key": {"1764581234567890123_Ab-_9z"}}, "1764581234567890123_Ab-_9z", true, "", "", ""},
+			http.Header{"Idempotency-Key": {"1764581234567890123_Ab-_9z"}}, "1764581234567890123_Ab-_9z", true, "", "", "", ""},
 		{"stripe-node's retry key", "stripe", "/v1/refunds", "charge=ch_1",
-			http.Header{"Idempotency-Key": {"stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c"}}, "stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c", true, "", "", ""},
-		{"stripe account", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Account": {"acct_1"}}, "", false, "acct_1", "", ""},
-		{"stripe context", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Context": {"acct_1"}}, "", false, " context=acct_1", "", ""},
+			http.Header{"Idempotency-Key": {"stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c"}}, "stripe-node-retry-7a5d4d1e-2c1a-4b7e-9f62-1b1e2f3a4b5c", true, "", "", "", ""},
+		{"stripe account", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Account": {"acct_1"}}, "", false, "acct_1", "", "", ""},
+		{"stripe context", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Context": {"acct_1"}}, "", false, "\nStripe-Context=\"acct_1\"", "", "", ""},
+		{"stripe account and context", "stripe", "/v1/payment_intents", "", http.Header{"Stripe-Account": {"acct_1"}, "Stripe-Context": {"acct_2"}},
+			"", false, "\nStripe-Account=\"acct_1\"\nStripe-Context=\"acct_2\"", "", "", ""},
 		{"square location", "square", "/v2/payments", `{"idempotency_key":"k","location_id":"L1"}`,
-			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "location=L1", ""},
+			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "location=L1", "", ""},
 		{"square, no location", "square", "/v2/refunds", `{"idempotency_key":"k","payment_id":"p"}`,
-			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "", "Bearer EAAA1"},
-		{"square order location", "square", "/v2/orders", `{"idempotency_key":"k","order":{"location_id":"L2"}}`, nil, "k", false, "", "location=L2", ""},
+			http.Header{"Authorization": {"Bearer EAAA1"}}, "k", false, "", "", "", "Bearer EAAA1"},
+		{"square order location", "square", "/v2/orders", `{"idempotency_key":"k","order":{"location_id":"L2"}}`, nil, "k", false, "", "location=L2", "", ""},
 		{"adyen merchant", "adyen", "/v71/payments", `{"merchantAccount":"M1"}`,
-			http.Header{"X-Api-Key": {"AQE1"}, "Idempotency-Key": {"k"}}, "k", false, "", "merchantAccount=M1", ""},
-		{"adyen, no merchant", "adyen", "/v71/payments", `{}`, http.Header{"X-Api-Key": {"AQE1"}}, "", false, "", "", "AQE1\x00"},
+			http.Header{"X-Api-Key": {"AQE1"}, "Idempotency-Key": {"k"}}, "k", false, "", "merchantAccount=M1", "AQE1\x00", ""},
+		{"adyen, no merchant", "adyen", "/v71/payments", `{}`, http.Header{"X-Api-Key": {"AQE1"}}, "", false, "", "", "AQE1\x00", ""},
+		{"adyen oauth, no merchant", "adyen", "/v71/payments", `{}`, http.Header{"Authorization": {"Bearer tok"}}, "", false, "", "", "", "Bearer tok"},
 		{"paypal assertion", "paypal", "/v2/checkout/orders", `{}`,
 			http.Header{"Paypal-Auth-Assertion": {"eyJhbGciOiJub25lIn0.eyJpc3MiOiJjIiwicGF5ZXJfaWQiOiJQIn0."}, "Authorization": {"Bearer A21AA"}, "Paypal-Request-Id": {"k"}},
-			"k", false, "auth_assertion=eyJhbGciOiJub25lIn0.eyJpc3MiOiJjIiwicGF5ZXJfaWQiOiJQIn0.", "", ""},
-		{"paypal basic", "paypal", "/v2/checkout/orders", `{}`, http.Header{"Authorization": {"Basic Y2xpZW50OnNlY3JldA=="}}, "", false, "", "", "Basic Y2xpZW50OnNlY3JldA=="},
+			"k", false, "auth_assertion=eyJhbGciOiJub25lIn0.eyJpc3MiOiJjIiwicGF5ZXJfaWQiOiJQIn0.", "", "", ""},
+		{"paypal basic", "paypal", "/v2/checkout/orders", `{}`, http.Header{"Authorization": {"Basic Y2xpZW50OnNlY3JldA=="}}, "", false, "", "", "Basic Y2xpZW50OnNlY3JldA==", ""},
+		{"paypal first party", "paypal", "/v2/checkout/orders", `{}`, http.Header{"Authorization": {"Bearer A21AA"}, "Paypal-Request-Id": {"k"}},
+			"k", false, "", "", "", "Bearer A21AA"},
 		{"checkout channel", "checkout", "/payments", `{"processing_channel_id":"pc_1"}`,
-			http.Header{"Authorization": {"Bearer sk_sbox_1"}, "Cko-Idempotency-Key": {"k"}}, "k", false, "", "processing_channel_id=pc_1", ""},
-		{"checkout secret key", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer sk_sbox_1"}}, "", false, "", "", "Bearer sk_sbox_1"},
-		{"checkout oauth", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer eyJhbGciOi"}}, "", false, "", "", ""},
+			http.Header{"Authorization": {"Bearer sk_sbox_1"}, "Cko-Idempotency-Key": {"k"}}, "k", false, "", "processing_channel_id=pc_1", "Bearer sk_sbox_1", ""},
+		{"checkout oauth channel", "checkout", "/payments", `{"processing_channel_id":"pc_1"}`,
+			http.Header{"Authorization": {"Bearer eyJhbGciOi"}}, "", false, "", "processing_channel_id=pc_1", "", ""},
+		{"checkout secret key", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer sk_sbox_1"}}, "", false, "", "", "Bearer sk_sbox_1", ""},
+		{"checkout oauth", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer eyJhbGciOi"}}, "", false, "", "", "", "Bearer eyJhbGciOi"},
 	}
 	for _, c := range cases {
 		v, _ := Lookup(c.vendor)
@@ -367,8 +377,141 @@ func TestWhoseCallItIs(t *testing.T) {
 			h = http.Header{}
 		}
 		e, ok := v.Classify(&Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
-		if !ok || e.CallerKey != c.key || e.KeyFromSDK != c.fromSDK || e.Scope != c.scope || e.Merchant != c.merchant || e.Credential != c.cred {
+		if !ok || e.CallerKey != c.key || e.KeyFromSDK != c.fromSDK || e.Scope != c.scope || e.Merchant != c.merchant ||
+			e.Credential != c.cred || e.Owner != c.owner || e.Refuse != "" {
 			t.Errorf("%s: %+v", c.name, e)
+		}
+	}
+}
+
+// TestAccountScopesAreInjective: no two selections of accounts share a
+// scope. Stripe-Account "acct_1A context=acct_1B" (one odd value) and
+// Stripe-Account acct_1A with Stripe-Context acct_1B were one scope.
+func TestAccountScopesAreInjective(t *testing.T) {
+	scope := func(h http.Header) string {
+		e, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: h, Body: []byte("amount=100&currency=usd")})
+		return e.Scope
+	}
+	seen := map[string]string{}
+	for _, h := range []http.Header{
+		{"Stripe-Account": {"acct_1A context=acct_1B"}},
+		{"Stripe-Account": {"acct_1A"}, "Stripe-Context": {"acct_1B"}},
+		{"Stripe-Account": {"acct_1A"}},
+		{"Stripe-Context": {"acct_1A"}},
+		{"Stripe-Account": {"\nStripe-Context=\"acct_1A\""}},
+		{"Stripe-Account": {"acct_1A", "acct_1B"}},
+		{"Stripe-Account": {"acct_1A\nStripe-Account=\"acct_1B\""}},
+		{},
+	} {
+		s := scope(h)
+		if prev, ok := seen[s]; ok {
+			t.Errorf("%v and %s share the scope %q", h, prev, s)
+		}
+		seen[s] = fmt.Sprint(h)
+	}
+}
+
+// TestRepeatedFieldsAndHeadersAreRefused: a scalar form field, an account
+// header, a credential or a caller's key sent twice is read one way by
+// Ratchet and perhaps another by the vendor (Stripe's Rack keeps the last
+// amount; Ratchet costed the first): such a request is refused, never
+// costed or scoped by one value and sent with both. An array field
+// (expand[]) may repeat. What is read is what Stripe reads: the last value.
+func TestRepeatedFieldsAndHeadersAreRefused(t *testing.T) {
+	e, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents",
+		Body: []byte("amount=100&currency=usd&amount=6000000")})
+	if e.Refuse == "" || !strings.Contains(e.Refuse, `"amount"`) || e.Money == nil || e.Money.Minor != 6000000 {
+		t.Errorf("amount=100&...&amount=6000000: refuse %q, money %+v", e.Refuse, e.Money)
+	}
+	for _, c := range []struct {
+		vendor, path, body string
+		header             http.Header
+		refused            bool
+	}{
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd&expand[]=a&expand[]=b", nil, false},
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd&customer=cus_1&customer=cus_2", nil, true},
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd;amount=6000000", nil, true}, // a ';' Go does not split on
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd", http.Header{"Stripe-Account": {"acct_1A", "acct_1B"}}, true},
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd", http.Header{"Stripe-Context": {"acct_1A", "acct_1B"}}, true},
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd", http.Header{"Authorization": {"Bearer sk_1", "Bearer sk_2"}}, true},
+		{"stripe", "/v1/payment_intents", "amount=1&currency=usd", http.Header{"Idempotency-Key": {"a", "b"}}, true},
+		{"paypal", "/v2/checkout/orders", `{}`, http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.B."}}, true},
+		{"paypal", "/v2/checkout/orders", `{}`, http.Header{"Paypal-Request-Id": {"a", "b"}}, true},
+		{"adyen", "/v71/payments", `{}`, http.Header{"X-Api-Key": {"k1", "k2"}}, true},
+		{"checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer sk_1", "Bearer sk_2"}}, true},
+		{"square", "/v2/payments", `{}`, http.Header{"Authorization": {"Bearer a", "Bearer b"}}, true},
+	} {
+		v, _ := Lookup(c.vendor)
+		h := c.header
+		if h == nil {
+			h = http.Header{}
+		}
+		e, _ := v.Classify(&Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
+		if (e.Refuse != "") != c.refused {
+			t.Errorf("%s %s %v: refuse %q", c.vendor, c.body, c.header, e.Refuse)
+		}
+	}
+	// Repeated headers scope by every value, should they ever be sent.
+	a, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1B"}}})
+	b, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1C"}}})
+	p1, _ := PayPal{}.Classify(&Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.B."}}})
+	p2, _ := PayPal{}.Classify(&Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.C."}}})
+	if a.Scope == b.Scope || p1.Scope == p2.Scope {
+		t.Errorf("different account headers, one scope: stripe %q/%q, paypal %q/%q", a.Scope, b.Scope, p1.Scope, p2.Scope)
+	}
+	// A POST's parameters in the query string would be charged by Stripe
+	// (Rack merges them) and not costed; a DELETE's are where the SDKs put
+	// them.
+	q, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Query: "amount=6000000", Header: http.Header{}, Body: []byte("amount=1&currency=usd")})
+	d, _ := Stripe{}.Classify(&Request{Method: "DELETE", Path: "/v1/customers/cus_1", Query: "expand[0]=x", Header: http.Header{}})
+	if q.Refuse == "" || d.Refuse != "" {
+		t.Errorf("POST with a query: %q; DELETE with one: %q", q.Refuse, d.Refuse)
+	}
+}
+
+// TestDuplicateJSONKeysAreRefused: JSON parsers disagree about a key sent
+// twice (the first wins, the last wins, an error; .NET and Go match keys
+// in any case), so a body with one, at any depth, is refused; so is one
+// that is not exactly one JSON value (a lenient parser's trailing comma
+// or second object would be charged and not costed).
+func TestDuplicateJSONKeysAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		refused bool
+	}{
+		{``, false},
+		{`{"merchantAccount":"A","amount":{"value":1,"currency":"EUR"}}`, false},
+		{`[{"op":"replace","path":"/a"},{"op":"add","path":"/a"}]`, false}, // PayPal's PATCH: the same keys in two objects
+		{`{"merchantAccount":"A","x":1,"merchantAccount":"B"}`, true},
+		{`{"amount":{"value":1,"currency":"EUR","value":6000000}}`, true},
+		{`{"a":[{"b":1,"b":2}]}`, true},
+		{`{"amount":1,"Amount":6000000}`, true},
+		{`{"amount":1,"\u0061mount":6000000}`, true},
+		{`{"kelvin":1,"\u212aelvin":2}`, true}, // K and the Kelvin sign fold alike
+		{`{"amount":1}{"amount":6000000}`, true},
+		{`{"amount":6000000,"currency":"USD",}`, true},
+		{`{"amount":1`, true},
+	} {
+		for _, v := range []Vendor{Square{}, Adyen{}, PayPal{}, Checkout{}, Stripe{}} {
+			path := map[string]string{"square": "/v2/payments", "adyen": "/v71/payments", "paypal": "/v2/checkout/orders",
+				"checkout": "/payments", "stripe": "/v2/money_management/outbound_payments"}[v.Name()]
+			e, ok := v.Classify(&Request{Method: "POST", Path: path, Header: http.Header{}, Body: []byte(c.body)})
+			if !ok || (e.Refuse != "") != c.refused {
+				t.Errorf("%s %s: refuse %q", v.Name(), c.body, e.Refuse)
+			}
+		}
+	}
+}
+
+// TestCheckoutSecretKeyInAnyCaseScopes: the auth scheme is
+// case-insensitive (RFC 9110 11.1), so "bearer sk_..." is a secret key
+// and scopes the call; previous accounts send the bare key.
+func TestCheckoutSecretKeyInAnyCaseScopes(t *testing.T) {
+	for _, a := range []string{"bearer sk_sbox_abc", "BEARER sk_sbox_abc", "Bearer sk_sbox_abc", "sk_sbox_abc"} {
+		e, _ := Checkout{}.Classify(&Request{Method: "POST", Path: "/payments",
+			Header: http.Header{"Authorization": {a}}, Body: []byte(`{"amount":100,"currency":"USD"}`)})
+		if e.Credential != a || e.Owner != "" {
+			t.Errorf("%q: credential %q, owner %q", a, e.Credential, e.Owner)
 		}
 	}
 }

@@ -21,9 +21,14 @@ import (
 // A key reused with other parameters is refused with IDEMPOTENCY_KEY_REUSED
 // (https://developer.squareup.com/docs/working-with-apis/idempotency).
 // The merchant is the access token's seller; location_id, where a request
-// names one, selects it (location ids are the seller's own), and then the
-// token, which OAuth refreshes, is no part of the key's scope. A request
-// that names no location is scoped by its token.
+// names one, selects it (location ids are the seller's own), and the token,
+// which OAuth refreshes, is no part of the key's scope. A request that
+// names no location (CreatePayment then uses the seller's main location)
+// is not scoped by its token either, which would make a retry after a
+// refresh a new call with a new idempotency_key, a double charge: the
+// token is the Owner of its answer instead (see PayPal). Which seller a
+// token belongs to is not known offline. A repeated Authorization header
+// and a body with a duplicate key are refused.
 type Square struct{}
 
 var _ Vendor = Square{}
@@ -97,7 +102,7 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 			continue
 		}
 		e := Effect{EffectType: ep.effectType, Counterparty: firstString(body, ep.counterparty...)}
-		e.Merchant, e.Credential = squareMerchant(body, r.Header)
+		e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 		if ep.keyMax > 0 {
 			e.Key = s.KeyRule()
 			e.Key.MaxLen = ep.keyMax
@@ -111,18 +116,23 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an
 	// unknown endpoint is named by its first segment and method only.
 	e := Effect{EffectType: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}
-	e.Merchant, e.Credential = squareMerchant(body, r.Header)
+	e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 	return e, true
 }
 
-// squareMerchant returns the location a request names, or else its
-// credentials, which then scope it.
-func squareMerchant(body any, h http.Header) (merchant, credential string) {
+// squareMerchant returns the location a request names; or else, as the
+// owner of its answer, its access token (OAuth or personal, which cannot
+// be told apart, so never a scope); and why it is refused, if it is.
+func squareMerchant(body any, r *Request) (merchant, owner, refuse string) {
+	refuse = singleHeaders(r.Header, "Authorization")
+	if refuse == "" {
+		refuse = strictJSON(r.Body)
+	}
 	if loc := firstString(body, []string{"location_id"}, []string{"order", "location_id"},
 		[]string{"quick_pay", "location_id"}, []string{"invoice", "location_id"}); loc != "" {
-		return "location=" + loc, ""
+		return "location=" + loc, "", refuse
 	}
-	return "", h.Get("Authorization")
+	return "", r.Header.Get("Authorization"), refuse
 }
 
 // squareReads are the last path segments of Square POSTs that only read

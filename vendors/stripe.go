@@ -1,10 +1,14 @@
 package vendors
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Stripe is api.stripe.com.
@@ -22,12 +26,27 @@ import (
 // (https://docs.stripe.com/changelog/2015-09-03), so keys are not per
 // endpoint. The account a call acts for is the API key's, or the connected
 // account named by Stripe-Account or Stripe-Context
-// (https://docs.stripe.com/context). stripe-go sends a key it mints for
-// every POST (NewIdempotencyKey: UnixNano, "_", six base64url characters)
-// and stripe-node one prefixed stripe-node-retry- when retries are on; such
-// keys say nothing about two calls being one (KeyFromSDK). SDKs honour
-// Stripe-Should-Retry: false, which Ratchet sends where a retry can only be
-// refused again.
+// (https://docs.stripe.com/context); Stripe-Account alone scopes as its
+// value, anything else (Stripe-Context, or a header twice) by an injective
+// encoding of every value (scopeOf). The API key always scopes: it is
+// static (a rolled key starts a new scope). stripe-go sends a key it
+// mints for every POST (NewIdempotencyKey: UnixNano, "_", six base64url
+// characters) and stripe-node one prefixed stripe-node-retry- when retries
+// are on; such keys say nothing about two calls being one (KeyFromSDK), so
+// the call is keyed by content, but a stripe-go key carries the time it
+// was minted (StripeKeyMinted) and the proxy keys it in the window that
+// time falls in: the SDK's retries of one call, and an application's own
+// retry with a key it minted that way and kept, are that call however
+// late they come, while a new call (a new key) for identical content
+// within the window is still a duplicate. Rack, Stripe's form parser,
+// keeps the last value of a repeated field and merges a POST's query
+// string into its parameters: a repeated field that is not an array
+// (name[]), a form that does not parse, a query string on a POST, and a
+// repeated Stripe-Account, Stripe-Context, Authorization or
+// Idempotency-Key header are refused (Effect.Refuse), never costed or
+// scoped by one reading and sent for another. SDKs honour
+// Stripe-Should-Retry: false, which Ratchet sends where a retry can only
+// be refused again.
 type Stripe struct{}
 
 var _ Vendor = Stripe{}
@@ -53,13 +72,24 @@ func stripeKeyFromSDK(k string) bool {
 }
 
 // stripeScope names the account a request acts for beyond the API key's:
-// Stripe-Account alone as it always was, with Stripe-Context after it.
+// Stripe-Account alone as it always was; with Stripe-Context, or either
+// repeated, an injective encoding of every value (scopeOf), so that no two
+// selections of accounts share a scope.
 func stripeScope(h http.Header) string {
-	scope := h.Get("Stripe-Account")
-	if c := h.Get("Stripe-Context"); c != "" {
-		scope += " context=" + c
+	return scopeOf(h, "Stripe-Account", "Stripe-Context")
+}
+
+// StripeKeyMinted returns the time a stripe-go key (NewIdempotencyKey:
+// UnixNano, "_", six characters) was minted, which it carries.
+func StripeKeyMinted(k string) (time.Time, bool) {
+	if !stripeGoKey.MatchString(k) {
+		return time.Time{}, false
 	}
-	return scope
+	n, err := strconv.ParseInt(k[:19], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n), true
 }
 
 // stripeNamespaces are path prefixes that group resources
@@ -83,21 +113,36 @@ func (s Stripe) Classify(r *Request) (Effect, bool) {
 		res = append([]string{res[0] + "_" + res[1]}, res[2:]...)
 	}
 	e := Effect{EffectType: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
-		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization")}
+		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization"),
+		Refuse: singleHeaders(r.Header, "Stripe-Account", "Stripe-Context", "Authorization", "Idempotency-Key")}
 	e.KeyFromSDK = stripeKeyFromSDK(e.CallerKey)
 	if r.Method == http.MethodPost || (v2 && r.Method == http.MethodDelete) {
 		e.Key = s.KeyRule()
 	}
 	var body any
 	if v2 {
+		if e.Refuse == "" {
+			e.Refuse = strictJSON(r.Body)
+		}
 		body = jsonObject(r.Body)
 		e.Money = minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"})
 		e.Counterparty = firstString(body, []string{"to", "recipient"}, []string{"customer"})
 		return e, true
 	}
 	form, err := url.ParseQuery(string(r.Body))
-	if err != nil {
-		return e, true // still an effect; nothing more can be read
+	if err != nil && e.Refuse == "" {
+		// Rack reads what Go does not (a ';' separator, a bad escape):
+		// nothing could be costed as Stripe would read it.
+		e.Refuse = "the form body does not parse: " + err.Error()
+	}
+	if e.Refuse == "" {
+		e.Refuse = repeatedFormField(form)
+	}
+	if e.Refuse == "" && r.Query != "" && r.Method == http.MethodPost {
+		// Rack merges query parameters into a POST's: an amount there
+		// would be charged and not costed. (The SDKs put a DELETE's
+		// parameters in the query; a POST's always in the body.)
+		e.Refuse = "a POST carries its parameters in the body, not the query string"
 	}
 	body = formMap(form)
 	e.Money = minorMoney(body, []string{"amount"}, []string{"currency"})
@@ -106,15 +151,34 @@ func (s Stripe) Classify(r *Request) (Effect, bool) {
 	return e, true
 }
 
-// formMap turns form values into the map shape get reads (first values).
+// formMap turns form values into the map shape get reads: the last value
+// of a repeated field, as Stripe's parser (Rack) keeps it.
 func formMap(form url.Values) map[string]any {
 	m := make(map[string]any, len(form))
 	for k, v := range form {
 		if len(v) > 0 {
-			m[k] = v[0]
+			m[k] = v[len(v)-1]
 		}
 	}
 	return m
+}
+
+// repeatedFormField returns why a form body is refused when a field other
+// than an array ("expand[]") comes twice: amount=100&amount=6000000 is
+// one amount to one parser and another to the next, so it is never
+// costed, scoped or sent.
+func repeatedFormField(form url.Values) string {
+	var names []string
+	for k, v := range form {
+		if len(v) > 1 && !strings.HasSuffix(k, "[]") {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("the form field %q is sent more than once; a field that is not an array (name[]) must be sent once", names[0])
 }
 
 // Outcome implements Vendor.
