@@ -78,12 +78,16 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 		tool.Annotations.DestructiveHint = &destructive
 	}
 	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		ctx, span := startToolSpan(ctx, spec.name, req) // trace.go
+		defer span.End()
 		var args In
 		if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+			toolFailed(span, err)
 			return errorResult(err), nil
 		}
 		out, summary, err := call(ctx, t.identity(req), &args)
 		if err != nil {
+			toolFailed(span, err)
 			return errorResult(err), nil
 		}
 		js, err := json.Marshal(out)

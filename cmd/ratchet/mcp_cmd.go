@@ -56,7 +56,12 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 		defer eng.Close(context.Background())
-		srv = mcp.New(eng, &mcp.Options{Version: version, Logger: log, Identity: mcp.Identity{Namespace: *ns, AgentID: *agent},
+		traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
+		if err != nil {
+			return err
+		}
+		defer flushTraces()
+		srv = mcp.New(traced, &mcp.Options{Version: version, Logger: log, Identity: mcp.Identity{Namespace: *ns, AgentID: *agent},
 			Defaults: cfg.LedgerDefaults()})
 	}
 	if err := srv.Run(ctx, transport); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {

@@ -18,7 +18,6 @@ import (
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
-	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/metrics"
 	"github.com/ratchet-mcp/ratchet/proxy"
@@ -92,7 +91,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	m.Watch(eng)
 	m.WatchOutbox(eng)
-	outbound, err := newProxy(cfg, eng, log, m)
+	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
+	if err != nil {
+		eng.Close(context.Background())
+		return err
+	}
+	defer flushTraces()
+	outbound, err := newProxy(cfg, traced, log, m)
 	if err != nil {
 		eng.Close(context.Background())
 		return err
@@ -103,7 +108,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 
-	mcpServer := mcp.New(eng, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults()})
+	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults()})
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
@@ -164,7 +169,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 }
 
 // newProxy builds the outbound proxy from the config.
-func newProxy(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs proxy.Observer) (*proxy.Proxy, error) {
+func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.Observer) (*proxy.Proxy, error) {
 	ca, err := proxy.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
 	if err != nil {
 		return nil, err

@@ -46,6 +46,8 @@ type Config struct {
 	// Mode observe makes every policy rule without a mode of its own an
 	// observed rule (see ledger/observe.go); default enforce.
 	Mode string `yaml:"mode"`
+	// Tracing configures OpenTelemetry traces (internal/tracing).
+	Tracing Tracing `yaml:"tracing"`
 	// Notify gets events to people (notify.go).
 	Notify Notify `yaml:"notify"`
 
@@ -66,6 +68,21 @@ type Audit struct {
 
 // On reports whether the audit log is kept.
 func (a Audit) On() bool { return a.Enabled == nil || *a.Enabled }
+
+// Tracing configures OpenTelemetry traces, exported over OTLP/HTTP. The
+// standard OTEL_* variables apply too (see internal/tracing).
+type Tracing struct {
+	// Enabled turns traces on or off; unset, they are on when
+	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// is set.
+	Enabled *bool `yaml:"enabled"`
+	// Endpoint is the OTLP/HTTP endpoint URL (e.g.
+	// http://otel-collector:4318); empty: the OTEL_* variables'.
+	Endpoint string `yaml:"endpoint"`
+	// IncludeIdempotencyKeys puts a begin's idempotency key on its span
+	// (off: a key may name a customer or an order).
+	IncludeIdempotencyKeys bool `yaml:"include_idempotency_keys"`
+}
 
 // Listen holds the listener addresses.
 type Listen struct {
@@ -429,6 +446,11 @@ func (c *Config) problems() []Problem {
 	}
 	if c.Mode != "" && c.Mode != ledger.ModeEnforce && c.Mode != ledger.ModeObserve {
 		add("mode", "%q must be enforce or observe", c.Mode)
+	}
+	if e := c.Tracing.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("tracing.endpoint", "%q is not an http(s) URL (the OTLP/HTTP endpoint, e.g. http://otel-collector:4318)", e)
+		}
 	}
 	checkDur := func(path string, d Duration) {
 		if d.Value() <= 0 {
