@@ -74,6 +74,11 @@ type Engine interface {
 	Budgets(ctx context.Context, namespace string) ([]ledger.Budget, error)
 	Audit(ctx context.Context, since, until time.Time, fn func(ledger.AuditRecord) error) error
 	Ping(ctx context.Context) error
+	// Grants and the outbox (grants.go).
+	ListGrants(ctx context.Context, namespace string, all bool) ([]ledger.Grant, error)
+	CreateGrant(ctx context.Context, req ledger.GrantRequest) (*ledger.Grant, error)
+	RevokeGrant(ctx context.Context, grantID, by string) (*ledger.Grant, error)
+	Outbox(ctx context.Context, deadOnly bool) ([]ledger.OutboxEntry, error)
 }
 
 // Options configures Handler.
@@ -113,6 +118,10 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve, change))
 	mux.Handle("GET /v1/budgets", a.auth(a.budgets, read))
 	mux.Handle("GET /v1/audit", a.auth(a.auditExport, read))
+	mux.Handle("GET /v1/grants", a.auth(a.listGrants, read))
+	mux.Handle("POST /v1/grants", a.auth(a.createGrant, change))
+	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(a.revokeGrant, change))
+	mux.Handle("GET /v1/outbox", a.auth(a.outbox, read))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}, read))

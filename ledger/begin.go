@@ -187,7 +187,10 @@ func (e *Engine) existing(t *opTxn, rec *effectRec, now time.Time) (*BeginResult
 		return res, nil
 	case StateAwaitingApproval:
 		if now.Before(rec.Approval.ExpiresAt) {
-			return e.approvalAnswer(rec, now), nil
+			// A grant made since it asked decides it (grants.go).
+			if granted, err := e.waitingGrant(t, rec, now); err != nil || !granted {
+				return e.approvalAnswer(rec, now), err
+			}
 		}
 	}
 	return nil, nil
@@ -331,8 +334,19 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return res, nil
 		}
 	}
+	var grant *Grant // a scoped approval that covers it (grants.go)
 	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
-		return e.requestApproval(t, in, rec, *pol.threshold, now)
+		g, err := e.grantFor(t, req.Namespace, req.EffectType, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
+		if err != nil {
+			return nil, err
+		}
+		if g == nil {
+			return e.requestApproval(t, in, rec, *pol.threshold, now)
+		}
+		grant = g
+		if err := e.useGrant(t, g, in, rec, now); err != nil {
+			return nil, err
+		}
 	}
 	if obs.threshold != nil && !undo && !approved && req.EstimatedCostMicros != nil && *req.EstimatedCostMicros >= *obs.threshold {
 		in.note(observation{would: WouldRequireApproval, reason: reasonApprovalRequired})
@@ -343,6 +357,10 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	res, err := e.execute(t, in, rec, uses, now)
 	if err != nil {
 		return nil, err
+	}
+	if grant != nil {
+		res.GrantID = grant.GrantID
+		res.Message += fmt.Sprintf(" Grant %s covers it: no approval request was needed.", grant.GrantID)
 	}
 	if target != nil {
 		res.Message = fmt.Sprintf("Perform this compensation now (it undoes %s), then report its outcome.", target.EffectID)

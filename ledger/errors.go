@@ -106,7 +106,7 @@ func HTTPStatus(code Code) int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeEffectNotFound, CodeApprovalNotFound, CodeGroupNotFound:
+	case CodeEffectNotFound, CodeApprovalNotFound, CodeGroupNotFound, CodeGrantNotFound:
 		return http.StatusNotFound
 	case CodeInvalidStateTransition, CodeIdempotencyKeyConflict:
 		return http.StatusConflict

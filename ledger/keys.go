@@ -37,6 +37,7 @@ import (
 //	x\0<sink>\0<ref>                            what a sink needs to find a delivery again (sinkrefs.go, JSON)
 //	b\0<ns>\0<ceiling>\0<scope>\0<run>          the budget thresholds a counter fired, and when (thresholds.go, JSON)
 //	d\0<expires, 8 bytes BE>\0<effect_id>       approval requests by expiry, for the expiry sweep (approvals.go)
+//	q\0<grant_id>                               a grant: a scoped approval and what it covered (grants.go, JSON)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -63,6 +64,7 @@ const (
 	kindSinkRef       = "x"
 	kindThreshold     = "b"
 	kindApprovalDue   = "d"
+	kindGrant         = "q"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -97,6 +99,7 @@ var keyLayouts = map[string][]int{
 	kindSinkRef:       {2},
 	kindThreshold:     {4},
 	kindApprovalDue:   {0},
+	kindGrant:         {1},
 }
 
 func key(kind string, parts ...string) []byte {

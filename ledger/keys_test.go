@@ -41,6 +41,10 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	if err := h.eng.PutSinkRef(ctx, "test-sink", ask.ApprovalID, []byte(`{"ts":"1"}`)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := h.eng.CreateGrant(ctx, ledger.GrantRequest{Namespace: "default", EffectType: "payment.*", AgentID: "bot",
+		MaxEffects: i64(1), ExpiresAt: h.clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	for _, k := range h.storedKeys("") {
 		if why := ledger.KeyLayoutError([]byte(k)); why != "" {

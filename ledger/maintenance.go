@@ -54,6 +54,9 @@ func (e *Engine) Purge(ctx context.Context) (int, error) {
 	if err == nil {
 		err = e.purgeSinkRefs(ctx)
 	}
+	if err == nil {
+		err = e.purgeGrants(ctx)
+	}
 	if c, ok := e.store.(Compactor); ok && n > 0 && err == nil {
 		if cerr := c.Compact(); cerr != nil {
 			e.log.Warn("reclaiming space after purge", "err", cerr)

@@ -37,8 +37,6 @@ type call struct {
 
 // vendor handles a request for vendor v whose API path is path.
 func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
-	r, span := startSpan(r, v.Name()) // trace.go
-	defer span.End()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -92,7 +90,6 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		return
 	}
 	p.opts.Observer.Request(v.Name(), string(res.Decision))
-	traceDecision(r.Context(), e.EffectType, res)
 	h := w.Header()
 	h.Set(HeaderDecision, string(res.Decision))
 	if res.EffectID != "" {
@@ -332,7 +329,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 				pr.Out.Header.Del(h)
 			}
 		},
-		Transport: traced(p.opts.Transport, v.Name()),
+		Transport: p.opts.Transport,
 		ErrorLog:  p.pass.ErrorLog,
 	}
 	if c != nil {
@@ -471,10 +468,12 @@ func printable(s string, max int) string {
 func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult, owner string) {
 	var kept storedResponse
 	parsed := json.Unmarshal(res.Result, &kept) == nil && kept.Status != 0
-	if owner != "" && kept.Owner != owner {
-		// Kept without an owner (before owners were kept, or the answer
-		// could not be kept): whose it is cannot be told, so neither the
-		// answer nor its object id is given, and it is not sent again.
+	if kept.Owner != owner {
+		// Another owner's answer (vendor re-begins such a request under
+		// its own owner first), or one kept without an owner (before
+		// owners were kept, or not kept at all) for a caller whose token
+		// alone says whose call it is: neither the answer nor its object
+		// id is given, and it is not sent again.
 		p.write(w, v, http.StatusConflict, vendors.RefusalDuplicate, fmt.Sprintf(
 			"Ratchet: this request was already performed (effect %s); its answer is kept only for the credential that made it", res.EffectID))
 		return
