@@ -110,7 +110,13 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
 				return
 			}
+			body = tagForWebhooks(e, body, res.VendorIdempotencyKey.Value) // tag.go
 		}
+		at := Attempt{Vendor: v.Name(), EffectID: res.EffectID, Attempt: res.Attempt}
+		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
+			at.VendorKey = res.VendorIdempotencyKey.Value
+		}
+		r = r.WithContext(WithAttempt(r.Context(), at)) // attempt.go: for a recording Transport
 		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt, owner})
 	case ledger.DecisionDuplicate:
 		p.replay(w, v, res, owner)

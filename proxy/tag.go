@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// Webhook tags. Stripe's events echo the idempotency key of the request
+// that caused them (request.idempotency_key), which is the vendor key
+// Ratchet stamped. The other vendors' events echo no key, so the proxy
+// writes the same vendor key where the vendor echoes a caller's tag back
+// in its events, and package webhooks settles the effect by it:
+//
+//	vendor        request (effect type)           tag                                   echoed in the event as
+//	Square        square.payments.create          reference_id (≤ 40)                   data.object.payment.reference_id
+//	Adyen         adyen.payments.create           metadata.ratchet_key                  additionalData["metadata.ratchet_key"]
+//	Checkout.com  checkout.payments.create        metadata.ratchet_key                  data.metadata.ratchet_key
+//	PayPal        paypal.orders.create            purchase_units[0].custom_id (≤ 127)   resource.custom_id (captures)
+//
+// A field the caller filled is the caller's: it is never overwritten, and
+// the effect then settles by same-key recovery or by hand, not by a
+// webhook. Only those four requests are tagged; a body that is not a JSON
+// object (or a PayPal order with several purchase units, whose custom_id
+// would be ambiguous) goes as it came. The tag is a 36-character UUID
+// (vendors' key shape): no personal data, within every field's limit.
+// Sources: package webhooks cites each vendor's event shape.
+const TagMetadataKey = "ratchet_key"
+
+// tagForWebhooks returns body with the vendor key written as the
+// vendor's webhook tag for e, or body unchanged.
+func tagForWebhooks(e vendors.Effect, body []byte, key string) []byte {
+	val, _ := json.Marshal(key)
+	switch e.EffectType {
+	case "square.payments.create":
+		return addMember(body, nil, "reference_id", val)
+	case "adyen.payments.create", "checkout.payments.create":
+		meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
+		top, ok := scanObject(body, 0)
+		if !ok {
+			return body
+		}
+		m, has := top.members["metadata"]
+		if !has {
+			return insert(body, top, "metadata", meta)
+		}
+		// Adyen allows 20 metadata entries; a full one is left alone.
+		if inner, ok := scanObject(body, m.start); ok && len(inner.members) < 20 {
+			return addMember(body, []int{m.start}, TagMetadataKey, val)
+		}
+	case "paypal.orders.create":
+		top, ok := scanObject(body, 0)
+		if !ok {
+			return body
+		}
+		pu, has := top.members["purchase_units"]
+		if !has {
+			return body
+		}
+		elems, ok := scanArray(body, pu.start)
+		if !ok || len(elems) != 1 {
+			return body
+		}
+		return addMember(body, []int{elems[0]}, "custom_id", val)
+	}
+	return body
+}
+
+// span is where a JSON value starts and ends in a body.
+type span struct{ start, end int }
+
+// object is a scanned JSON object: where its first member would go (just
+// after its '{'), and its members' values.
+type object struct {
+	open    int
+	members map[string]span
+}
+
+// addMember adds name: val to the object at offset at (the top-level one
+// when at is empty) unless it has a member of that name already.
+func addMember(body []byte, at []int, name string, val []byte) []byte {
+	off := 0
+	if len(at) > 0 {
+		off = at[0]
+	}
+	obj, ok := scanObject(body, off)
+	if !ok {
+		return body
+	}
+	if _, has := obj.members[name]; has {
+		return body
+	}
+	return insert(body, obj, name, val)
+}
+
+// insert writes "name":val as the first member of obj.
+func insert(body []byte, obj object, name string, val []byte) []byte {
+	k, _ := json.Marshal(name)
+	var out bytes.Buffer
+	out.Write(body[:obj.open])
+	out.Write(k)
+	out.WriteByte(':')
+	out.Write(val)
+	if len(obj.members) > 0 {
+		out.WriteByte(',')
+	}
+	out.Write(body[obj.open:])
+	return out.Bytes()
+}
+
+// scanObject reads the JSON object starting at off (after any
+// whitespace). It refuses anything else, and an object with a repeated
+// member name (which the vendor and Ratchet could read differently).
+func scanObject(body []byte, off int) (object, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body[off:]))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return object{}, false
+	}
+	obj := object{open: off + int(dec.InputOffset()), members: map[string]span{}}
+	for dec.More() {
+		tok, err := dec.Token()
+		name, isName := tok.(string)
+		if err != nil || !isName {
+			return object{}, false
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return object{}, false
+		}
+		end := off + int(dec.InputOffset())
+		if _, dup := obj.members[name]; dup {
+			return object{}, false
+		}
+		obj.members[name] = span{end - len(raw), end}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return object{}, false
+	}
+	return obj, true
+}
+
+// scanArray returns the offsets of the elements of the JSON array at off.
+func scanArray(body []byte, off int) ([]int, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body[off:]))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, false
+	}
+	var out []int
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, false
+		}
+		out = append(out, off+int(dec.InputOffset())-len(raw))
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+		return nil, false
+	}
+	return out, true
+}

@@ -1,0 +1,92 @@
+package webhooks
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Stripe verifies Stripe-Signature with stripe-go's webhook package:
+// "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" with the endpoint's
+// signing secret (whsec_…), refused when t is older than the tolerance
+// (https://docs.stripe.com/webhooks#verify-events; stripe-go
+// webhook/client.go validatePayload). Several v1 signatures are accepted
+// while a secret is rolled.
+//
+// Matching: an event caused by an API request names it in
+// request.idempotency_key, "The idempotency key transmitted during the
+// request" (stripe-go event.go EventRequest; https://docs.stripe.com/api/events/object),
+// which is the vendor key the proxy stamped or the agent sent. Events on
+// API versions before 2017-05-25 carry request as a bare id: ignored.
+// Only types that say how the request went are used; an event with no
+// request (automatic, e.g. an asynchronous payment failing later) has no
+// key and is ignored.
+type Stripe struct {
+	// Secrets are the endpoint's signing secrets (whsec_…); any verifies.
+	Secrets []string
+}
+
+var stripeOutcomes = map[string]ledger.Outcome{
+	"payment_intent.succeeded":                 ledger.OutcomeSucceeded,
+	"payment_intent.amount_capturable_updated": ledger.OutcomeSucceeded, // authorised, capture_method=manual
+	"payment_intent.canceled":                  ledger.OutcomeSucceeded, // a cancel request did it
+	"charge.succeeded":                         ledger.OutcomeSucceeded,
+	"refund.created":                           ledger.OutcomeSucceeded,
+	"payment_intent.payment_failed":            ledger.OutcomeFailed, // the confirm was declined: Stripe answered 402
+	"charge.failed":                            ledger.OutcomeFailed,
+}
+
+type stripeEvent struct {
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Request json.RawMessage `json:"request"`
+	Data    struct {
+		Object struct {
+			ID             string `json:"id"`
+			Amount         int64  `json:"amount"`
+			AmountReceived int64  `json:"amount_received"`
+			Currency       string `json:"currency"`
+		} `json:"object"`
+	} `json:"data"`
+}
+
+func (s *Stripe) read(h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]record, error) {
+	sig := h.Get("Stripe-Signature")
+	var err error
+	for _, secret := range s.Secrets {
+		if err = webhook.ValidatePayloadWithTolerance(body, sig, secret, tolerance); err == nil {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, webhook.ErrTooOld):
+		return nil, errStale
+	case err != nil || len(s.Secrets) == 0:
+		return nil, errSignature
+	}
+	var ev stripeEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return nil, malformed(err)
+	}
+	rec := record{eventID: ev.ID, eventType: ev.Type, outcome: stripeOutcomes[ev.Type], ref: ev.Data.Object.ID}
+	var req struct {
+		IdempotencyKey string `json:"idempotency_key"`
+	}
+	if json.Unmarshal(ev.Request, &req) == nil && req.IdempotencyKey != "" {
+		rec.keys = []string{req.IdempotencyKey}
+	}
+	o := ev.Data.Object
+	amount := o.Amount
+	if o.AmountReceived > 0 {
+		amount = o.AmountReceived
+	}
+	if ev.Type != "payment_intent.canceled" { // a cancel costs nothing of its own
+		rec.money = minor(amount, o.Currency)
+	}
+	return []record{rec}, nil
+}

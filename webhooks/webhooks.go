@@ -1,0 +1,328 @@
+// Package webhooks receives vendors' signed event notifications and
+// settles the effects they are about, so that an action whose outcome was
+// unknown (an upstream timeout, a dropped connection, a crashed agent)
+// settles within seconds instead of waiting for an operator.
+//
+// Each vendor has a path, POST /webhooks/<vendor>, on a listener of its
+// own (webhooks.listen), since vendors must reach it and nothing else of
+// Ratchet should be reachable from where they are. A request is verified
+// with the signature the vendor really uses before anything is read from
+// it; a bad or stale signature is refused with 401 and changes nothing.
+// A verified event that says an action succeeded or failed is matched to
+// the attempt that performed it by the vendor key Ratchet handed out for
+// that attempt (echoed by Stripe, written as a tag by the proxy for the
+// others: proxy/tag.go), and given to ledger.Engine.Settle, which applies
+// it, agrees with it, or flags a contradiction. Settle is idempotent, so
+// a replayed event (vendors retry until they get a 2xx) is harmless.
+//
+// Matching, per vendor (the one table; README "Unknown outcomes settle
+// themselves" repeats it):
+//
+//	vendor        signature                                  events used                                  matched by
+//	Stripe        Stripe-Signature (stripe-go webhook)       payment_intent.succeeded, .amount_capturable_ request.idempotency_key
+//	                                                         updated, .canceled, charge.succeeded,
+//	                                                         refund.created: succeeded;
+//	                                                         payment_intent.payment_failed, charge.failed:
+//	                                                         failed
+//	Square        x-square-hmacsha256-signature              payment.created, payment.updated: COMPLETED  data.object.payment.reference_id
+//	                                                         or APPROVED succeeded, FAILED failed
+//	Adyen         additionalData.hmacSignature per item      AUTHORISATION: success true succeeded,       additionalData["metadata.ratchet_key"],
+//	                                                         false failed                                 else merchantReference
+//	Checkout.com  Cko-Signature                              payment_approved, payment_captured:          data.metadata.ratchet_key, else
+//	                                                         succeeded; payment_declined: failed          data.reference
+//	PayPal        PAYPAL-TRANSMISSION-SIG, offline with a    PAYMENT.CAPTURE.COMPLETED,                   resource.custom_id, else
+//	              configured certificate                     CHECKOUT.ORDER.APPROVED, .COMPLETED:         resource.purchase_units[0].custom_id
+//	                                                         succeeded (never failed: see paypal.go)
+//
+// Every other event type is counted as ignored and answered 200, so the
+// vendor does not retry it. The amount an event reports becomes the
+// effect's actual cost through the proxy's currency table
+// (proxy.currency_micros); a currency without a rate leaves the estimate.
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// Defaults.
+const (
+	// DefaultTolerance is how old a signed timestamp (Stripe, PayPal) may
+	// be: stripe-go's own default.
+	DefaultTolerance = 5 * time.Minute
+	// DefaultMaxBodyBytes bounds an event's body.
+	DefaultMaxBodyBytes = 1 << 20
+	// PathPrefix is where each vendor's events arrive: PathPrefix+vendor.
+	PathPrefix = "/webhooks/"
+)
+
+// Settler is the engine method the receivers need.
+type Settler interface {
+	Settle(ctx context.Context, req ledger.SettleRequest) (*ledger.SettleResult, error)
+}
+
+// Observer counts events by vendor and stage (package metrics).
+type Observer interface {
+	// Webhook counts one event (an Adyen notification item is one) at a
+	// stage: received; refused (bad or stale signature, or unreadable);
+	// verified; ignored (a type that settles nothing, or no key or tag);
+	// then for the rest matched (an effect has its key) or unknown (none
+	// has), and of the matched settled (applied), agreed (already settled
+	// that way) or contradicted; failed (the ledger could not record it,
+	// answered 503 so the vendor retries).
+	Webhook(vendor, stage string)
+}
+
+// Options configure the receivers. A vendor whose field is nil has no
+// receiver (its path answers 404).
+type Options struct {
+	Stripe   *Stripe
+	Square   *Square
+	Adyen    *Adyen
+	Checkout *Checkout
+	PayPal   *PayPal
+	// Tolerance is how old a signed timestamp may be (default
+	// DefaultTolerance); Square, Adyen and Checkout.com sign none.
+	Tolerance time.Duration
+	// CurrencyMicros converts an event's amount to micro-USD (the proxy's
+	// table); nil: no actual cost is given.
+	CurrencyMicros map[string]int64
+	// MaxBodyBytes bounds a body (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// Clock is the time source for timestamps (default time.Now).
+	Clock func() time.Time
+	// Logger gets a line per event: vendor, type, event id, effect id,
+	// what happened. Never bodies, keys or amounts' owners.
+	Logger *slog.Logger
+	// Observer counts events; nil: nobody.
+	Observer Observer
+}
+
+// record is what a verified event says about one action.
+type record struct {
+	eventID   string
+	eventType string
+	// keys are the values the event carries that may be a vendor key
+	// Ratchet handed out, best first (a tag, then a reference the agent
+	// may have set to it); none: the event is ignored.
+	keys    []string
+	outcome ledger.Outcome // "" when the type says nothing: ignored
+	ref     string
+	money   *vendors.Money
+}
+
+// receiver verifies and reads one vendor's events.
+type receiver interface {
+	read(h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error)
+}
+
+// The ways a request is refused.
+var (
+	errSignature = errors.New("the signature does not verify")
+	errStale     = errors.New("the signed timestamp is outside the tolerance")
+	errMalformed = errors.New("the body is not an event")
+)
+
+type handler struct {
+	s         Settler
+	opts      Options
+	receivers map[string]receiver
+	log       *slog.Logger
+}
+
+// New returns the receivers as one handler, routing POST PathPrefix+vendor.
+func New(s Settler, opts Options) http.Handler {
+	if opts.Tolerance <= 0 {
+		opts.Tolerance = DefaultTolerance
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	h := &handler{s: s, opts: opts, receivers: map[string]receiver{}, log: opts.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stripe != nil {
+		h.receivers["stripe"] = opts.Stripe
+	}
+	if opts.Square != nil {
+		h.receivers["square"] = opts.Square
+	}
+	if opts.Adyen != nil {
+		h.receivers["adyen"] = opts.Adyen
+	}
+	if opts.Checkout != nil {
+		h.receivers["checkout"] = opts.Checkout
+	}
+	if opts.PayPal != nil {
+		h.receivers["paypal"] = opts.PayPal
+	}
+	return h
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Webhook(string, string) {}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, ok := strings.CutPrefix(r.URL.Path, PathPrefix)
+	rv := h.receivers[name]
+	if !ok || rv == nil {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	obs := h.opts.Observer
+	obs.Webhook(name, "received")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		obs.Webhook(name, "refused")
+		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
+		return
+	}
+	recs, err := rv.read(r.Header, body, h.opts.Clock(), h.opts.Tolerance)
+	if err != nil {
+		obs.Webhook(name, "refused")
+		h.log.Warn("webhook refused", "vendor", name, "err", err)
+		status := http.StatusUnauthorized
+		if errors.Is(err, errMalformed) {
+			status = http.StatusBadRequest
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	failed := false
+	for i := range recs {
+		obs.Webhook(name, "verified")
+		if !h.settle(r.Context(), name, &recs[i]) {
+			failed = true
+		}
+	}
+	if failed {
+		// Nothing was lost: the vendor retries, and Settle is idempotent.
+		http.Error(w, "the ledger could not record the event; retry", http.StatusServiceUnavailable)
+		return
+	}
+	if name == "adyen" {
+		w.Write([]byte("[accepted]")) // the answer Adyen expects (adyen.go)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// settle gives one record to the engine; false when the engine could not
+// record it and the vendor must retry.
+func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
+	obs := h.opts.Observer
+	keys := rec.keys[:0:0]
+	for _, k := range rec.keys {
+		if k != "" && len(k) <= ledger.MaxIDLen && k == printable(k) {
+			keys = append(keys, k)
+		}
+	}
+	if rec.outcome == "" || len(keys) == 0 {
+		obs.Webhook(vendor, "ignored")
+		h.log.Debug("webhook ignored", "vendor", vendor, "type", rec.eventType, "event_id", rec.eventID)
+		return true
+	}
+	req := ledger.SettleRequest{Vendor: vendor, Outcome: rec.outcome, Source: "webhook:" + vendor,
+		EventID: clip(printable(rec.eventID), ledger.MaxIDLen)}
+	if ref := rec.ref; ref == printable(ref) && len(ref) <= ledger.MaxIDLen {
+		req.VendorReference = ref
+	}
+	if rec.money != nil && rec.outcome == ledger.OutcomeSucceeded {
+		if micros, ok := rec.money.Micros(h.opts.CurrencyMicros); ok {
+			req.ActualCostMicros = &micros
+		}
+	}
+	var res *ledger.SettleResult
+	var err error
+	for _, k := range keys {
+		req.VendorKey = k
+		if res, err = h.s.Settle(ctx, req); ledger.CodeOf(err) != ledger.CodeEffectNotFound {
+			break
+		}
+	}
+	switch code := ledger.CodeOf(err); {
+	case err == nil:
+	case code == ledger.CodeEffectNotFound:
+		obs.Webhook(vendor, "unknown")
+		h.log.Info("webhook for no known effect", "vendor", vendor, "type", rec.eventType, "event_id", req.EventID)
+		return true
+	case code == ledger.CodeUnavailable || code == ledger.CodeInternal:
+		obs.Webhook(vendor, "failed")
+		h.log.Error("webhook not recorded; the vendor will retry", "vendor", vendor, "event_id", req.EventID, "err", err)
+		return false
+	default:
+		// The engine refused what the event says (it cannot be fixed by
+		// a retry): counted and logged, answered 200.
+		obs.Webhook(vendor, "ignored")
+		h.log.Warn("webhook refused by the ledger", "vendor", vendor, "event_id", req.EventID, "code", code, "err", err)
+		return true
+	}
+	obs.Webhook(vendor, "matched")
+	stage := "agreed"
+	switch {
+	case res.Applied:
+		stage = "settled"
+	case res.Contradicts:
+		stage = "contradicted"
+	}
+	obs.Webhook(vendor, stage)
+	lvl := slog.LevelInfo
+	if res.Contradicts {
+		lvl = slog.LevelWarn
+	}
+	h.log.Log(ctx, lvl, "webhook "+stage, "vendor", vendor, "type", rec.eventType, "event_id", req.EventID,
+		"effect_id", res.Effect.EffectID, "attempt", res.Effect.Attempt, "outcome", rec.outcome, "state", res.Effect.State)
+	return true
+}
+
+// printable is s with control characters as spaces and invalid UTF-8
+// replaced: what the ledger accepts as text.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
+	}
+	return s
+}
+
+// minor is an amount in minor units, if the currency is named.
+func minor(value int64, currency string) *vendors.Money {
+	if currency == "" {
+		return nil
+	}
+	return &vendors.Money{Minor: value, Currency: strings.ToUpper(currency)}
+}
+
+// malformed wraps a decoding error.
+func malformed(err error) error { return fmt.Errorf("%w: %v", errMalformed, err) }

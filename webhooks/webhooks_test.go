@@ -1,0 +1,396 @@
+package webhooks_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/webhooks"
+)
+
+// The fixtures in testdata are shaped after each vendor's documented
+// samples, with __TAG__ where the event echoes Ratchet's vendor key:
+//   - stripe_*: the event object, https://docs.stripe.com/api/events/object
+//     (request.idempotency_key), a PaymentIntent under data.object;
+//   - square_payment_updated.json: https://developer.squareup.com/reference/square/payments-api/webhooks/payment.updated;
+//   - adyen_authorisation.json: the standard webhook's AUTHORISATION item,
+//     https://docs.adyen.com/development-resources/webhooks/webhook-types;
+//   - checkout_*: https://www.checkout.com/docs/workflows/webhook-event-types/payment_approved;
+//   - paypal_payment_capture_completed.json: the PAYMENT.CAPTURE.COMPLETED
+//     sample of https://developer.paypal.com/api/rest/webhooks/event-names/.
+
+// vendorCase is one vendor's request through the proxy and its events.
+type vendorCase struct {
+	name, path, body string
+	hdr              http.Header
+	// tag is what the vendor will echo: read from the request it got.
+	tag func(body []byte, hdr http.Header) string
+	// event builds a signed event saying ok (or failed) about tag; forged
+	// signs it with the wrong secret, stale with an old timestamp (nil
+	// when the vendor signs no time).
+	event func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte)
+	// alter changes what the signature covers (default: the body).
+	alter      func([]byte) []byte
+	canFail    bool // the vendor has an event that says the request failed
+	cost       int64
+	ref        string
+	staleSigns bool
+}
+
+// transmissions numbers PayPal's transmission ids, one per delivery.
+var transmissions atomic.Int64
+
+type signing int
+
+const (
+	good signing = iota
+	forged
+	stale
+)
+
+func fixture(t *testing.T, name string, repl ...string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(strings.NewReplacer(repl...).Replace(string(b)))
+}
+
+func vendorCases() []vendorCase {
+	return []vendorCase{
+		{
+			name: "stripe", path: "/stripe/v1/payment_intents", body: "amount=2000&currency=usd&customer=cus_1",
+			hdr: http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"}},
+			tag: func(_ []byte, h http.Header) string { return h.Get("Idempotency-Key") },
+			event: func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte) {
+				name := "stripe_payment_intent_succeeded.json"
+				if !ok {
+					name = "stripe_payment_intent_payment_failed.json"
+				}
+				body := fixture(t, name, "__TAG__", tag)
+				p := &webhook.UnsignedPayload{Payload: body, Secret: stripeSecret, Timestamp: time.Now()}
+				switch sign {
+				case forged:
+					p.Secret = "whsec_someone_else"
+				case stale:
+					p.Timestamp = time.Now().Add(-10 * time.Minute)
+				}
+				return http.Header{"Stripe-Signature": {webhook.GenerateTestSignedPayload(p).Header}}, body
+			},
+			canFail: true, cost: 20_000_000, ref: "pi_3PTtW2LkdIwHu7ix0k8eTQNM", staleSigns: true,
+		},
+		{
+			name: "square", path: "/square/v2/payments",
+			body: `{"idempotency_key":"sdk-key-1","source_id":"cnon:card-nonce-ok","amount_money":{"amount":100,"currency":"USD"},"location_id":"L1"}`,
+			hdr:  http.Header{"Authorization": {"Bearer EAAA-square"}, "Content-Type": {"application/json"}},
+			tag:  func(b []byte, _ http.Header) string { return jsonAt(b, "reference_id") },
+			event: func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte) {
+				status := "COMPLETED"
+				if !ok {
+					status = "FAILED"
+				}
+				body := fixture(t, "square_payment_updated.json", "__TAG__", tag, "__STATUS__", status)
+				key := squareKey
+				if sign == forged {
+					key = "another-key"
+				}
+				return http.Header{"X-Square-Hmacsha256-Signature": {webhooks.SquareSignature(key, squareURL, body)}}, body
+			},
+			canFail: true, cost: 1_000_000, ref: "hYy9pRFVxpDsO1FB05SunFWUe9JZY",
+		},
+		{
+			name: "adyen", path: "/adyen/v71/payments",
+			body: `{"amount":{"currency":"EUR","value":1000},"reference":"YOUR_MERCHANT_REFERENCE","merchantAccount":"YOUR_MERCHANT_ACCOUNT","paymentMethod":{"type":"scheme","encryptedCardNumber":"x"}}`,
+			hdr:  http.Header{"X-Api-Key": {"AQE-adyen-key"}, "Content-Type": {"application/json"}},
+			tag:  func(b []byte, _ http.Header) string { return jsonAt(b, "metadata", "ratchet_key") },
+			event: func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte) {
+				success := "true"
+				if !ok {
+					success = "false"
+				}
+				key := adyenKey
+				if sign == forged {
+					key = []byte("another key entirely, 32 bytes!")
+				}
+				sig := webhooks.AdyenSignature(key, "YOUR_PSP_REFERENCE", "", "YOUR_MERCHANT_ACCOUNT", "YOUR_MERCHANT_REFERENCE",
+					1000, "EUR", "AUTHORISATION", success)
+				h := http.Header{}
+				(&http.Request{Header: h}).SetBasicAuth("adyen", adyenPassword)
+				return h, fixture(t, "adyen_authorisation.json", "__TAG__", tag, "__SUCCESS__", success, "__HMAC__", sig)
+			},
+			// Adyen signs fields, not the body: alter a signed one.
+			alter: func(b []byte) []byte {
+				return []byte(strings.Replace(string(b), `"value": 1000`, `"value": 1`, 1))
+			},
+			canFail: true, cost: 10_800_000, ref: "YOUR_PSP_REFERENCE",
+		},
+		{
+			name: "checkout", path: "/checkout/payments",
+			body: `{"amount":2000,"currency":"USD","reference":"ORD-5023-4E89","source":{"type":"token","token":"tok_ubfj2q76miwundwlk72vxt2i7q"},"metadata":{"coupon_code":"NY2018"}}`,
+			hdr:  http.Header{"Authorization": {"Bearer sk_sbox_checkout"}, "Content-Type": {"application/json"}},
+			tag:  func(b []byte, _ http.Header) string { return jsonAt(b, "metadata", "ratchet_key") },
+			event: func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte) {
+				name := "checkout_payment_approved.json"
+				if !ok {
+					name = "checkout_payment_declined.json"
+				}
+				body := fixture(t, name, "__TAG__", tag)
+				secret := checkoutSecret
+				if sign == forged {
+					secret = "another-secret"
+				}
+				return http.Header{"Cko-Signature": {webhooks.CheckoutSignature(secret, body)}}, body
+			},
+			canFail: true, cost: 20_000_000, ref: "pay_griq7wyqkggu7mnk7ecm6ysrl4",
+		},
+		{
+			name: "paypal", path: "/paypal/v2/checkout/orders",
+			body: `{"intent":"CAPTURE","purchase_units":[{"reference_id":"d9f80740","amount":{"currency_code":"USD","value":"10.00"}}]}`,
+			hdr:  http.Header{"Authorization": {"Basic Y2xpZW50OnNlY3JldA=="}, "Content-Type": {"application/json"}},
+			tag:  func(b []byte, _ http.Header) string { return jsonAt(b, "purchase_units", 0, "custom_id") },
+			event: func(t *testing.T, e *env, tag string, ok bool, sign signing) (http.Header, []byte) {
+				body := fixture(t, "paypal_payment_capture_completed.json", "__TAG__", tag)
+				at := time.Now().UTC()
+				if sign == stale {
+					at = at.Add(-10 * time.Minute)
+				}
+				id, when := fmt.Sprintf("8d0d5ee0-3d5e-11ef-8a3c-%012d", transmissions.Add(1)), at.Format(time.RFC3339)
+				key := e.paypal
+				if sign == forged {
+					key, _ = rsa.GenerateKey(rand.Reader, 2048)
+				}
+				digest := sha256.Sum256([]byte(webhooks.PayPalSigned(id, when, paypalWebhookID, body)))
+				sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return http.Header{"Paypal-Transmission-Id": {id}, "Paypal-Transmission-Time": {when},
+					"Paypal-Transmission-Sig": {base64.StdEncoding.EncodeToString(sig)}, "Paypal-Auth-Algo": {"SHA256withRSA"},
+					"Paypal-Cert-Url": {"https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77"}}, body
+			},
+			cost: 10_000_000, ref: "5O190127TN364715T", staleSigns: true,
+		},
+	}
+}
+
+// hung sends c's request through the proxy to a vendor that never answers:
+// the proxy gives up, the outcome is unknown, the effect indeterminate.
+// It returns the effect id and the tag the vendor got.
+func hung(t *testing.T, e *env, c vendorCase, key string) (string, string) {
+	t.Helper()
+	e.vendor.hang.Store(true)
+	defer e.vendor.hang.Store(false)
+	hdr := c.hdr.Clone()
+	hdr.Set("Ratchet-Idempotency-Key", key)
+	resp := e.send(t, http.MethodPost, c.path, hdr, c.body)
+	id := resp.Header.Get("Ratchet-Effect-Id")
+	if resp.StatusCode < 500 || id == "" {
+		t.Fatalf("a hung upstream: %d %v", resp.StatusCode, resp.Header)
+	}
+	body, h := e.vendor.last()
+	tag := c.tag(body, h)
+	if tag == "" || tag != resp.Header.Get("Ratchet-Vendor-Key") {
+		t.Fatalf("the vendor got tag %q, Ratchet handed out %q", tag, resp.Header.Get("Ratchet-Vendor-Key"))
+	}
+	if eff := e.effect(t, id); eff.State != ledger.StateIndeterminate {
+		t.Fatalf("after a hung upstream: %s", eff.State)
+	}
+	if r := e.send(t, http.MethodPost, c.path, hdr, c.body); r.Header.Get("Ratchet-Decision") != string(ledger.DecisionBlocked) {
+		t.Fatalf("the retry while unknown: %d %v", r.StatusCode, r.Header)
+	}
+	return id, tag
+}
+
+// TestAVendorsSignedEventSettlesAnEffectTheProxyLostTrackOf: for each
+// vendor, an effect made indeterminate by a hung upstream settles when
+// the vendor's signed event arrives; a forged or stale signature and an
+// event about an unknown key change nothing; the event again changes
+// nothing; the blocked retry is then a duplicate, never sent again.
+func TestAVendorsSignedEventSettlesAnEffectTheProxyLostTrackOf(t *testing.T) {
+	for _, c := range vendorCases() {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			id, tag := hung(t, e, c, c.name+":ok")
+			unchanged := func(what string, status, want int) {
+				t.Helper()
+				if status != want {
+					t.Fatalf("%s: status %d, want %d", what, status, want)
+				}
+				if eff := e.effect(t, id); eff.State != ledger.StateIndeterminate {
+					t.Fatalf("%s changed the effect: %s", what, eff.State)
+				}
+			}
+			h, b := c.event(t, e, tag, true, forged)
+			unchanged("a forged signature", e.post(t, c.name, h, b), http.StatusUnauthorized)
+			h, b = c.event(t, e, tag, true, good)
+			alter := c.alter
+			if alter == nil {
+				alter = func(b []byte) []byte { return append(b, ' ') }
+			}
+			unchanged("an event altered after signing", e.post(t, c.name, h, alter(b)), http.StatusUnauthorized)
+			if c.staleSigns {
+				h, b = c.event(t, e, tag, true, stale)
+				unchanged("a stale timestamp", e.post(t, c.name, h, b), http.StatusUnauthorized)
+			}
+			h, b = c.event(t, e, "0f8fad5b-d9cb-869f-a165-70867728950e", true, good)
+			unchanged("an unknown key", e.post(t, c.name, h, b), http.StatusOK)
+			if e.obs.get(c.name, "unknown") != 1 || e.obs.get(c.name, "refused") < 2 {
+				t.Fatalf("counts: %v", e.obs.n)
+			}
+
+			h, b = c.event(t, e, tag, true, good)
+			if s := e.post(t, c.name, h, b); s != http.StatusOK {
+				t.Fatalf("the signed event: %d", s)
+			}
+			eff := e.effect(t, id)
+			if eff.State != ledger.StateSucceeded || eff.VendorReference != c.ref || eff.ActualCostMicros == nil ||
+				*eff.ActualCostMicros != c.cost || eff.ResolvedBy != "webhook:"+c.name {
+				t.Fatalf("after the event: %+v", eff)
+			}
+			// The vendor retries its delivery: nothing changes.
+			if s := e.post(t, c.name, h, b); s != http.StatusOK || e.obs.get(c.name, "settled") != 1 || e.obs.get(c.name, "agreed") != 1 {
+				t.Fatalf("the event again: %d %v", s, e.obs.n)
+			}
+			hits := e.vendor.hits.Load()
+			hdr := c.hdr.Clone()
+			hdr.Set("Ratchet-Idempotency-Key", c.name+":ok")
+			r := e.send(t, http.MethodPost, c.path, hdr, c.body)
+			if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) || e.vendor.hits.Load() != hits {
+				t.Fatalf("the retry after the event: %d %v, vendor hits %d → %d", r.StatusCode, r.Header, hits, e.vendor.hits.Load())
+			}
+		})
+	}
+}
+
+// TestAVendorsSignedFailureFreesTheKey: an event that says the request
+// failed settles the effect failed, and the blocked retry is a new
+// attempt that reaches the vendor.
+func TestAVendorsSignedFailureFreesTheKey(t *testing.T) {
+	for _, c := range vendorCases() {
+		if !c.canFail {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			id, tag := hung(t, e, c, c.name+":fail")
+			h, b := c.event(t, e, tag, false, good)
+			if s := e.post(t, c.name, h, b); s != http.StatusOK {
+				t.Fatalf("the event: %d", s)
+			}
+			if eff := e.effect(t, id); eff.State != ledger.StateFailed || eff.ResolvedBy != "webhook:"+c.name {
+				t.Fatalf("after the failure event: %+v", eff)
+			}
+			hits := e.vendor.hits.Load()
+			hdr := c.hdr.Clone()
+			hdr.Set("Ratchet-Idempotency-Key", c.name+":fail")
+			r := e.send(t, http.MethodPost, c.path, hdr, c.body)
+			if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionExecute) || e.vendor.hits.Load() != hits+1 {
+				t.Fatalf("the retry: %d %v", r.StatusCode, r.Header)
+			}
+			if nt := r.Header.Get("Ratchet-Vendor-Key"); nt == tag {
+				t.Fatal("the new attempt reused the failed attempt's vendor key")
+			}
+			if eff := e.effect(t, id); eff.State != ledger.StateSucceeded || eff.Attempt != 2 {
+				t.Fatalf("attempt 2: %+v", eff)
+			}
+		})
+	}
+}
+
+// TestAContradictingEventIsFlaggedAndChangesNothing: the proxy reported
+// success; an event that says the attempt failed changes nothing and is
+// counted (and queued for the operator by the engine).
+func TestAContradictingEventIsFlaggedAndChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	c := vendorCases()[0]
+	hdr := c.hdr.Clone()
+	hdr.Set("Ratchet-Idempotency-Key", "stripe:definite")
+	r := e.send(t, http.MethodPost, c.path, hdr, c.body)
+	id, tag := r.Header.Get("Ratchet-Effect-Id"), r.Header.Get("Ratchet-Vendor-Key")
+	if r.StatusCode != http.StatusOK || e.effect(t, id).State != ledger.StateSucceeded {
+		t.Fatalf("the call: %d", r.StatusCode)
+	}
+	h, b := c.event(t, e, tag, false, good)
+	if s := e.post(t, "stripe", h, b); s != http.StatusOK || e.obs.get("stripe", "contradicted") != 1 {
+		t.Fatalf("the contradicting event: %d %v", s, e.obs.n)
+	}
+	if eff := e.effect(t, id); eff.State != ledger.StateSucceeded {
+		t.Fatalf("a contradicting event changed the effect: %+v", eff)
+	}
+}
+
+// TestBrokenRequestsAreRefused: an unreadable body, an unconfigured
+// vendor and a GET change nothing.
+func TestBrokenRequestsAreRefused(t *testing.T) {
+	e := newEnv(t)
+	h := http.Header{}
+	(&http.Request{Header: h}).SetBasicAuth("adyen", adyenPassword)
+	if s := e.post(t, "adyen", h, fixture(t, "adyen_broken_truncated.json")); s != http.StatusBadRequest {
+		t.Fatalf("a truncated body: %d", s)
+	}
+	if s := e.post(t, "braintree", http.Header{}, []byte(`{}`)); s != http.StatusNotFound {
+		t.Fatalf("an unknown vendor: %d", s)
+	}
+	resp, err := http.Get(e.hookURL + webhooks.PathPrefix + "stripe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
+
+// TestAdyensUnsignedTagNeedsBasicAuthentication: Adyen's HMAC does not
+// cover additionalData, so without Basic authentication a genuine item
+// whose metadata names an effect does not settle it (it matches only by
+// the signed merchantReference); with the wrong password it is refused.
+func TestAdyensUnsignedTagNeedsBasicAuthentication(t *testing.T) {
+	e := newEnv(t)
+	c := vendorCases()[2]
+	id, tag := hung(t, e, c, "adyen:basic")
+	h, b := c.event(t, e, tag, true, good)
+	h.Del("Authorization")
+	if s := e.post(t, "adyen", h, b); s != http.StatusUnauthorized {
+		t.Fatalf("no Basic authentication where it is configured: %d", s)
+	}
+	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("adyen:wrong")))
+	if s := e.post(t, "adyen", h, b); s != http.StatusUnauthorized {
+		t.Fatalf("a wrong password: %d", s)
+	}
+	open := webhooks.New(e.eng, webhooks.Options{Adyen: &webhooks.Adyen{HMACKeys: [][]byte{adyenKey}}, Observer: e.obs})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"adyen", bytes.NewReader(b))
+	open.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || rec.Body.String() != "[accepted]" {
+		t.Fatalf("without Basic authentication configured: %d %q", rec.Code, rec.Body)
+	}
+	if eff := e.effect(t, id); eff.State != ledger.StateIndeterminate {
+		t.Fatalf("an unsigned tag settled the effect: %s", eff.State)
+	}
+	// The signed merchantReference, when an agent made it the vendor key,
+	// matches without Basic authentication.
+	sig := webhooks.AdyenSignature(adyenKey, "PSP2", "", "YOUR_MERCHANT_ACCOUNT", tag, 1000, "EUR", "AUTHORISATION", "true")
+	b = fixture(t, "adyen_authorisation.json", "__TAG__", "", "__SUCCESS__", "true", "__HMAC__", sig,
+		`"merchantReference": "YOUR_MERCHANT_REFERENCE"`, `"merchantReference": "`+tag+`"`, `"YOUR_PSP_REFERENCE"`, `"PSP2"`)
+	rec = httptest.NewRecorder()
+	open.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"adyen", bytes.NewReader(b)))
+	if eff := e.effect(t, id); rec.Code != http.StatusOK || eff.State != ledger.StateSucceeded || eff.VendorReference != "PSP2" {
+		t.Fatalf("by merchantReference: %d %+v", rec.Code, eff)
+	}
+}
