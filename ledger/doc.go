@@ -154,7 +154,8 @@
 // removes a chain's oldest records; the oldest kept record's link is then
 // taken as given.
 //
-// Not yet audited: vendor webhook settlement, which does not exist yet.
+// Every op that changes an effect, an approval, a grant or a group emits
+// its event (grep emit): vendor settlement (settle.go) and grants included.
 //
 // # Where the build departs from the spec's wording
 //
