@@ -41,6 +41,7 @@ func commands() []command {
 		{"mcp", "serve the MCP tools over stdio (ratchet mcp --stdio)", runMCP},
 		{"config", "validate a config file (ratchet config validate FILE)", runConfig},
 		{"ca", "print the proxy's CA certificate (ratchet ca export)", runCA},
+		{"transparent", "print or apply the iptables rules of transparent mode (ratchet transparent rules)", runTransparent},
 		{"approvals", "list, approve or reject approval requests (admin API)", runApprovals},
 		{"effects", "list, show or resolve effects (admin API)", runEffects},
 		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},

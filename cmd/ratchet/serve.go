@@ -66,6 +66,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return fmt.Errorf("listening for the proxy on %s: %w", cfg.Listen.Proxy, err)
 	}
 	defer proxyLn.Close()
+	transparentLns, err := listenTransparent(cfg.Listen.Transparent, log)
+	if err != nil {
+		return err
+	}
+	for _, ln := range transparentLns {
+		defer ln.Close()
+	}
 	if !isLoopback(cfg.Listen.Proxy) {
 		log.Warn("the proxy has no authentication and listens beyond loopback: anyone who reaches it can spend against your budgets", "listen", cfg.Listen.Proxy)
 	}
@@ -125,9 +132,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second},
 	}
-	errc := make(chan error, len(servers))
+	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
 		go func() { errc <- servers[i].Serve(ln) }()
+	}
+	transparent := outbound.Transparent() // transparent.go
+	for _, ln := range transparentLns {
+		go func() { errc <- transparent.Serve(ln) }()
 	}
 	log.Info("ratchet serving", "version", version, "mcp", "http://"+mcpLn.Addr().String()+"/mcp",
 		"admin", "http://"+adminLn.Addr().String(), "proxy", "http://"+proxyLn.Addr().String(), "data_dir", cfg.DataDir)
@@ -142,15 +153,16 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	// sessions so their long-lived GET streams end, then the ledger.
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
-	shut := make(chan error, len(servers))
+	shut := make(chan error, len(servers)+1)
 	for _, s := range servers {
 		go func() { shut <- s.Shutdown(sctx) }()
 	}
+	go func() { shut <- transparent.Shutdown(sctx) }()
 	calls.wait(sctx)
 	for ss := range mcpServer.Sessions() {
 		ss.Close()
 	}
-	for range servers {
+	for range len(servers) + 1 {
 		if err := <-shut; err != nil {
 			log.Warn("http shutdown", "err", err)
 		}
@@ -162,7 +174,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return fmt.Errorf("closing ledger: %w", err)
 	}
 	log.Info("ledger closed")
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, net.ErrClosed) {
 		return serveErr
 	}
 	return nil

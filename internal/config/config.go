@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -89,6 +91,11 @@ type Listen struct {
 	MCP   string `yaml:"mcp"`
 	Admin string `yaml:"admin"`
 	Proxy string `yaml:"proxy"`
+	// Transparent, when set, is the loopback address where connections
+	// redirected by `ratchet transparent rules` arrive (transparent mode;
+	// off by default). On 127.0.0.1 Ratchet also listens on [::1] at the
+	// same port, where the ip6tables rules send IPv6 connections.
+	Transparent string `yaml:"transparent"`
 }
 
 // Secrets names the files that hold keys; keys never appear in the config.
@@ -479,6 +486,12 @@ func (c *Config) problems() []Problem {
 			if !vendors.IsHostName(h) {
 				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
 			}
+		}
+	}
+	if t := c.Listen.Transparent; t != "" {
+		_, port, err := net.SplitHostPort(t)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || n == 0 || !loopback.Is(t) {
+			add("listen.transparent", "%q must be a loopback address with a port, e.g. 127.0.0.1:15001 (the rules redirect to loopback)", t)
 		}
 	}
 	if c.Defaults.LeaseSeconds < 0 {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/ratchet-mcp/ratchet/proxy"
+)
+
+// runTransparent is "ratchet transparent rules": it prints the iptables and
+// ip6tables rules that redirect a pod's outbound connections to Ratchet's
+// transparent listener (listen.transparent), excluding Ratchet's own UID,
+// as a shell script; with --apply it runs them (an init container with
+// NET_ADMIN does, before the app starts).
+func runTransparent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "rules" {
+		return &exitError{code: 2, err: errors.New("usage: ratchet transparent rules --uid UID [--listen-port 15001] [--ports 443,80] [--apply]")}
+	}
+	o, apply, err := parseRulesFlags(args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	cmds, err := proxy.TransparentRules(o)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if !apply {
+		_, err := io.WriteString(stdout, proxy.RulesScript(cmds))
+		return err
+	}
+	return applyRules(ctx, cmds, stdout)
+}
+
+// parseRulesFlags reads the flags of "transparent rules".
+func parseRulesFlags(args []string, stderr io.Writer) (proxy.RulesOptions, bool, error) {
+	fs := flag.NewFlagSet("transparent rules", flag.ContinueOnError)
+	uid := fs.Int("uid", -1, "Ratchet's own UID, whose connections are never redirected (required: the UID the sidecar runs as)")
+	listenPort := fs.Int("listen-port", 15001, "the port of listen.transparent, where connections are redirected")
+	ports := fs.String("ports", "443,80", "destination ports to redirect, comma-separated")
+	apply := fs.Bool("apply", false, "run the rules (needs NET_ADMIN) instead of printing them")
+	if err := parse(fs, args, stderr); err != nil {
+		return proxy.RulesOptions{}, false, err
+	}
+	if *uid < 0 {
+		return proxy.RulesOptions{}, false, &exitError{code: 2, err: errors.New("--uid is required: the UID Ratchet runs as, whose own vendor calls must not be redirected back to it")}
+	}
+	o := proxy.RulesOptions{ListenPort: *listenPort, ExcludeUID: *uid}
+	for _, p := range strings.Split(*ports, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return proxy.RulesOptions{}, false, &exitError{code: 2, err: fmt.Errorf("--ports: %q is not a port", p)}
+		}
+		o.Ports = append(o.Ports, n)
+	}
+	return o, *apply, nil
+}
+
+// applyRules runs the rules in order, each as printed.
+func applyRules(ctx context.Context, cmds []proxy.Command, stdout io.Writer) error {
+	for _, c := range cmds {
+		if c.Unless != nil && exec.CommandContext(ctx, c.Unless[0], c.Unless[1:]...).Run() == nil {
+			continue
+		}
+		out, err := exec.CommandContext(ctx, c.Args[0], c.Args[1:]...).CombinedOutput()
+		if err != nil && !c.MayFail {
+			return fmt.Errorf("%s: %w: %s", strings.Join(c.Args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	fmt.Fprintf(stdout, "ratchet transparent: %d rules applied\n", len(cmds))
+	return nil
+}
+
+// listenTransparent opens the transparent listeners for listen.transparent
+// (none when it is empty): the address given and, when that is 127.0.0.1,
+// [::1] at the same port, where ip6tables' REDIRECT sends IPv6
+// connections (skipped with a warning on a host without IPv6).
+func listenTransparent(addr string, log *slog.Logger) ([]net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for transparent mode on %s: %w", addr, err)
+	}
+	lns := []net.Listener{ln}
+	if host, port, _ := net.SplitHostPort(addr); host == "127.0.0.1" {
+		ln6, err := net.Listen("tcp", net.JoinHostPort("::1", port))
+		if err != nil {
+			log.Warn("transparent mode listens on IPv4 only: connections the ip6tables rules redirect will fail", "err", err)
+		} else {
+			lns = append(lns, ln6)
+		}
+	}
+	for _, l := range lns {
+		log.Info("transparent mode listening", "listen", l.Addr().String())
+	}
+	return lns, nil
+}
