@@ -37,6 +37,8 @@ type call struct {
 
 // vendor handles a request for vendor v whose API path is path.
 func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
+	r, span := startSpan(r, v.Name()) // trace.go
+	defer span.End()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -90,6 +92,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		return
 	}
 	p.opts.Observer.Request(v.Name(), string(res.Decision))
+	traceDecision(r.Context(), e.EffectType, res)
 	h := w.Header()
 	h.Set(HeaderDecision, string(res.Decision))
 	if res.EffectID != "" {
@@ -335,7 +338,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 				pr.Out.Header.Del(h)
 			}
 		},
-		Transport: p.opts.Transport,
+		Transport: traced(p.opts.Transport, v.Name()),
 		ErrorLog:  p.pass.ErrorLog,
 	}
 	if c != nil {
