@@ -96,7 +96,7 @@ func (b *bridge) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 	if err != nil {
 		return errorResult(&ledger.Error{Code: ledger.CodeUnavailable, Message: "the Ratchet sidecar cannot be reached (" + err.Error() + "); nothing was decided: call again"}), nil
 	}
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments, Meta: traceMeta(req.Params)})
 	if err != nil {
 		b.drop(cs)
 		return errorResult(&ledger.Error{Code: ledger.CodeUnavailable, Message: "the Ratchet sidecar did not answer (" + err.Error() +

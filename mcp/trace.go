@@ -49,3 +49,18 @@ func toolFailed(span trace.Span, err error) {
 	span.SetAttributes(attribute.String("error_code", code))
 	span.SetStatus(codes.Error, code)
 }
+
+// traceMeta is the trace context of a call's _meta, which the stdio bridge
+// passes on to the sidecar (and nothing else of _meta).
+func traceMeta(p *sdk.CallToolParamsRaw) sdk.Meta {
+	var m sdk.Meta
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := p.GetMeta()[k].(string); ok {
+			if m == nil {
+				m = sdk.Meta{}
+			}
+			m[k] = v
+		}
+	}
+	return m
+}

@@ -90,3 +90,32 @@ func TestAToolCallIsASpanInTheCallersTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestTheBridgePassesTheTraceOn: a call through the stdio bridge with a
+// traceparent in _meta is traced by the sidecar in the caller's trace.
+func TestTheBridgePassesTheTraceOn(t *testing.T) {
+	exp := inMemoryTraces(t)
+	url := serveHTTP(t, tracing.Engine{Engine: newEngine(t, &clock{})}, nil)
+	srv, closeRemote, err := mcp.Bridge(context.Background(), func(ctx context.Context) (*sdk.ClientSession, error) {
+		return mcp.Connect(ctx, url, "", "test")
+	}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeRemote()
+	const tr = "2cf7651916cd43dd8448eb211c80319e"
+	if _, err := inMemory(t, srv).CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect",
+		Arguments: map[string]any{"idempotency_key": "bridged", "effect_type": "email.send"},
+		Meta:      sdk.Meta{"traceparent": "00-" + tr + "-d7ad6b7169203331-01"}}); err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID().String() == tr {
+			found[s.Name] = true
+		}
+	}
+	if !found["tools/call ratchet_begin_effect"] || !found["ratchet.begin"] {
+		t.Fatalf("spans in the caller's trace: %v", found)
+	}
+}
