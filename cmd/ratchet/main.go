@@ -45,6 +45,8 @@ func commands() []command {
 		{"approvals", "list, approve or reject approval requests (admin API)", runApprovals},
 		{"effects", "list, show or resolve effects (admin API)", runEffects},
 		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},
+		{"grants", "list, create or revoke grants: scoped approvals (admin API)", runGrants},
+		{"outbox", "list notification events waiting for delivery, or dead letters (admin API)", runOutbox},
 		{"audit", "export the audit log (admin API) or verify an export offline", runAudit},
 		{"backup", "write a backup of a data dir to stdout (offline)", runBackup},
 		{"restore", "restore a backup from stdin into an empty data dir (offline)", runRestore},
