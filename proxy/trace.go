@@ -55,6 +55,9 @@ func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, span := tracer.Start(req.Context(), t.vendor+" "+req.Method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("vendor", t.vendor), attribute.String("http.request.method", req.Method)))
 	defer span.End()
+	if !span.SpanContext().IsValid() { // traces off: the caller's traceparent, if any, goes on as it came
+		return t.rt.RoundTrip(req)
+	}
 	out := req.Clone(ctx) // a RoundTripper must not change the request it is given
 	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(out.Header))
 	resp, err := t.rt.RoundTrip(out)

@@ -37,19 +37,24 @@ const (
 
 // Begin is ledger.Engine.Begin in a span "ratchet.begin".
 func (e Engine) Begin(ctx context.Context, req ledger.BeginRequest) (*ledger.BeginResult, error) {
-	attrs := []attribute.KeyValue{attribute.String(AttrNamespace, ns(req.Namespace)), attribute.String(AttrEffectType, req.EffectType)}
-	if e.IncludeIdempotencyKeys {
-		attrs = append(attrs, attribute.String(AttrIdempotencyKey, req.IdempotencyKey))
-	}
-	ctx, span := Tracer().Start(ctx, "ratchet.begin", trace.WithAttributes(attrs...))
+	ctx, span := Tracer().Start(ctx, "ratchet.begin")
 	defer span.End()
+	recording := span.IsRecording() // off, a begin builds no attributes
+	if recording {
+		span.SetAttributes(attribute.String(AttrNamespace, ns(req.Namespace)), attribute.String(AttrEffectType, req.EffectType))
+		if e.IncludeIdempotencyKeys {
+			span.SetAttributes(attribute.String(AttrIdempotencyKey, req.IdempotencyKey))
+		}
+	}
 	res, err := e.Engine.Begin(ctx, req)
 	if err != nil {
 		fail(span, err)
 		return res, err
 	}
-	span.SetAttributes(attribute.String(AttrEffectID, res.EffectID), attribute.String(AttrDecision, string(res.Decision)),
-		attribute.String(AttrReason, res.Reason), attribute.Int(AttrAttempt, res.Attempt))
+	if recording {
+		span.SetAttributes(attribute.String(AttrEffectID, res.EffectID), attribute.String(AttrDecision, string(res.Decision)),
+			attribute.String(AttrReason, res.Reason), attribute.Int(AttrAttempt, res.Attempt))
+	}
 	return res, nil
 }
 
