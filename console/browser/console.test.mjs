@@ -309,10 +309,38 @@ test('rejecting in the list, with a note: the next begin is denied', async () =>
   assert.equal(denied.reason, 'approval_rejected');
 });
 
-test('the grants page answers, with grants or saying the admin API has none yet', async () => {
-  await open('Grants');
-  await page.locator('.grants > *').first().waitFor({ timeout: 3000 });
-  assert.match(await page.locator('.grants').textContent(), /no grants endpoint yet|No grants\.|\S/);
+test('a grant made in the page lets begins inside it execute without asking; revoked, they ask again', async () => {
+  // From the approval's own link, the form comes filled in.
+  await page.goto(serve.admin + '/approvals');
+  await page.waitForSelector('main [data-loaded]');
+  await page.locator('table.approvals tbody tr', { hasText: 'run-9d01' }).getByRole('link', { name: 'or grant a scope…' }).click();
+  const form = page.locator('form.grant-form');
+  await form.waitFor();
+  assert.equal(await form.locator('input[name=namespace]').inputValue(), 'shop');
+  assert.equal(await form.locator('input[name=effect_type]').inputValue(), 'payment.refund');
+  assert.equal(await form.locator('input[name=run_id]').inputValue(), 'run-9d01');
+  await form.locator('input[name=effect_type]').fill('payment.*');
+  await form.locator('input[name=run_id]').fill('');
+  await form.locator('input[name=max_cost]').fill('300');
+  await form.locator('input[name=max_effects]').fill('2');
+  await form.locator('input[name=note]').fill('restock week');
+  await form.locator('button[type=submit]').click();
+  const row = page.locator('table.grants-list tbody tr', { hasText: 'restock week' });
+  await row.waitFor({ timeout: 3000 });
+  assert.match(await row.textContent(), /active.*shop.*payment\.\*.*checkout-bot.*\$0\.00 of \$300\.00.*0 of 2 effects.*admin:ops-oncall/);
+
+  const covered = await begin(charge('order-2001', 110, 'umbrella', 'run-a1'));
+  assert.equal(covered.decision, 'execute');
+  assert.ok(covered.grant_id, JSON.stringify(covered));
+  await row.getByText('$110.00 of $300.00').waitFor({ timeout: 3000 });
+  await row.getByText('1 of 2 effects').waitFor();
+  await peek('console-grants.png');
+
+  await row.locator('button[data-action=revoke]').click();
+  await page.getByText('No live grants.').waitFor({ timeout: 3000 });
+  await page.getByLabel('show ended grants').check();
+  await page.locator('table.grants-list tbody tr', { hasText: 'restock week' }).getByText('revoked', { exact: true }).waitFor({ timeout: 3000 });
+  assert.equal((await begin(charge('order-2002', 110, 'hooli', 'run-a1'))).decision, 'approval_required');
 });
 
 test('the page raised no error and no dialog', () => {
