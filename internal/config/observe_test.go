@@ -26,3 +26,14 @@ policies:
 		t.Fatalf("bad modes: %v", err)
 	}
 }
+
+func TestTracingEndpointMustBeAURL(t *testing.T) {
+	cfg, err := Parse(strings.NewReader("tracing:\n  endpoint: http://otel-collector:4318\n  include_idempotency_keys: true\n"), "t.yaml")
+	if err != nil || cfg.Tracing.Endpoint != "http://otel-collector:4318" || !cfg.Tracing.IncludeIdempotencyKeys || cfg.Tracing.Enabled != nil {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	_, err = Parse(strings.NewReader("tracing:\n  endpoint: otel-collector:4318\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), `t.yaml:2: tracing.endpoint: "otel-collector:4318" is not an http(s) URL`) {
+		t.Fatalf("a bare host: %v", err)
+	}
+}
