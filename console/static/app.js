@@ -243,7 +243,7 @@ views.approvals = () => {
         h('td', null, when(a.requested_at)),
         h('td', null, when(a.expires_at)),
         h('td', null, a.namespace),
-        h('td', null, approvalActions(a))));
+        h('td', null, approvalActions(a), S.session?.can_decide ? h('div', { class: 'small' }, grantLink(a)) : null)));
     },
   };
 };
@@ -289,7 +289,7 @@ views.approval = (id) => {
           a.note && ['Note', a.note],
           a.used_at && ['Used by an execute', when(a.used_at)],
         ]),
-        ...(a.state === 'pending' ? [h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a))] : []));
+        ...(a.state === 'pending' ? [h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a), h('p', { class: 'small' }, grantLink(a)))] : []));
     },
   };
 };
@@ -545,53 +545,130 @@ function groupCard(g) {
     !g.compensations.length && !g.permanent.length && !g.unresolved.length && !g.compensated.length ? h('p', { class: 'muted' }, 'Nothing left to undo.') : null);
 }
 
-// Grants (scoped approvals) come with the admin API's /v1/grants; until a
-// Ratchet has it, the page says so. Their fields are shown as the API gives
-// them, each as text.
-views.grants = () => ({
-  page: 'grants',
-  title: 'Grants',
-  mount(root) {
-    root.append(h('h1', null, 'Grants'),
-      h('p', { class: 'muted' }, 'Scoped approvals: up to an amount or a number of effects, of an effect-type glob, for an agent or a run, until a time. A begin inside a live grant executes without a request of its own; ceilings still apply.'),
-      h('div', { class: 'grants' }));
-  },
-  async update(root) {
-    const box = root.querySelector('.grants');
-    let data;
-    try {
-      data = await v1('/grants');
-    } catch (err) {
-      if (err.status === 404 || err.status === 405) {
-        if (!box.dataset.none) {
-          box.dataset.none = '1';
-          box.replaceChildren(h('p', { class: 'muted' }, 'This Ratchet\'s admin API has no grants endpoint yet.'));
+// Grants (scoped approvals, the admin API's /v1/grants): up to an amount
+// and/or a number of effects, of an effect-type glob, for an agent or a
+// run, until a time. A Ratchet whose admin API has no grants says so.
+const TTLS = [['1h', '1 hour'], ['4h', '4 hours'], ['8h', '8 hours'], ['24h', '1 day'], ['168h', '7 days']];
+
+/** Dollars typed by an operator as micro-USD ('' → undefined). */
+function micros(dollars) {
+  const v = String(dollars).trim().replace(/^\$/, '').replace(/,/g, '');
+  if (v === '') return undefined;
+  if (!/^\d+(\.\d{1,6})?$/.test(v)) throw new Error(`${dollars} is not an amount in dollars`);
+  const [whole, frac = ''] = v.split('.');
+  return Number(whole) * 1e6 + Number(frac.padEnd(6, '0'));
+}
+
+function grantLink(a) {
+  const q = new URLSearchParams({ namespace: a.namespace, effect_type: a.effect_type });
+  if (a.agent_id) q.set('agent_id', a.agent_id);
+  if (a.run_id) q.set('run_id', a.run_id);
+  return link(`/grants?${q}`, 'or grant a scope…');
+}
+
+views.grants = () => {
+  let box, form, all;
+  return {
+    page: 'grants',
+    title: 'Grants',
+    mount(root) {
+      const p = new URLSearchParams(location.search);
+      const field = (name, label, attrs = {}) => h('label', null, label, h('input', { name, type: 'text', value: p.get(name) ?? '', ...attrs }));
+      const msg = h('p', { class: 'err', role: 'alert' });
+      form = h('form', { class: 'search grant-form', onsubmit: async (ev) => {
+        ev.preventDefault();
+        msg.textContent = '';
+        const f = Object.fromEntries([...form.elements].filter((el) => el.name).map((el) => [el.name, el.value.trim()]));
+        const btn = form.querySelector('button[type=submit]');
+        try {
+          const body = { namespace: f.namespace, effect_type: f.effect_type, ttl: f.ttl };
+          if (f.agent_id) body.agent_id = f.agent_id;
+          if (f.run_id) body.run_id = f.run_id;
+          const cost = micros(f.max_cost);
+          if (cost !== undefined) body.max_cost_micros = cost;
+          if (f.max_effects) body.max_effects = Number(f.max_effects);
+          if (f.note) body.note = f.note;
+          btn.disabled = true;
+          const g = await api('/console/api/v1/grants', { method: 'POST', body });
+          flash(`Granted ${g.grant_id}: begins inside it execute without asking until ${new Date(g.expires_at).toLocaleString()}.`);
+          await refresh();
+        } catch (err) {
+          msg.textContent = `Granting failed: ${err.message}`;
+        } finally {
+          btn.disabled = false;
         }
+      } },
+      field('namespace', 'Namespace', { required: true, placeholder: 'default', value: p.get('namespace') ?? 'default' }),
+      field('effect_type', 'Effect type (glob)', { required: true, placeholder: 'payment.*' }),
+      field('agent_id', 'Agent'),
+      field('run_id', 'Run'),
+      field('max_cost', 'Up to ($)', { inputmode: 'decimal', placeholder: '500.00', size: 10 }),
+      field('max_effects', 'Up to (effects)', { inputmode: 'numeric', placeholder: '10', size: 8 }),
+      h('label', null, 'For', h('select', { name: 'ttl' }, TTLS.map(([v, l]) => h('option', { value: v, selected: v === '8h' }, l)))),
+      field('note', 'Note', { class: 'note-wide' }),
+      h('button', { type: 'submit', class: 'ok' }, 'Grant'), msg);
+      all = h('input', { type: 'checkbox', onchange: () => refresh() });
+      box = h('div', { class: 'grants' });
+      root.append(h('h1', null, 'Grants'),
+        h('p', { class: 'muted' }, 'A grant approves in advance: begins of its effect types, by its agent or run, execute without an approval request of their own until it has covered its amount or its number of effects, or it ends. Give an agent, a run or both, and an amount, a number or both. Ceilings still apply.'),
+        S.session?.can_decide ? form : null,
+        h('label', { class: 'check' }, all, ' show ended grants (expired, used up, revoked)'),
+        box);
+    },
+    async update() {
+      let data;
+      try {
+        data = await v1('/grants' + (all.checked ? '?all=true' : ''));
+      } catch (err) {
+        if (err.status === 404 || err.status === 405) {
+          form.hidden = true;
+          if (!box.dataset.none) {
+            box.dataset.none = '1';
+            box.replaceChildren(h('p', { class: 'muted' }, 'This Ratchet\'s admin API has no grants endpoint yet.'));
+          }
+          return;
+        }
+        throw err;
+      }
+      const list = data.grants ?? [];
+      let body = box.querySelector('tbody');
+      if (!list.length) {
+        box.replaceChildren(h('p', { class: 'muted' }, all.checked ? 'No grants.' : 'No live grants.'));
         return;
       }
-      throw err;
-    }
-    const list = Array.isArray(data) ? data : data.grants ?? [];
-    const sig = JSON.stringify(list);
-    if (box.dataset.sig === sig) return;
-    box.dataset.sig = sig;
-    if (!list.length) {
-      box.replaceChildren(h('p', { class: 'muted' }, 'No grants.'));
-      return;
-    }
-    const cols = [...new Set(list.flatMap((g) => Object.keys(g)))];
-    const cell = (k, v) => {
-      if (v === undefined || v === null) return '';
-      if (/_micros$/.test(k) && typeof v === 'number') return money(v);
-      if (/_at$/.test(k) && typeof v === 'string') return when(v);
-      if (/state$/.test(k) && typeof v === 'string') return badge(v);
-      return typeof v === 'object' ? JSON.stringify(v) : String(v);
-    };
-    box.replaceChildren(h('table', { class: 'list grants-list' },
-      h('thead', null, h('tr', null, cols.map((c) => h('th', null, c.replace(/_/g, ' '))))),
-      h('tbody', null, list.map((g) => h('tr', null, cols.map((c) => h('td', null, cell(c, g[c]))))))));
-  },
-});
+      if (!body) {
+        const t = table('list grants-list', ['State', 'Namespace', 'Effect type', 'Agent', 'Run', 'Covered so far', 'Expires', 'By', 'Note', '']);
+        box.replaceChildren(t.table);
+        body = t.body;
+      }
+      rows(body, list, (g) => g.grant_id, (g) => h('tr', null,
+        h('td', null, badge(g.state)),
+        h('td', null, g.namespace),
+        h('td', null, h('code', null, g.effect_type)),
+        h('td', null, g.agent_id || 'any'),
+        h('td', null, g.run_id ? short(g.run_id, 20) : 'any'),
+        h('td', { class: 'used' },
+          g.max_cost_micros !== undefined ? h('div', null, `${money(g.used_cost_micros)} of ${money(g.max_cost_micros)}`) : null,
+          g.max_effects !== undefined ? h('div', null, `${g.used_effects} of ${g.max_effects} effects`) : null),
+        h('td', null, g.revoked_at ? ['revoked ', when(g.revoked_at)] : when(g.expires_at)),
+        h('td', null, g.revoked_by ? `${g.created_by ?? ''}; revoked by ${g.revoked_by}` : g.created_by ?? ''),
+        h('td', null, g.note ?? ''),
+        h('td', null, g.state === 'active' && S.session?.can_decide ? h('span', { class: 'decide' }, h('button', {
+          type: 'button', class: 'no', 'data-action': 'revoke', onclick: async (ev) => {
+            ev.target.disabled = true;
+            try {
+              await api(`/console/api/v1/grants/${enc(g.grant_id)}/revoke`, { method: 'POST', body: {} });
+              flash(`Revoked ${g.grant_id}: its begins ask for approval again.`);
+              await refresh();
+            } catch (err) {
+              flash(`Revoking failed: ${err.message}`, true);
+              ev.target.disabled = false;
+            }
+          },
+        }, 'Revoke')) : '')));
+    },
+  };
+};
 
 // ---- counts in the navigation -----------------------------------------
 
