@@ -1,0 +1,315 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
+)
+
+// Defaults.
+const (
+	// DefaultInterval is how often the kept requests are looked at.
+	DefaultInterval = 5 * time.Second
+	// DefaultDelay is how long after a request was sent it is first sent
+	// again: long enough for the first to have finished at the vendor,
+	// which then replays it rather than answering "in progress" (Stripe
+	// 409, Adyen 704) or, as PayPal warns, failing the second.
+	DefaultDelay = time.Minute
+	// MaxBackoff caps the wait between tries of one request.
+	MaxBackoff = 5 * time.Minute
+	// WindowShare is the part of a vendor's documented key retention
+	// Ratchet uses: a resend near the end could reach a vendor that just
+	// forgot the key, and act a second time.
+	WindowShare = 0.9
+)
+
+// Window is how long after its first send a request of vendor may be sent
+// again, or 0 when the vendor publishes no key retention (Square) or does
+// not enforce keys: such a vendor cannot be recovered.
+func Window(vendor string) time.Duration {
+	v, known := vendors.Lookup(vendor)
+	rule := v.KeyRule()
+	if !known || !rule.Enforced || rule.RetentionHours <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Duration(rule.RetentionHours)*time.Hour) * WindowShare)
+}
+
+// Engine is what recovery needs of the ledger.
+type Engine interface {
+	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
+	Settle(ctx context.Context, req ledger.SettleRequest) (*ledger.SettleResult, error)
+}
+
+// Observer counts recoveries by vendor and result: tried (a resend),
+// settled (the answer settled the effect), agreed (it was settled that
+// way already), contradicted, unknown (no definite answer: tried again
+// later), expired (the window closed first: left to an operator),
+// dropped (the effect settled otherwise, moved on or is gone; the request
+// is forgotten), unreadable (a kept file that does not open).
+type Observer interface {
+	Recovery(vendor, result string)
+}
+
+// Recoverer sends kept requests of indeterminate effects again.
+type Recoverer struct {
+	Store  *Store
+	Engine Engine
+	// Client sends the requests again; its Transport must not be the
+	// recording Transport (default: proxy.NewTransport with a 60 s timeout).
+	Client *http.Client
+	// Interval between passes (default DefaultInterval); Delay before a
+	// request is first sent again (default DefaultDelay).
+	Interval, Delay time.Duration
+	// Window returns a vendor's window (default Window).
+	Window   func(vendor string) time.Duration
+	Clock    func() time.Time
+	Logger   *slog.Logger
+	Observer Observer
+
+	mu   sync.Mutex
+	next map[string]retry // by effect id and attempt
+}
+
+type retry struct {
+	at    time.Time
+	tries int
+}
+
+// Run passes over the kept requests every Interval until ctx ends.
+func (r *Recoverer) Run(ctx context.Context) {
+	iv := r.Interval
+	if iv <= 0 {
+		iv = DefaultInterval
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		r.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Pass looks at every kept request once and returns how many it sent.
+func (r *Recoverer) Pass(ctx context.Context) int {
+	reqs, bad, err := r.Store.List()
+	if err != nil {
+		r.log().Error("recovery: listing kept requests", "err", err)
+		return 0
+	}
+	for range bad {
+		r.observe("", "unreadable")
+	}
+	if len(bad) > 0 {
+		r.log().Error("recovery: kept requests that do not open under the recovery key (another key, or damaged); never sent", "files", bad)
+	}
+	sent := 0
+	for _, q := range reqs {
+		if ctx.Err() != nil {
+			break
+		}
+		if r.one(ctx, q) {
+			sent++
+		}
+	}
+	return sent
+}
+
+// one decides about one kept request; true when it was sent.
+func (r *Recoverer) one(ctx context.Context, q *Request) bool {
+	now := r.now()
+	log := r.log().With("vendor", q.Vendor, "effect_id", q.EffectID, "attempt", q.Attempt)
+	eff, err := r.Engine.Get(ctx, "", q.EffectID, "")
+	switch {
+	case ledger.CodeOf(err) == ledger.CodeEffectNotFound:
+		r.drop(q, "dropped", log, "the effect is gone")
+		return false
+	case err != nil:
+		log.Warn("recovery: reading the effect", "err", err)
+		return false
+	case eff.Attempt != q.Attempt || (eff.State != ledger.StatePending && eff.State != ledger.StateIndeterminate):
+		r.drop(q, "dropped", log, "settled or moved on")
+		return false
+	}
+	window := Window
+	if r.Window != nil {
+		window = r.Window
+	}
+	if w := window(q.Vendor); w <= 0 || now.Sub(q.SentAt) >= w {
+		r.drop(q, "expired", log, "the vendor's key window closed; the effect is left to an operator")
+		return false
+	}
+	if eff.State != ledger.StateIndeterminate {
+		return false // pending: the call may be under way
+	}
+	k := name(q.EffectID, q.Attempt)
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = map[string]retry{}
+	}
+	st, seen := r.next[k]
+	if !seen {
+		delay := r.Delay
+		if delay <= 0 {
+			delay = DefaultDelay
+		}
+		st = retry{at: q.SentAt.Add(delay)}
+		r.next[k] = st
+	}
+	r.mu.Unlock()
+	if now.Before(st.at) {
+		return false
+	}
+	result := r.resend(ctx, q, log)
+	r.observe(q.Vendor, "tried")
+	r.observe(q.Vendor, result)
+	if result == "unknown" {
+		st.tries++
+		wait := r.Interval
+		if wait <= 0 {
+			wait = DefaultInterval
+		}
+		for range st.tries {
+			wait = min(2*wait, MaxBackoff)
+		}
+		st.at = now.Add(wait)
+		r.mu.Lock()
+		r.next[k] = st
+		r.mu.Unlock()
+	}
+	return true
+}
+
+// resend sends q again and settles the effect from the answer; it
+// returns the result to count.
+func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) string {
+	hreq, err := http.NewRequestWithContext(ctx, q.Method, q.URL, bytes.NewReader(q.Body))
+	if err != nil {
+		log.Error("recovery: the kept request does not rebuild", "err", err)
+		return "unknown"
+	}
+	hreq.Header = q.Header.Clone()
+	client := r.Client
+	if client == nil {
+		client = &http.Client{Timeout: 60 * time.Second}
+	}
+	resp, err := client.Do(hreq)
+	if err != nil {
+		log.Info("recovery: no answer to the resend; trying again later", "err", err)
+		return "unknown"
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	resp.Body.Close()
+	if err != nil {
+		return "unknown"
+	}
+	v, _ := vendors.Lookup(q.Vendor)
+	o := v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
+	if o.Result == vendors.Failed && !trustsFailure(q.Vendor, b) {
+		o.Result = vendors.Unknown
+	}
+	var outcome ledger.Outcome
+	switch o.Result {
+	case vendors.Succeeded:
+		outcome = ledger.OutcomeSucceeded
+	case vendors.Failed:
+		outcome = ledger.OutcomeFailed
+	default:
+		log.Info("recovery: the vendor's answer is not definite; trying again later", "status", resp.StatusCode, "reason", o.Reason)
+		return "unknown"
+	}
+	req := ledger.SettleRequest{EffectID: q.EffectID, Attempt: q.Attempt, Outcome: outcome, Source: "recovery:" + q.Vendor,
+		EventID: eventID(resp.Header)}
+	if ref := o.VendorReference; len(ref) <= ledger.MaxIDLen && !strings.ContainsFunc(ref, isControl) {
+		req.VendorReference = ref
+	}
+	res, err := r.Engine.Settle(ctx, req)
+	if err != nil {
+		log.Warn("recovery: the ledger did not take the answer; trying again later", "err", err)
+		return "unknown"
+	}
+	result := "agreed"
+	switch {
+	case res.Applied:
+		result = "settled"
+	case res.Contradicts:
+		result = "contradicted"
+	}
+	r.drop(q, "", log, "recovered: "+result)
+	return result
+}
+
+// trustsFailure reports whether a failure answered to a resend says the
+// first request failed too. Not when the vendor refuses the key itself
+// (a resend is identical, so that would mean the vendor saw other
+// content: believe nothing), nor for PayPal, which documents no replay of
+// a failure and "might fail the second request".
+func trustsFailure(vendor string, body []byte) bool {
+	s := strings.ToLower(string(body))
+	if strings.Contains(s, "idempotenc") || strings.Contains(s, "request_id") {
+		return false
+	}
+	return vendor != "paypal"
+}
+
+// eventID names the vendor's answer: its request id header, if any.
+func eventID(h http.Header) string {
+	for _, k := range []string{"Request-Id", "Paypal-Debug-Id", "Cko-Request-Id", "Psp-Reference"} {
+		if v := h.Get(k); v != "" && len(v) <= 128 && !strings.ContainsFunc(v, isControl) {
+			return "resend " + v
+		}
+	}
+	return "resend"
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func (r *Recoverer) drop(q *Request, result string, log *slog.Logger, why string) {
+	if err := r.Store.Delete(q.EffectID, q.Attempt); err != nil {
+		log.Warn("recovery: could not delete a kept request", "err", err)
+		return
+	}
+	r.mu.Lock()
+	delete(r.next, name(q.EffectID, q.Attempt))
+	r.mu.Unlock()
+	if result != "" {
+		r.observe(q.Vendor, result)
+	}
+	lvl := slog.LevelInfo
+	if result == "expired" {
+		lvl = slog.LevelWarn
+	}
+	log.Log(context.Background(), lvl, "recovery: kept request deleted: "+why)
+}
+
+func (r *Recoverer) observe(vendor, result string) {
+	if r.Observer != nil {
+		r.Observer.Recovery(vendor, result)
+	}
+}
+
+func (r *Recoverer) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock()
+	}
+	return time.Now()
+}
+
+func (r *Recoverer) log() *slog.Logger {
+	if r.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Logger
+}

@@ -1,0 +1,365 @@
+package recovery_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+	"github.com/ratchet-mcp/ratchet/proxy"
+	"github.com/ratchet-mcp/ratchet/recovery"
+	"github.com/ratchet-mcp/ratchet/webhooks"
+)
+
+// keyedVendor honours idempotency keys as Stripe does: the first request
+// with a key is executed and its answer kept; a repeat gets the kept
+// answer (Idempotent-Replayed: true), never a second execution. drop
+// makes it hang up on the next request, after executing it (after) or
+// before reading it (before).
+type keyedVendor struct {
+	mu       sync.Mutex
+	answers  map[string]string
+	executed atomic.Int64
+	seen     atomic.Int64
+	drop     atomic.Value // "", "after", "before"
+}
+
+func (f *keyedVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.seen.Add(1)
+	mode, _ := f.drop.Load().(string)
+	if mode != "" {
+		f.drop.Store("")
+	}
+	hangUp := func() {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}
+	if mode == "before" {
+		hangUp()
+		return
+	}
+	io.ReadAll(r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	f.mu.Lock()
+	answer, replay := f.answers[key]
+	if !replay {
+		n := f.executed.Add(1)
+		answer = fmt.Sprintf(`{"id":"pi_%d","object":"payment_intent","amount":2000,"currency":"usd","status":"succeeded"}`, n)
+		if f.answers == nil {
+			f.answers = map[string]string{}
+		}
+		f.answers[key] = answer
+	}
+	f.mu.Unlock()
+	if mode == "after" {
+		hangUp()
+		return
+	}
+	if replay {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, answer)
+}
+
+type counts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counts) Recovery(vendor, result string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[result]++
+}
+
+func (c *counts) get(result string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[result]
+}
+
+type env struct {
+	eng      *ledger.Engine
+	vendor   *keyedVendor
+	proxyURL string
+	store    *recovery.Store
+	dir      string
+	rec      *recovery.Recoverer
+	obs      *counts
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := badgerstore.Open(dir+"/ledger", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()) })
+	key, err := recovery.LoadOrCreateKey(dir + "/recovery.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := recovery.OpenStore(dir+"/recovery", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fv := &keyedVendor{}
+	up := httptest.NewServer(fv)
+	t.Cleanup(up.Close)
+	rt := &recovery.Transport{Base: proxy.NewTransport(), Store: store, Vendors: map[string]bool{"stripe": true}}
+	p, err := proxy.New(eng, proxy.Options{Upstreams: map[string]string{"stripe": up.URL}, Transport: rt,
+		UpstreamTimeout: 2 * time.Second, CurrencyMicros: map[string]int64{"usd": 1_000_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := httptest.NewServer(p)
+	t.Cleanup(ps.Close)
+	obs := &counts{}
+	rec := &recovery.Recoverer{Store: store, Engine: eng, Delay: time.Nanosecond, Interval: time.Millisecond, Observer: obs}
+	return &env{eng: eng, vendor: fv, proxyURL: ps.URL, store: store, dir: dir, rec: rec, obs: obs}
+}
+
+const chargeBody = "amount=2000&currency=usd&customer=cus_1"
+
+// charge sends a $20 PaymentIntent through the proxy with the Ratchet key.
+func (e *env) charge(t *testing.T, key string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.proxyURL+"/stripe/v1/payment_intents", strings.NewReader(chargeBody))
+	req.Header.Set("Authorization", "Bearer sk_test_recovery")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Ratchet-Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp
+}
+
+func (e *env) effect(t *testing.T, id string) *ledger.Effect {
+	t.Helper()
+	eff, err := e.eng.Get(context.Background(), "", id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eff
+}
+
+func (e *env) kept(t *testing.T) int {
+	t.Helper()
+	reqs, bad, err := e.store.List()
+	if err != nil || len(bad) > 0 {
+		t.Fatal(err, bad)
+	}
+	return len(reqs)
+}
+
+// lost sends a charge whose connection drops (mode "after": the vendor
+// executed it; "before": it never saw it): the outcome is unknown.
+func (e *env) lost(t *testing.T, key, mode string) string {
+	t.Helper()
+	e.vendor.drop.Store(mode)
+	r := e.charge(t, key)
+	id := r.Header.Get("Ratchet-Effect-Id")
+	if r.StatusCode != http.StatusBadGateway || id == "" {
+		t.Fatalf("a dropped connection: %d %v", r.StatusCode, r.Header)
+	}
+	if eff := e.effect(t, id); eff.State != ledger.StateIndeterminate || e.kept(t) != 1 {
+		t.Fatalf("after the drop: %s, %d kept", eff.State, e.kept(t))
+	}
+	if r := e.charge(t, key); r.Header.Get("Ratchet-Decision") != string(ledger.DecisionBlocked) {
+		t.Fatalf("the retry while unknown: %v", r.Header)
+	}
+	return id
+}
+
+// TestRecoveryAfterADroppedConnectionExecutesNothingTwice: the vendor
+// executed the charge and the connection dropped before its answer; the
+// recovery's resend with the same key is replayed by the vendor, settles
+// the effect succeeded, and the vendor executed exactly once.
+func TestRecoveryAfterADroppedConnectionExecutesNothingTwice(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:dropped", "after")
+	if e.vendor.executed.Load() != 1 {
+		t.Fatalf("executed %d before recovery", e.vendor.executed.Load())
+	}
+	if n := e.rec.Pass(context.Background()); n != 1 {
+		t.Fatalf("sent %d", n)
+	}
+	eff := e.effect(t, id)
+	if eff.State != ledger.StateSucceeded || eff.ResolvedBy != "recovery:stripe" || eff.VendorReference != "pi_1" {
+		t.Fatalf("after recovery: %+v", eff)
+	}
+	if e.vendor.executed.Load() != 1 || e.vendor.seen.Load() != 2 || e.kept(t) != 0 || e.obs.get("settled") != 1 {
+		t.Fatalf("executed %d, seen %d, kept %d, %v", e.vendor.executed.Load(), e.vendor.seen.Load(), e.kept(t), e.obs.n)
+	}
+	r := e.charge(t, "order:dropped")
+	if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) || e.vendor.seen.Load() != 2 {
+		t.Fatalf("the retry after recovery: %v", r.Header)
+	}
+	if e.rec.Pass(context.Background()) != 0 {
+		t.Fatal("a settled effect was sent again")
+	}
+}
+
+// TestRecoveryOfARequestTheVendorNeverSawExecutesItOnce: the connection
+// dropped before the vendor read the request; the recovery's resend is
+// the one execution.
+func TestRecoveryOfARequestTheVendorNeverSawExecutesItOnce(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:unseen", "before")
+	if e.vendor.executed.Load() != 0 {
+		t.Fatalf("executed %d before recovery", e.vendor.executed.Load())
+	}
+	e.rec.Pass(context.Background())
+	if eff := e.effect(t, id); eff.State != ledger.StateSucceeded || e.vendor.executed.Load() != 1 {
+		t.Fatalf("after recovery: %s, executed %d", eff.State, e.vendor.executed.Load())
+	}
+	e.rec.Pass(context.Background())
+	if e.vendor.executed.Load() != 1 || e.vendor.seen.Load() != 2 {
+		t.Fatalf("executed %d, seen %d", e.vendor.executed.Load(), e.vendor.seen.Load())
+	}
+}
+
+// TestADefiniteAnswerForgetsTheKeptRequest: a call the vendor answered
+// leaves nothing kept; the kept file never holds the request in clear.
+func TestADefiniteAnswerForgetsTheKeptRequest(t *testing.T) {
+	e := newEnv(t)
+	if r := e.charge(t, "order:ok"); r.StatusCode != http.StatusOK || e.kept(t) != 0 {
+		t.Fatalf("a definite answer: %d, %d kept", r.StatusCode, e.kept(t))
+	}
+	e.lost(t, "order:sealed", "after")
+	files, _ := filepath.Glob(filepath.Join(e.dir, "recovery", "*.req"))
+	if len(files) != 1 {
+		t.Fatalf("files: %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	for _, clear := range []string{"sk_test_recovery", "cus_1", "payment_intents", "Idempotency-Key"} {
+		if bytes.Contains(b, []byte(clear)) {
+			t.Fatalf("the kept request holds %q in clear", clear)
+		}
+	}
+	// Under another key the file does not open, and is never sent.
+	other, _ := recovery.OpenStore(filepath.Join(e.dir, "recovery"), bytes.Repeat([]byte{7}, 32))
+	reqs, bad, err := other.List()
+	if err != nil || len(reqs) != 0 || len(bad) != 1 {
+		t.Fatalf("under another key: %d %v %v", len(reqs), bad, err)
+	}
+}
+
+// TestRecoveryStopsWhenTheWindowCloses: past the vendor's key window the
+// request is deleted unsent and the effect is left to an operator.
+func TestRecoveryStopsWhenTheWindowCloses(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:late", "after")
+	e.rec.Clock = func() time.Time { return time.Now().Add(recovery.Window("stripe")) }
+	if n := e.rec.Pass(context.Background()); n != 0 || e.kept(t) != 0 || e.obs.get("expired") != 1 {
+		t.Fatalf("past the window: sent %d, kept %d, %v", n, e.kept(t), e.obs.n)
+	}
+	if eff := e.effect(t, id); eff.State != ledger.StateIndeterminate || e.vendor.seen.Load() != 1 {
+		t.Fatalf("past the window: %s, seen %d", eff.State, e.vendor.seen.Load())
+	}
+	if recovery.Window("square") != 0 || recovery.Window("generic") != 0 || recovery.Window("stripe") != 21*time.Hour+36*time.Minute {
+		t.Fatal("windows")
+	}
+}
+
+// TestRecoveryWaitsAndBacksOff: a kept request is not sent before the
+// delay, and an answer that is not definite is tried again later.
+func TestRecoveryWaitsAndBacksOff(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:slow", "after")
+	e.rec.Delay = time.Hour
+	if e.rec.Pass(context.Background()) != 0 {
+		t.Fatal("sent before the delay")
+	}
+	e.rec.Delay = time.Nanosecond
+	e.rec = &recovery.Recoverer{Store: e.store, Engine: e.eng, Delay: time.Nanosecond, Interval: time.Hour, Observer: e.obs}
+	e.vendor.drop.Store("after") // the resend's connection drops too
+	if e.rec.Pass(context.Background()) != 1 || e.obs.get("unknown") != 1 || e.effect(t, id).State != ledger.StateIndeterminate {
+		t.Fatalf("a resend without an answer: %v", e.obs.n)
+	}
+	if e.rec.Pass(context.Background()) != 0 {
+		t.Fatal("tried again before its backoff")
+	}
+	if e.vendor.executed.Load() != 1 || e.kept(t) != 1 {
+		t.Fatalf("executed %d, kept %d", e.vendor.executed.Load(), e.kept(t))
+	}
+}
+
+// TestAWebhookALateReportAndARecoveryRaceOnOneEffect: nothing among the
+// vendor's signed event, the proxy's late report, recoveries and retried
+// calls through the proxy executes the charge twice or settles it twice.
+func TestAWebhookALateReportAndARecoveryRaceOnOneEffect(t *testing.T) {
+	for round := range 3 {
+		e := newEnv(t)
+		const secret = "whsec_race"
+		hooks := httptest.NewServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{secret}}}))
+		key := fmt.Sprintf("order:race:%d", round)
+		id := e.lost(t, key, "after")
+		reqs, _, _ := e.store.List()
+		event := []byte(`{"id":"evt_race","object":"event","type":"payment_intent.succeeded","request":{"id":"req_1","idempotency_key":"` +
+			reqs[0].VendorKey + `"},"data":{"object":{"id":"pi_1","object":"payment_intent","amount":2000,"amount_received":2000,"currency":"usd"}}}`)
+		sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: event, Secret: secret}).Header
+		var wg sync.WaitGroup
+		var executes atomic.Int64
+		for i := range 24 {
+			wg.Go(func() {
+				switch i % 4 {
+				case 0:
+					req, _ := http.NewRequest(http.MethodPost, hooks.URL+webhooks.PathPrefix+"stripe", bytes.NewReader(event))
+					req.Header.Set("Stripe-Signature", sig)
+					if resp, err := http.DefaultClient.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				case 1:
+					e.eng.Report(context.Background(), ledger.ReportRequest{EffectID: id, Attempt: 1, Outcome: ledger.OutcomeSucceeded,
+						VendorReference: "pi_1"})
+				case 2:
+					e.rec.Pass(context.Background())
+				case 3:
+					if r := e.charge(t, key); r.Header.Get("Ratchet-Decision") == string(ledger.DecisionExecute) {
+						executes.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		hooks.Close()
+		eff := e.effect(t, id)
+		if executes.Load() != 0 || e.vendor.executed.Load() != 1 || eff.State != ledger.StateSucceeded || eff.Attempt != 1 {
+			t.Fatalf("round %d: %d executes through the proxy, %d at the vendor, effect %s attempt %d",
+				round, executes.Load(), e.vendor.executed.Load(), eff.State, eff.Attempt)
+		}
+		if e.rec.Pass(context.Background()); e.kept(t) != 0 {
+			t.Fatalf("round %d: a request is still kept after the effect settled", round)
+		}
+	}
+}
