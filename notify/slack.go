@@ -246,6 +246,7 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeSlackText(w, http.StatusForbidden, "You are not allowed to decide Ratchet approvals.")
 		return
 	}
+	acted := false
 	for _, a := range cb.ActionCallback.BlockActions {
 		decide := h.Engine.Approve
 		switch a.ActionID {
@@ -255,6 +256,7 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			continue
 		}
+		acted = true
 		ap, err := decide(r.Context(), a.Value, "slack:"+user, "")
 		if err != nil {
 			le := ledger.Classify(err)
@@ -267,6 +269,9 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		log.Info("approval decided in slack", "approval_id", ap.ApprovalID, "effect_id", ap.EffectID, "state", ap.State, "by", "slack:"+user)
+	}
+	if !acted {
+		log.Warn("slack interaction without a Ratchet button", "slack_user", user)
 	}
 	w.WriteHeader(http.StatusOK)
 }
