@@ -89,7 +89,19 @@ func (s *Slack) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 				return err
 			}
 		}
-		return s.post(ctx, text) // its request was never posted here
+		// Its request was not posted here (yet: its delivery may be
+		// failing). Post the outcome, and keep it as the request's message,
+		// so that a late delivery of the request posts no buttons.
+		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, slack.MsgOptionText(plain(text), false),
+			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)))
+		if err != nil {
+			return slackError("posting the approval's outcome", err)
+		}
+		if ev.ApprovalID == "" {
+			return nil
+		}
+		b, _ := json.Marshal(messageRef{Channel: ch, TS: ts})
+		return s.Refs.PutSinkRef(ctx, s.Name, ev.ApprovalID, b)
 	}
 	return s.post(ctx, summary(ev))
 }

@@ -203,3 +203,45 @@ func TestForgedStaleOrUnauthorisedClicksChangeNothing(t *testing.T) {
 		t.Fatalf("%d Slack calls, want the request only", n)
 	}
 }
+
+func TestARequestDecidedBeforeSlackHeardOfItGetsNoButtons(t *testing.T) {
+	fs := &fakeSlack{}
+	api := httptest.NewServer(fs)
+	defer api.Close()
+	eng := newEngine(t, []notify.Route{{Sinks: []string{"slack"}}})
+	sink := &notify.Slack{Name: "slack", Client: slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/")), Channel: "C1", Refs: eng}
+	// Both events in the outbox before any delivery: one worker round
+	// sends them in order, the request then its update.
+	ask := askApproval(t, eng, "order-1")
+	if _, err := eng.Approve(context.Background(), ask.ApprovalID, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	w := &notify.Worker{Outbox: eng, Sinks: map[string]notify.Sink{"slack": sink}}
+	if n, err := w.RunOnce(context.Background()); err != nil || n != 2 {
+		t.Fatalf("run: %d %v", n, err)
+	}
+	calls := fs.get()
+	if len(calls) != 2 || calls[0].method != "chat.postMessage" || calls[1].method != "chat.update" || calls[1].ts != calls[0].ts {
+		t.Fatalf("calls: %+v", calls)
+	}
+	// The decision delivered first (the request's delivery failing
+	// meanwhile): the outcome is posted, and the request, delivered late,
+	// posts no buttons.
+	ask2 := askApproval(t, eng, "order-2")
+	if _, err := eng.Reject(context.Background(), ask2.ApprovalID, "bob", ""); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := eng.ClaimEvents(context.Background(), "t", time.Minute, 10)
+	if len(es) != 2 {
+		t.Fatalf("claimed %d", len(es))
+	}
+	for _, i := range []int{1, 0} { // decided, then requested
+		if err := sink.Deliver(context.Background(), es[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls = fs.get()[2:]
+	if len(calls) != 1 || calls[0].method != "chat.postMessage" || len(calls[0].buttons()) != 0 || !strings.Contains(calls[0].text, "Rejected by") {
+		t.Fatalf("calls: %+v", calls)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,17 +97,35 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce claims what is due, delivers it (entries in parallel) and
-// records each result; it returns how many entries it handled.
+// RunOnce claims what is due, delivers it and records each result; it
+// returns how many entries it handled. Sinks are served in parallel, and
+// each sink's entries one after another in the order they were recorded
+// (event ids sort by time), so that a sink hears of a request before its
+// decision.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	lease := w.timeout()*2 + 5*time.Second
+	claimed := time.Now()
 	entries, err := w.Outbox.ClaimEvents(ctx, w.name(), lease, defaultBatch)
 	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
-	var wg sync.WaitGroup
+	bySink := map[string][]ledger.OutboxEntry{}
 	for _, en := range entries {
-		wg.Go(func() { w.deliver(en) })
+		bySink[en.Sink] = append(bySink[en.Sink], en)
+	}
+	var wg sync.WaitGroup
+	for _, list := range bySink {
+		slices.SortFunc(list, func(a, b ledger.OutboxEntry) int { return strings.Compare(a.Event.ID, b.Event.ID) })
+		wg.Go(func() {
+			for _, en := range list {
+				if time.Since(claimed) > lease-w.timeout() {
+					// A slow sink: the rest would outlive the claim and
+					// be sent twice; they are claimed again once it ends.
+					return
+				}
+				w.deliver(en)
+			}
+		})
 	}
 	wg.Wait()
 	return len(entries), nil
