@@ -31,6 +31,7 @@ type Engine interface {
 	List(ctx context.Context, f ledger.Filter) (*ledger.Page, error)
 	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
 	Audit(ctx context.Context, since, until time.Time, fn func(ledger.AuditRecord) error) error
+	Groups(ctx context.Context, namespace string, states ...string) ([]ledger.Group, error)
 }
 
 // Options configures Handler.
@@ -102,7 +103,6 @@ type console struct {
 	log      *slog.Logger
 	now      func() time.Time
 	sessions *sessions
-	groups   groupCache
 	assets   fs.FS
 }
 

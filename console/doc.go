@@ -13,7 +13,7 @@
 // its logs) are the console's rules. The console reads the engine itself
 // only for what the API has no endpoint for: finding an effect by its
 // idempotency key or by effect type, an effect's history from the audit log,
-// and the groups that are unwinding (also from the audit log).
+// and the groups that are unwinding (Engine.Groups).
 //
 // Sessions: with auth.admins configured, an operator signs in once with an
 // admin token (POST /console/session, a JSON body); the console answers

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -16,11 +15,10 @@ import (
 // Bounds of the console's own reads, so that one page view costs a
 // bounded amount of work on a large ledger.
 const (
-	searchResults  = 100 // effects per search answer
-	searchScan     = 20  // pages of the engine's list one search answer walks
-	historyEvents  = 200 // events shown on an effect's page
-	groupsShown    = 50  // unwinding groups on the groups page
-	groupsCacheTTL = 3 * time.Second
+	searchResults = 100 // effects per search answer
+	searchScan    = 20  // pages of the engine's list one search answer walks
+	historyEvents = 200 // events shown on an effect's page
+	groupsShown   = 50  // unwinding groups on the groups page
 )
 
 // searchAnswer is GET /console/api/search.
@@ -184,46 +182,19 @@ type groupsAnswer struct {
 	Note   string  `json:"note,omitempty"`
 }
 
-// groupCache keeps the last unwind of each group for a moment: finding
-// them scans the audit log.
-type groupCache struct {
-	mu     sync.Mutex
-	at     time.Time
-	unwind map[[2]string]ledger.Event
-}
-
-// unwinds returns the last unwind event of every group that was unwound,
-// by namespace and group key, with At the time of its first unwind and the
-// reason it was first given.
+// unwinds returns every group that is unwinding or unwound, by namespace
+// and group key, as an event: At is when its unwind began, Reason the
+// reason first given (the engine keeps both with the group).
 func (c *console) unwinds(r *http.Request) (map[[2]string]ledger.Event, error) {
-	c.groups.mu.Lock()
-	defer c.groups.mu.Unlock()
-	if c.groups.unwind != nil && c.now().Sub(c.groups.at) < groupsCacheTTL {
-		return c.groups.unwind, nil
-	}
-	last := map[[2]string]ledger.Event{}
-	err := c.eng.Audit(r.Context(), time.Time{}, time.Time{}, func(rec ledger.AuditRecord) error {
-		ev := rec.Event
-		if ev.Type != ledger.EventGroupUnwind {
-			return nil
-		}
-		k := [2]string{ev.Namespace, ev.GroupKey}
-		if prev, ok := last[k]; ok {
-			if ev.At.Before(prev.At) {
-				ev, prev = prev, ev
-			}
-			ev.At = prev.At
-			if prev.Reason != "" {
-				ev.Reason = prev.Reason
-			}
-		}
-		last[k] = ev
-		return nil
-	})
+	groups, err := c.eng.Groups(r.Context(), "", ledger.GroupUnwinding, ledger.GroupUnwound)
 	if err != nil {
 		return nil, err
 	}
-	c.groups.at, c.groups.unwind = c.now(), last
+	last := make(map[[2]string]ledger.Event, len(groups))
+	for _, g := range groups {
+		last[[2]string{g.Namespace, g.GroupKey}] = ledger.Event{Type: ledger.EventGroupUnwind, Namespace: g.Namespace,
+			GroupKey: g.GroupKey, State: ledger.State(g.State), Reason: g.Reason, At: g.Since}
+	}
 	return last, nil
 }
 

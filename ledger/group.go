@@ -1,20 +1,64 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
 
 // groupRec is the stored state of a group.
 type groupRec struct {
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Since is when its unwind began (zero in records written before it
+	// was kept, and while active).
+	Since     time.Time `json:"since,omitzero"`
+	UnwoundAt time.Time `json:"unwound_at,omitzero"`
+}
+
+// Group is a group's state, for operators.
+type Group struct {
+	Namespace string    `json:"namespace"`
+	GroupKey  string    `json:"group_key"`
 	State     string    `json:"state"`
 	Reason    string    `json:"reason,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
 	UnwoundAt time.Time `json:"unwound_at,omitzero"`
+}
+
+// Groups lists the groups of a namespace ("" for every namespace) whose
+// state is one of states (none: every group), in key order.
+func (e *Engine) Groups(ctx context.Context, namespace string, states ...string) ([]Group, error) {
+	pfx := prefix(kindGroup)
+	if namespace != "" {
+		pfx = prefix(kindGroup, namespace)
+	}
+	out := []Group{}
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(pfx, nil, func(k, v []byte) (bool, error) {
+			var g groupRec
+			if err := decodeJSON(v, &g); err != nil {
+				return false, err
+			}
+			if len(states) > 0 && !slices.Contains(states, g.State) {
+				return true, nil
+			}
+			parts := bytes.SplitN(k[2:], []byte{0}, 2)
+			if len(parts) != 2 {
+				return false, fmt.Errorf("group key %q: not in the layout", k)
+			}
+			out = append(out, Group{Namespace: string(parts[0]), GroupKey: string(parts[1]), State: g.State,
+				Reason: g.Reason, Since: g.Since, UnwoundAt: g.UnwoundAt})
+			return true, nil
+		})
+	})
+	return out, err
 }
 
 // joinGroup records a new effect as a step of its group, creating the group.
@@ -72,7 +116,7 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 			return nil, err
 		}
 		if g.State == GroupActive {
-			g.State, g.Reason = GroupUnwinding, req.Reason
+			g.State, g.Reason, g.Since = GroupUnwinding, req.Reason, now
 			if err := setJSON(t, gk, &g); err != nil {
 				return nil, err
 			}

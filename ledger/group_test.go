@@ -135,3 +135,30 @@ func TestCompensationRules(t *testing.T) {
 	_, err = h.eng.Begin(ctx, missing)
 	wantCode(t, err, ledger.CodeEffectNotFound)
 }
+
+func TestGroupsAreListedByState(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	for _, g := range []string{"trip:a", "trip:b"} {
+		s := step("hotel", "hotel.book", nil)
+		s.IdempotencyKey, s.GroupKey = g+":hotel", g
+		h.beginWant(s, ledger.DecisionExecute)
+	}
+	if _, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip:b", Reason: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := h.eng.Groups(ctx, "")
+	if err != nil || len(all) != 2 {
+		t.Fatalf("all groups: %+v %v", all, err)
+	}
+	unwinding, err := h.eng.Groups(ctx, "default", ledger.GroupUnwinding, ledger.GroupUnwound)
+	if err != nil || len(unwinding) != 1 {
+		t.Fatalf("unwinding groups: %+v %v", unwinding, err)
+	}
+	if g := unwinding[0]; g.GroupKey != "trip:b" || g.Namespace != "default" || g.Reason != "cancelled" || !g.Since.Equal(h.clock.Now()) {
+		t.Fatalf("group: %+v", g)
+	}
+	if other, _ := h.eng.Groups(ctx, "elsewhere"); len(other) != 0 {
+		t.Fatalf("another namespace's groups: %+v", other)
+	}
+}
