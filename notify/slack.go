@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -204,8 +206,53 @@ type SlackInteractions struct {
 	SigningSecret string
 	// Deciders are the Slack user ids who may approve or reject.
 	Deciders map[string]bool
+	// DeciderGroups are Slack user group ids (S…) whose members may
+	// decide too, looked up through Client (scope usergroups:read) at most
+	// once every GroupTTL.
+	DeciderGroups []string
+	// Client looks up DeciderGroups; required with them.
+	Client *slack.Client
+	// GroupTTL is how long a group's members are remembered; zero means a
+	// minute.
+	GroupTTL time.Duration
 	// Logger gets a line per decision and per refusal; nil discards.
 	Logger *slog.Logger
+
+	mu      sync.Mutex
+	members map[string]bool // of DeciderGroups, as last looked up
+	fetched time.Time
+}
+
+// allowed reports whether a Slack user may decide: listed, or a member of
+// a listed group. A group lookup that fails allows no one through it.
+func (h *SlackInteractions) allowed(ctx context.Context, user string, log *slog.Logger) bool {
+	if h.Deciders[user] {
+		return true
+	}
+	if len(h.DeciderGroups) == 0 || h.Client == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ttl := h.GroupTTL
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	if h.members == nil || time.Since(h.fetched) > ttl {
+		members := map[string]bool{}
+		for _, g := range h.DeciderGroups {
+			ids, err := h.Client.GetUserGroupMembersContext(ctx, g)
+			if err != nil {
+				log.Warn("looking up a Slack user group of deciders", "group", g, "err", err)
+				return false
+			}
+			for _, id := range ids {
+				members[id] = true
+			}
+		}
+		h.members, h.fetched = members, time.Now()
+	}
+	return h.members[user]
 }
 
 // maxInteractionBytes bounds an interactivity request.
@@ -253,7 +300,7 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user := cb.User.ID
-	if !h.Deciders[user] {
+	if !h.allowed(r.Context(), user, log) {
 		log.Warn("slack interaction refused: user may not decide", "slack_user", user)
 		writeSlackText(w, http.StatusForbidden, "You are not allowed to decide Ratchet approvals.")
 		return

@@ -25,9 +25,10 @@ import (
 // fakeSlack is Slack's Web API as far as the sink uses it: it records
 // every chat.postMessage and chat.update, as the real one receives them.
 type fakeSlack struct {
-	mu    sync.Mutex
-	calls []slackCall
-	n     int
+	mu           sync.Mutex
+	calls        []slackCall
+	n            int
+	groupLookups int
 }
 
 type slackCall struct {
@@ -46,6 +47,17 @@ func (f *fakeSlack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	if method == "usergroups.users.list" {
+		f.mu.Lock()
+		f.groupLookups++
+		f.mu.Unlock()
+		users := []string{}
+		if r.Form.Get("usergroup") == "S0APPROVERS" {
+			users = []string{"U0GROUPIE"}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "users": users})
+		return
+	}
 	c := slackCall{method: method, channel: r.Form.Get("channel"), ts: r.Form.Get("ts"), text: r.Form.Get("text"), at: time.Now()}
 	json.Unmarshal([]byte(r.Form.Get("blocks")), &c.blocks)
 	f.mu.Lock()
@@ -243,5 +255,31 @@ func TestARequestDecidedBeforeSlackHeardOfItGetsNoButtons(t *testing.T) {
 	calls = fs.get()[2:]
 	if len(calls) != 1 || calls[0].method != "chat.postMessage" || len(calls[0].buttons()) != 0 || !strings.Contains(calls[0].text, "Rejected by") {
 		t.Fatalf("calls: %+v", calls)
+	}
+}
+
+func TestMembersOfADeciderGroupMayDecide(t *testing.T) {
+	fs := &fakeSlack{}
+	api := httptest.NewServer(fs)
+	defer api.Close()
+	eng := newEngine(t, nil)
+	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, SigningSecret: signingSecret, DeciderGroups: []string{"S0APPROVERS"},
+		Client: slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))})
+	defer in.Close()
+	ask := askApproval(t, eng, "order-1")
+	if resp := click(t, in.URL, signingSecret, "U0OUTSIDER", notify.ActionApprove, ask.ApprovalID, time.Now()); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a user outside the group: %d", resp.StatusCode)
+	}
+	if resp := click(t, in.URL, signingSecret, "U0GROUPIE", notify.ActionReject, ask.ApprovalID, time.Now()); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a member of the group: %d", resp.StatusCode)
+	}
+	eff, _ := eng.Get(context.Background(), "", ask.EffectID, "")
+	if eff.Approval.State != ledger.ApprovalRejected || eff.Approval.DecidedBy != "slack:U0GROUPIE" {
+		t.Fatalf("approval: %+v", eff.Approval)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.groupLookups != 1 {
+		t.Fatalf("%d group lookups for two clicks within a minute, want 1", fs.groupLookups)
 	}
 }

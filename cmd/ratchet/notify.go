@@ -67,8 +67,9 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			if s.APIURL != "" {
 				opts = append(opts, slack.OptionAPIURL(strings.TrimSuffix(s.APIURL, "/")+"/"))
 			}
-			sinks[s.Name] = &notify.Slack{Name: s.Name, Client: slack.New(token, opts...), Channel: s.Channel, Refs: eng}
-			if len(s.Deciders) == 0 {
+			client := slack.New(token, opts...)
+			sinks[s.Name] = &notify.Slack{Name: s.Name, Client: client, Channel: s.Channel, Refs: eng}
+			if len(s.Deciders) == 0 && len(s.DeciderGroups) == 0 {
 				continue
 			}
 			signing, err := config.ReadSecret(s.SigningSecretFile, s.SigningSecretEnv)
@@ -85,7 +86,8 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			}
 			listeners = append(listeners, ln)
 			mux := http.NewServeMux()
-			mux.Handle("POST "+SlackInteractivityPath, &notify.SlackInteractions{Engine: eng, SigningSecret: signing, Deciders: deciders, Logger: log})
+			mux.Handle("POST "+SlackInteractivityPath, &notify.SlackInteractions{Engine: eng, SigningSecret: signing, Deciders: deciders,
+				DeciderGroups: s.DeciderGroups, Client: client, Logger: log})
 			n.servers = append(n.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 			if loopback.Is(s.Listen) {
 				log.Info("slack interactivity on loopback: expose it to Slack through your ingress", "sink", s.Name, "listen", ln.Addr().String())

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -50,8 +51,11 @@ type NotifySink struct {
 	SigningSecretFile string `yaml:"signing_secret_file"`
 	SigningSecretEnv  string `yaml:"signing_secret_env"`
 	// Deciders (slack) are the Slack user ids who may approve or reject;
-	// none: the messages have no effect when clicked.
+	// none (and no decider_groups): the buttons decide nothing.
 	Deciders []string `yaml:"deciders"`
+	// DeciderGroups (slack) are Slack user group ids (S…) whose members
+	// may decide too (the bot needs the usergroups:read scope).
+	DeciderGroups []string `yaml:"decider_groups"`
 	// Listen (slack) is where the interactivity endpoint listens (its path
 	// is /slack/interactivity); required with deciders.
 	Listen string `yaml:"listen"`
@@ -84,9 +88,10 @@ func (n *Notify) fill() {
 }
 
 var (
-	sinkNameRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	slackUserRe = regexp.MustCompile(`^[UW][A-Z0-9]{2,20}$`)
-	envNameRe   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	sinkNameRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	slackUserRe  = regexp.MustCompile(`^[UW][A-Z0-9]{2,20}$`)
+	slackGroupRe = regexp.MustCompile(`^S[A-Z0-9]{2,20}$`)
+	envNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func (n *Notify) problems() []Problem {
@@ -145,10 +150,17 @@ func (n *Notify) problems() []Problem {
 					add(fmt.Sprintf("%s.deciders[%d]", p, j), "%q is not a Slack user id (U… or W…; the member id in a Slack profile)", u)
 				}
 			}
-			if len(s.Deciders) > 0 {
+			for j, g := range s.DeciderGroups {
+				if !slackGroupRe.MatchString(g) {
+					add(fmt.Sprintf("%s.decider_groups[%d]", p, j), "%q is not a Slack user group id (S…)", g)
+				}
+			}
+			if len(s.Deciders) > 0 || len(s.DeciderGroups) > 0 {
 				oneSecret(p, "signing_secret", s.SigningSecretFile, s.SigningSecretEnv)
 				if s.Listen == "" {
 					add(p+".listen", "is required with deciders: where Slack's button clicks arrive (path /slack/interactivity)")
+				} else if _, port, err := net.SplitHostPort(s.Listen); err != nil || port == "" {
+					add(p+".listen", "%q is not a host:port address (e.g. 0.0.0.0:8790)", s.Listen)
 				}
 			}
 			if s.APIURL != "" {

@@ -36,17 +36,18 @@ func TestNotifyProblemsNameTheLine(t *testing.T) {
 		msg  string
 	}{
 		{2, "notify.max_attempts", "at least 1"},
-		{18, "notify.budget_thresholds[1]", "at most 1"},
+		{19, "notify.budget_thresholds[1]", "at most 1"},
 		{6, "notify.sinks[0].url", "not an http(s) URL"},
 		{4, "notify.sinks[0]", "both secret_file and secret_env"},
 		{9, "notify.sinks[1].channel", "is required"},
 		{12, "notify.sinks[1].deciders[0]", "not a Slack user id"},
+		{13, "notify.sinks[1].decider_groups[0]", "not a Slack user group id"},
 		{9, "notify.sinks[1]", "needs signing_secret_file or signing_secret_env"},
 		{9, "notify.sinks[1].listen", "is required with deciders"},
-		{13, "notify.sinks[2].name", "already the name of notify.sinks[0]"},
-		{14, "notify.sinks[2].type", "must be webhook or slack"},
-		{16, "notify.routes[0].sinks[1]", "not the name of a sink"},
-		{17, "notify.routes[0].events[0]", "not a notification event"},
+		{14, "notify.sinks[2].name", "already the name of notify.sinks[0]"},
+		{15, "notify.sinks[2].type", "must be webhook or slack"},
+		{17, "notify.routes[0].sinks[1]", "not the name of a sink"},
+		{18, "notify.routes[0].events[0]", "not a notification event"},
 	}
 	if len(probs) != len(want) {
 		t.Fatalf("got %d problems, want %d:\n%+v", len(probs), len(want), probs)
