@@ -57,6 +57,7 @@ import (
 const (
 	netnsRoleEnv  = "RATCHET_NETNS_ROLE"
 	netnsDirEnv   = "RATCHET_NETNS_DIR"
+	netnsStepsEnv = "RATCHET_NETNS_STEPS"
 	ratchetUID    = 65532 // the Dockerfile's, which the manifests' rules exclude
 	appUID        = 1000
 	transparentAt = "127.0.0.1:15001"
@@ -159,6 +160,21 @@ func TestTransparentNetns(t *testing.T) {
 	}
 	app.wait(t)
 	counters := topo.counters(t)
+
+	// Then rules that exclude another UID than Ratchet's: its own call to
+	// allowed.test comes back to it, and is refused as a loop instead of
+	// going round and round.
+	wrong, err := proxy.TransparentRules(proxy.RulesOptions{ListenPort: 15001, ExcludeUID: ratchetUID + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.applyRules(t, wrong)
+	app = startRole(t, topo, "app", []string{"SSL_CERT_FILE=" + filepath.Join(dir, "app-trust.pem"), netnsStepsEnv + "=loop"})
+	var loop appResult
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(app.waitFor(t, "RESULT "), "RESULT ")), &loop); err != nil {
+		t.Fatal(err)
+	}
+	app.wait(t)
 	rat.stop(t)
 	logs := rat.stderr.String()
 	t.Logf("app saw: %+v", res)
@@ -221,6 +237,10 @@ func TestTransparentNetns(t *testing.T) {
 			t.Errorf("Ratchet's log lacks %s:\n%s", want, logs)
 		}
 	}
+	// 9. The loop, refused.
+	if r := loop.Steps["allowed"]; r.Err == "" || !strings.Contains(logs, "a loop: this is Ratchet's own connection (UID 65532)") {
+		t.Errorf("with rules excluding another UID, allowed.test gave %+v; Ratchet's log:\n%s", r, logs)
+	}
 	// 8. Redirected: the app's five connections to ports 443 and 80 (the
 	// direct one went to loopback); not redirected: Ratchet's own two, to
 	// the fake Stripe and to allowed.test, which the owner match let out.
@@ -279,6 +299,12 @@ func appRole(t *testing.T) {
 	}
 	get := func(url string) *http.Request { req, _ := http.NewRequest("GET", url, nil); return req }
 	res := appResult{Steps: map[string]appStep{}}
+	if os.Getenv(netnsStepsEnv) == "loop" {
+		res.Steps["allowed"] = do(get("https://allowed.test/"))
+		b, _ := json.Marshal(res)
+		fmt.Printf("RESULT %s\n", b)
+		return
+	}
 	res.Steps["pay"] = do(pay())
 	res.Steps["retry"] = do(pay())
 	res.Steps["allowed"] = do(get("https://allowed.test/"))
@@ -426,7 +452,11 @@ func newTopology(t *testing.T) *topology {
 		skip("ip netns add: " + strings.TrimSpace(string(out)))
 	}
 	hostsDir := filepath.Join("/etc/netns", topo.app)
+	_, statErr := os.Stat("/etc/netns")
 	t.Cleanup(func() {
+		if os.IsNotExist(statErr) {
+			defer os.Remove("/etc/netns") // made for this test (only if still empty)
+		}
 		// Deleting a namespace deletes its end of the veth (and so the
 		// pair) and its iptables rules.
 		exec.Command("ip", "netns", "del", topo.app).Run()
@@ -612,7 +642,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch strings.ToUpper(k) {
-		case "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", netnsRoleEnv:
+		case "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", netnsRoleEnv, netnsStepsEnv:
 			continue
 		}
 		out = append(out, kv)

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"io"
 	"log/slog"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestTransparentRulesCommand(t *testing.T) {
@@ -70,5 +77,65 @@ func TestListenTransparentOnBothLoopbacks(t *testing.T) {
 	}
 	if lns[0].Addr().String() != addr {
 		t.Fatalf("listening on %v, want %s", lns[0].Addr(), addr)
+	}
+}
+
+// TestServeTransparent: serve opens listen.transparent, refuses a
+// connection made to it directly (never redirected), and shuts down
+// cleanly with it open.
+func TestServeTransparent(t *testing.T) {
+	dir := t.TempDir()
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	cfg := filepath.Join(dir, "ratchet.yaml")
+	writeFile(t, cfg, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0', transparent: '"+addr+"'}\n")
+	cmd := exec.Command(binary, "serve", "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	logs := &logBuf{}
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	serving, scanned := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for sc.Scan() {
+			logs.add(sc.Text())
+			if strings.Contains(sc.Text(), "ratchet serving") {
+				once.Do(func() { close(serving) })
+			}
+		}
+	}()
+	select {
+	case <-serving:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not start:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), "transparent mode listening") {
+		t.Fatalf("no transparent listener:\n%s", logs)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.stripe.com\r\n\r\n")
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Fatalf("a direct connection was answered: %q", b)
+	}
+	c.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	pw.Close()
+	<-scanned // every line is in logs
+	if err != nil || !strings.Contains(logs.String(), "transparent connection refused") || !strings.Contains(logs.String(), "ledger closed") {
+		t.Fatalf("serve: %v\n%s", err, logs)
 	}
 }
