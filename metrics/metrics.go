@@ -44,6 +44,8 @@ type Metrics struct {
 	upstream  *prometheus.HistogramVec
 	notify    *prometheus.CounterVec
 	observed  *prometheus.CounterVec
+	webhooks  *prometheus.CounterVec // webhooks.Observer
+	recovered *prometheus.CounterVec // recovery.Observer
 
 	mu    sync.Mutex
 	types map[string]bool
@@ -85,6 +87,13 @@ func New() *Metrics {
 		Help: "Begins an observed policy rule (mode: observe) would have refused, by effect type and what it would have answered; the agent was answered as if the rule were absent."},
 		[]string{"effect_type", "would"})
 	m.reg.MustRegister(m.observed)
+	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_webhook_events_total",
+		Help: "Vendor webhook events by vendor and stage: received, refused (bad or stale signature), verified, ignored, matched, unknown (no effect has the key), settled, agreed (settled that way already), contradicted, failed (not recorded; the vendor retries)."},
+		[]string{"vendor", "stage"})
+	m.recovered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_recoveries_total",
+		Help: "Same-key recoveries by vendor and result: tried, settled, agreed, contradicted, unknown (tried again later), expired (the vendor's key window closed first), dropped (settled otherwise), unreadable."},
+		[]string{"vendor", "result"})
+	m.reg.MustRegister(m.webhooks, m.recovered)
 	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -136,6 +145,12 @@ func (m *Metrics) Expired(n int) { m.expired.Add(float64(n)) }
 func (m *Metrics) WriteFailed(stage string, ops int) {
 	m.failed.WithLabelValues(stage).Add(float64(ops))
 }
+
+// Webhook implements webhooks.Observer.
+func (m *Metrics) Webhook(vendor, stage string) { m.webhooks.WithLabelValues(vendor, stage).Inc() }
+
+// Recovery implements recovery.Observer.
+func (m *Metrics) Recovery(vendor, result string) { m.recovered.WithLabelValues(vendor, result).Inc() }
 
 // Delivery implements notify.Observer.
 func (m *Metrics) Delivery(sink, eventType, result string) {

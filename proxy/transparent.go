@@ -35,6 +35,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,6 +174,11 @@ func (t *Transparent) handle(c net.Conn) {
 	}
 	if ownListener(dst, c.LocalAddr()) {
 		t.refuse(c, NoVendor, "", dst, "its original destination is Ratchet's own transparent listener (a loop, or a direct connection)")
+		return
+	}
+	if uid, ok := socketOwner(c.RemoteAddr()); ok && uid == os.Geteuid() {
+		t.refuse(c, NoVendor, "", dst, fmt.Sprintf("a loop: this is Ratchet's own connection (UID %d), redirected back to it; "+
+			"the rules must exclude the UID Ratchet runs as (ratchet transparent rules --uid %d)", uid, uid))
 		return
 	}
 	c.SetReadDeadline(time.Now().Add(sniffTimeout))
@@ -337,6 +343,45 @@ func originalDst(c net.Conn) (*net.TCPAddr, error) {
 		return nil, fmt.Errorf("reading the original destination: %w", serr)
 	}
 	return dst, nil
+}
+
+// socketOwner returns the UID that owns the local TCP socket whose address
+// is addr, the client end of a connection from this network namespace,
+// from /proc/net/tcp or tcp6; false when there is none (the client is
+// elsewhere) or it cannot be read. Ratchet's own connections are never
+// redirected to it by rules that exclude its UID: one that arrives means
+// the rules exclude another, and serving it would call the vendor through
+// Ratchet again, and again.
+func socketOwner(addr net.Addr) (int, bool) {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return 0, false
+	}
+	file, ip := "/proc/net/tcp6", ta.IP.To16()
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		file, ip = "/proc/net/tcp", ip4
+	}
+	// The kernel prints an address as 32-bit words in host order, and the
+	// port as a number.
+	var want strings.Builder
+	for i := 0; i < len(ip); i += 4 {
+		fmt.Fprintf(&want, "%08X", binary.NativeEndian.Uint32(ip[i:i+4]))
+	}
+	fmt.Fprintf(&want, ":%04X", ta.Port)
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 7 && fields[1] == want.String() {
+			uid, err := strconv.Atoi(fields[7])
+			return uid, err == nil
+		}
+	}
+	return 0, false
 }
 
 // networkPort converts a port as the kernel stores it (network order) and

@@ -26,8 +26,9 @@
 //	                                                         failed
 //	Square        x-square-hmacsha256-signature              payment.created, payment.updated: COMPLETED  data.object.payment.reference_id
 //	                                                         or APPROVED succeeded, FAILED failed
-//	Adyen         additionalData.hmacSignature per item      AUTHORISATION: success true succeeded,       additionalData["metadata.ratchet_key"],
-//	                                                         false failed                                 else merchantReference
+//	Adyen         additionalData.hmacSignature per item,     AUTHORISATION: success true succeeded,       additionalData["metadata.ratchet_key"]
+//	              optionally Basic authentication            false failed                                 behind Basic authentication only (it is
+//	                                                                                                      unsigned), else merchantReference
 //	Checkout.com  Cko-Signature                              payment_approved, payment_captured:          data.metadata.ratchet_key, else
 //	                                                         succeeded; payment_declined: failed          data.reference
 //	PayPal        PAYPAL-TRANSMISSION-SIG, offline with a    PAYMENT.CAPTURE.COMPLETED,                   resource.custom_id, else

@@ -104,7 +104,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 	defer flushTraces()
-	outbound, err := newProxy(cfg, traced, log, m)
+	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
+	if err != nil {
+		eng.Close(context.Background())
+		return err
+	}
+	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
 	if err != nil {
 		eng.Close(context.Background())
 		return err
@@ -170,6 +175,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	notifier.stop(cctx) // deliveries in progress are recorded before the ledger closes
+	settle.stop(cctx)   // webhooks in progress are recorded before the ledger closes
 	if err := eng.Close(cctx); err != nil {
 		return fmt.Errorf("closing ledger: %w", err)
 	}
@@ -181,7 +187,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 }
 
 // newProxy builds the outbound proxy from the config.
-func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.Observer) (*proxy.Proxy, error) {
+// rt is its Transport (nil: the proxy's default).
+func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.Observer, rt http.RoundTripper) (*proxy.Proxy, error) {
 	ca, err := proxy.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
 	if err != nil {
 		return nil, err
@@ -198,7 +205,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
-		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs,
+		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs, Transport: rt,
 	})
 }
 

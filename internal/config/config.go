@@ -52,6 +52,10 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// Notify gets events to people (notify.go).
 	Notify Notify `yaml:"notify"`
+	// Webhooks receive vendors' signed events, and Recovery sends lost
+	// proxied requests again with their keys (webhooks.go).
+	Webhooks Webhooks `yaml:"webhooks"`
+	Recovery Recovery `yaml:"recovery"`
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
@@ -207,6 +211,8 @@ func (c *Config) fill() {
 		}
 	}
 	c.Notify.fill()
+	c.Webhooks.fill()
+	c.Recovery.fill()
 	if c.Defaults.LeaseSeconds == 0 {
 		c.Defaults.LeaseSeconds = ledger.DefaultLeaseSeconds
 	}
@@ -541,6 +547,8 @@ func (c *Config) problems() []Problem {
 		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
 	}
 	probs = append(probs, c.Notify.problems()...)
+	probs = append(probs, c.Webhooks.problems()...)
+	probs = append(probs, c.Recovery.problems()...)
 	switch c.Ledger.Backend {
 	case "badger":
 	case "postgres":
