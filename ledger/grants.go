@@ -21,7 +21,9 @@ import (
 // dimensions and ceilings apply as before, and ceilings are checked first.
 // A grant counts the cost a begin declares when it executes; a later
 // report does not change what it counted (an operator granted that much
-// to be decided without asking, not spent). A begin whose effect is
+// to be decided without asking, not spent), and a new attempt after a
+// definite failure is counted again, as an approval is for one execute.
+// A begin whose effect is
 // waiting for an approval when a grant covers it executes too, and its
 // request is recorded as approved by "grant:<id>". The answer names the
 // grant (BeginResult.GrantID).
