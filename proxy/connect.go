@@ -220,13 +220,15 @@ func (p *Proxy) intercept(w http.ResponseWriter, v vendors.Vendor, host string) 
 	if err != nil {
 		return
 	}
-	p.serveIntercepted(conn, v, leaf)
+	p.serveIntercepted(conn, v, leaf, nil)
 }
 
 // serveIntercepted terminates TLS on conn with leaf and serves the requests
 // inside as vendor v's: forward mode after its CONNECT, transparent mode
-// after reading the ClientHello's name (transparent.go).
-func (p *Proxy) serveIntercepted(conn net.Conn, v vendors.Vendor, leaf *tls.Certificate) {
+// after reading the ClientHello's name (transparent.go). track, if not
+// nil, is given the connection's server before it serves, for a graceful
+// shutdown.
+func (p *Proxy) serveIntercepted(conn net.Conn, v vendors.Vendor, leaf *tls.Certificate, track func(*http.Server)) {
 	tconn := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -235,6 +237,9 @@ func (p *Proxy) serveIntercepted(conn net.Conn, v vendors.Vendor, leaf *tls.Cert
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          p.pass.ErrorLog,
+	}
+	if track != nil {
+		track(srv)
 	}
 	srv.Serve(newOneConnListener(tconn))
 }

@@ -67,17 +67,27 @@ const ip6tSOOriginalDst = 80
 // options, engine, CA and observer.
 type Transparent struct {
 	p *Proxy
+	// origDst reads a connection's original destination (originalDst),
+	// and owner the UID of a local client socket (socketOwner); tests
+	// that cannot redirect give their own.
+	origDst func(net.Conn) (*net.TCPAddr, error)
+	owner   func(net.Addr) (int, bool)
 
-	mu     sync.Mutex
-	lns    map[net.Listener]struct{}
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	lns   map[net.Listener]struct{}
+	conns map[net.Conn]bool // true: intercepted, served by one of servers
+	// servers serve the intercepted connections; each channel is closed
+	// when Shutdown has finished with its server.
+	servers  map[*http.Server]chan struct{}
+	closed   bool
+	shutdown context.Context // Shutdown's, once closed
+	wg       sync.WaitGroup
 }
 
 // Transparent returns a server for redirected connections handled by p.
 func (p *Proxy) Transparent() *Transparent {
-	return &Transparent{p: p, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	return &Transparent{p: p, origDst: originalDst, owner: socketOwner, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]bool{},
+		servers: map[*http.Server]chan struct{}{}}
 }
 
 // Serve accepts redirected connections on ln until Shutdown; ln should be
@@ -125,7 +135,7 @@ func (t *Transparent) track(c net.Conn) bool {
 	if t.closed {
 		return false
 	}
-	t.conns[c] = struct{}{}
+	t.conns[c] = false
 	t.wg.Add(1)
 	return true
 }
@@ -138,13 +148,56 @@ func (t *Transparent) untrack(c net.Conn) {
 	t.wg.Done()
 }
 
-// Shutdown stops accepting, lets the connections in progress end until ctx
-// does, then closes them.
+// intercepting notes that c is served by srv, an intercepted connection's
+// server, so that Shutdown closes it gracefully (its requests in flight
+// are answered and reported, an idle keep-alive closed at once).
+func (t *Transparent) intercepting(c net.Conn, srv *http.Server) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	done := make(chan struct{})
+	t.conns[c], t.servers[srv] = true, done
+	if t.closed {
+		go t.shut(t.shutdown, srv, done)
+	}
+}
+
+// intercepted waits, once srv has stopped serving, until Shutdown (if it
+// began) has let its requests in flight finish.
+func (t *Transparent) intercepted(srv *http.Server) {
+	t.mu.Lock()
+	done, closed := t.servers[srv]
+	closed = closed && t.closed
+	t.mu.Unlock()
+	if closed {
+		<-done
+	}
+	t.mu.Lock()
+	delete(t.servers, srv)
+	t.mu.Unlock()
+}
+
+func (t *Transparent) shut(ctx context.Context, srv *http.Server, done chan struct{}) {
+	srv.Shutdown(ctx)
+	close(done)
+}
+
+// Shutdown stops accepting; closes the intercepted connections once their
+// requests in flight are answered (idle ones at once) and every other
+// connection (splices, which carry nothing gated, and those not yet
+// read); and when ctx ends, closes whatever is left.
 func (t *Transparent) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
-	t.closed = true
+	t.closed, t.shutdown = true, ctx
 	for ln := range t.lns {
 		ln.Close()
+	}
+	for srv, done := range t.servers {
+		go t.shut(ctx, srv, done)
+	}
+	for c, intercepted := range t.conns {
+		if !intercepted {
+			c.Close()
+		}
 	}
 	t.mu.Unlock()
 	done := make(chan struct{})
@@ -167,7 +220,7 @@ func (t *Transparent) Shutdown(ctx context.Context) error {
 func (t *Transparent) handle(c net.Conn) {
 	p := t.p
 	ctx := context.Background()
-	dst, err := originalDst(c)
+	dst, err := t.origDst(c)
 	if err != nil {
 		t.refuse(c, NoVendor, "", nil, "not a redirected connection (it has no original destination): "+err.Error())
 		return
@@ -176,7 +229,7 @@ func (t *Transparent) handle(c net.Conn) {
 		t.refuse(c, NoVendor, "", dst, "its original destination is Ratchet's own transparent listener (a loop, or a direct connection)")
 		return
 	}
-	if uid, ok := socketOwner(c.RemoteAddr()); ok && uid == os.Geteuid() {
+	if uid, ok := t.owner(c.RemoteAddr()); ok && uid == os.Geteuid() {
 		t.refuse(c, NoVendor, "", dst, fmt.Sprintf("a loop: this is Ratchet's own connection (UID %d), redirected back to it; "+
 			"the rules must exclude the UID Ratchet runs as (ratchet transparent rules --uid %d)", uid, uid))
 		return
@@ -212,7 +265,9 @@ func (t *Transparent) handle(c net.Conn) {
 			return
 		}
 		p.log.Debug("transparent connection intercepted", "vendor", v.Name(), "host", name, "dst", dst.String())
-		p.serveIntercepted(pc, v, leaf)
+		var srv *http.Server
+		p.serveIntercepted(pc, v, leaf, func(s *http.Server) { srv = s; t.intercepting(c, s) })
+		t.intercepted(srv)
 		return
 	}
 	defPort := "443"
