@@ -321,7 +321,7 @@ func TestAWebhookALateReportAndARecoveryRaceOnOneEffect(t *testing.T) {
 	for round := range 3 {
 		e := newEnv(t)
 		const secret = "whsec_race"
-		hooks := httptest.NewServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{secret}}}))
+		hooks := httptest.NewServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{secret}}, Hold: -1}))
 		key := fmt.Sprintf("order:race:%d", round)
 		id := e.lost(t, key, "after")
 		reqs, _, _ := e.store.List()

@@ -29,6 +29,7 @@ import (
 // is unknown). It keeps the last request it saw.
 type fakeVendor struct {
 	hang atomic.Bool
+	slow atomic.Int64 // nanoseconds to wait before answering
 	hits atomic.Int64
 	mu   sync.Mutex
 	body []byte
@@ -45,6 +46,7 @@ func (f *fakeVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		return
 	}
+	time.Sleep(time.Duration(f.slow.Load()))
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/v1/payment_intents"):
@@ -117,6 +119,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvHold(t, -1)
+}
+
+// newEnvHold is newEnv with the receivers' Hold.
+func newEnvHold(t *testing.T, hold time.Duration) *env {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := badgerstore.Open(dir+"/ledger", nil)
 	if err != nil {
@@ -147,7 +155,7 @@ func newEnv(t *testing.T) *env {
 		Adyen:          &webhooks.Adyen{HMACKeys: [][]byte{adyenKey}, BasicUser: "adyen", BasicPassword: adyenPassword},
 		Checkout:       &webhooks.Checkout{Secrets: []string{checkoutSecret}},
 		PayPal:         &webhooks.PayPal{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}},
-		CurrencyMicros: rates, Observer: e.obs,
+		CurrencyMicros: rates, Observer: e.obs, Hold: hold,
 	})
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)

@@ -63,6 +63,8 @@ const (
 	DefaultTolerance = 5 * time.Minute
 	// DefaultMaxBodyBytes bounds an event's body.
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultHold is how long a verified event waits (Options.Hold).
+	DefaultHold = time.Second
 	// PathPrefix is where each vendor's events arrive: PathPrefix+vendor.
 	PathPrefix = "/webhooks/"
 )
@@ -98,6 +100,14 @@ type Options struct {
 	// CurrencyMicros converts an event's amount to micro-USD (the proxy's
 	// table); nil: no actual cost is given.
 	CurrencyMicros map[string]int64
+	// Hold is how long a verified event waits before it settles anything
+	// (default DefaultHold; negative: not at all). Vendors send events as
+	// they answer, and an event that overtook the proxy's own report of
+	// the answer would settle the effect first: the report would then
+	// agree and change nothing, and the answer the proxy keeps for
+	// replaying to retries would be lost. The report comes milliseconds
+	// after the answer; the hold lets it land first.
+	Hold time.Duration
 	// MaxBodyBytes bounds a body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// Clock is the time source for timestamps (default time.Now).
@@ -151,6 +161,9 @@ func New(s Settler, opts Options) http.Handler {
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+	}
+	if opts.Hold == 0 {
+		opts.Hold = DefaultHold
 	}
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
@@ -211,6 +224,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, err.Error(), status)
 		return
+	}
+	if h.opts.Hold > 0 {
+		select {
+		case <-time.After(h.opts.Hold):
+		case <-r.Context().Done():
+			return // the vendor gave up; it sends the event again
+		}
 	}
 	failed := false
 	for i := range recs {

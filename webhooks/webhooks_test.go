@@ -394,3 +394,45 @@ func TestAdyensUnsignedTagNeedsBasicAuthentication(t *testing.T) {
 		t.Fatalf("by merchantReference: %d %+v", rec.Code, eff)
 	}
 }
+
+// TestAnEventThatOvertakesTheProxysReportWaitsForIt: the vendor's event
+// arrives while the proxy is still reading the vendor's answer. With the
+// hold, the proxy's report lands first and keeps the answer, so the
+// retry gets the vendor's object replayed; without it the event settles
+// first and the retry gets only the object's id (the engine's settlement
+// keeps no answer).
+func TestAnEventThatOvertakesTheProxysReportWaitsForIt(t *testing.T) {
+	for _, hold := range []time.Duration{webhooks.DefaultHold, -1} {
+		t.Run(fmt.Sprint("hold ", hold), func(t *testing.T) {
+			e := newEnvHold(t, hold)
+			c := vendorCases()[0]
+			e.vendor.slow.Store(int64(200 * time.Millisecond))
+			hdr := c.hdr.Clone()
+			hdr.Set("Ratchet-Idempotency-Key", "stripe:overtaken")
+			done := make(chan *http.Response)
+			go func() { done <- e.send(t, http.MethodPost, c.path, hdr, c.body) }()
+			var tag string
+			for tag == "" {
+				time.Sleep(10 * time.Millisecond)
+				_, h := e.vendor.last()
+				tag = c.tag(nil, h)
+			}
+			h, b := c.event(t, e, tag, true, good)
+			if s := e.post(t, "stripe", h, b); s != http.StatusOK {
+				t.Fatalf("the event: %d", s)
+			}
+			first := <-done
+			if first.StatusCode != http.StatusOK {
+				t.Fatalf("the call: %d", first.StatusCode)
+			}
+			r := e.send(t, http.MethodPost, c.path, hdr, c.body)
+			replayed := r.Header.Get("Ratchet-Replayed") == "true" && r.StatusCode == http.StatusOK
+			if replayed != (hold > 0) || r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) {
+				t.Fatalf("the retry: %d %v", r.StatusCode, r.Header)
+			}
+			if hold > 0 && e.obs.get("stripe", "agreed") != 1 {
+				t.Fatalf("with the hold the report settled it and the event agreed: %v", e.obs.n)
+			}
+		})
+	}
+}
