@@ -3,11 +3,12 @@ package proxy_test
 // The done-when test of transparent mode (issue 24), on real network
 // namespaces, veth pairs and iptables rules:
 //
-//	netns "app" (the pod)                          netns "net" (the internet)
-//	  app   (UID 1000, no proxy settings) ─┐         198.18.7.2 api.stripe.com :443 (fake, test CA), :80
-//	  Ratchet (UID 65532) 127.0.0.1:15001 ─┼─ veth ─ 198.18.7.3 allowed.test   :443 (test CA)
-//	  iptables: TransparentRules             │         198.18.7.4 refused.test   :443 (test CA)
-//	  /etc/hosts: the three names ──────────┘
+//	netns "app" (the pod)                    netns "net" (the internet)
+//	  app (UID 1000, no proxy settings)        198.18.7.2 api.stripe.com :443 (fake, test CA), :80
+//	  Ratchet (UID 65532), 127.0.0.1:15001     198.18.7.3 allowed.test   :443 (test CA)
+//	    and [::1]:15001          ── veth ──    198.18.7.4 refused.test   :443 (test CA)
+//	  iptables, ip6tables: TransparentRules    fd00:7::3  allowed6.test  :443 (test CA)
+//	  /etc/hosts: the names                    fd00:7::2  stripe6.test (intercept_hosts: never dialled)
 //
 // The app and Ratchet run as helper processes: this test binary again,
 // under `ip netns exec` (which mounts /etc/netns/<app>/hosts over
@@ -64,7 +65,13 @@ const (
 	stripeIP      = "198.18.7.2"
 	allowedIP     = "198.18.7.3"
 	refusedIP     = "198.18.7.4"
-	testCAName    = "Ratchet netns test CA (the public roots)"
+	// IPv6: the app and, in "net", allowed6.test; stripe6.test is one of
+	// Stripe's hosts by proxy.intercept_hosts, whose address Ratchet never
+	// dials (intercepted traffic goes to the vendor's upstream).
+	appIP6     = "fd00:7::1"
+	stripe6IP  = "fd00:7::2"
+	allowed6IP = "fd00:7::3"
+	testCAName = "Ratchet netns test CA (the public roots)"
 )
 
 func TestTransparentNetns(t *testing.T) {
@@ -111,6 +118,9 @@ func TestTransparentNetns(t *testing.T) {
 	allowedLeaf := ca.leaf(t, "allowed.test")
 	serveTLSIn(t, topo.net, allowedIP+":443", allowedLeaf, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from allowed.test")
+	}))
+	serveTLSIn(t, topo.net, "["+allowed6IP+"]:443", ca.leaf(t, "allowed6.test"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from allowed6.test over "+r.RemoteAddr)
 	}))
 	refusedLn := listenIn(t, topo.net, refusedIP+":443")
 	go func() {
@@ -186,8 +196,8 @@ func TestTransparentNetns(t *testing.T) {
 		t.Fatalf("the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
 	}
 	mu.Lock()
-	if len(stripeReqs) != 1 {
-		t.Fatalf("the fake Stripe got %d requests, want 1 (the retry is replayed)", len(stripeReqs))
+	if len(stripeReqs) != 2 {
+		t.Fatalf("the fake Stripe got %d requests, want 2 (the payment and the one over IPv6; the retry is replayed)", len(stripeReqs))
 	}
 	got := stripeReqs[0].Get("Idempotency-Key")
 	mu.Unlock()
@@ -241,11 +251,26 @@ func TestTransparentNetns(t *testing.T) {
 	if r := loop.Steps["allowed"]; r.Err == "" || !strings.Contains(logs, "a loop: this is Ratchet's own connection (UID 65532)") {
 		t.Errorf("with rules excluding another UID, allowed.test gave %+v; Ratchet's log:\n%s", r, logs)
 	}
-	// 8. Redirected: the app's five connections to ports 443 and 80 (the
-	// direct one went to loopback); not redirected: Ratchet's own two, to
-	// the fake Stripe and to allowed.test, which the owner match let out.
-	if counters.redirected != 5 || counters.ownerExcluded != 2 {
-		t.Fatalf("nat counters: %d redirected (want the app's 5), %d of Ratchet's UID let through (want 2)", counters.redirected, counters.ownerExcluded)
+	// 8. Redirected: the app's five IPv4 connections to ports 443 and 80
+	// (the direct one went to loopback) and its two IPv6 ones; not
+	// redirected: Ratchet's own, to the fake Stripe (one, or two if its
+	// keep-alive was not reused for the second payment) and to
+	// allowed.test over IPv4, to allowed6.test over IPv6.
+	want := natCounters{redirected: 5, ownerExcluded: 2, redirected6: 2, ownerExcluded6: 1}
+	if counters.ownerExcluded == 3 {
+		want.ownerExcluded = 3
+	}
+	if counters != want {
+		t.Fatalf("nat counters %+v, want %+v", counters, want)
+	}
+	// 10. IPv6 (IP6T_SO_ORIGINAL_DST, the [::1] listener): a host allowed
+	// is spliced to its IPv6 destination, and a vendor host named by
+	// proxy.intercept_hosts is intercepted and gated.
+	if r := res.Steps["allowed6"]; r.Status != 200 || !strings.HasPrefix(r.Body, "hello from allowed6.test over ["+appIP6+"]:") || r.Issuer != testCAName {
+		t.Errorf("allowed6.test over IPv6: %+v", r)
+	}
+	if r := res.Steps["pay6"]; r.Status != 200 || r.Decision != "execute" || r.Issuer != "Ratchet proxy CA" || r.EffectID == pay.EffectID {
+		t.Errorf("a payment to stripe6.test over IPv6: %+v", r)
 	}
 }
 
@@ -310,6 +335,11 @@ func appRole(t *testing.T) {
 	res.Steps["allowed"] = do(get("https://allowed.test/"))
 	res.Steps["refused"] = do(get("https://refused.test/"))
 	res.Steps["plain"] = do(get("http://api.stripe.com/v1/charges"))
+	res.Steps["allowed6"] = do(get("https://allowed6.test/"))
+	pay6 := pay()
+	pay6.URL.Host = "stripe6.test"
+	pay6.Header.Set("Idempotency-Key", "order-43")
+	res.Steps["pay6"] = do(pay6)
 	direct := get("https://" + transparentAt + "/v1/charges")
 	direct.Host = "api.stripe.com"
 	dt := tr.Clone()
@@ -340,6 +370,10 @@ func ratchetRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln6, err := net.Listen("tcp", "[::1]:15001") // where ip6tables sends IPv6, as serve does
+	if err != nil {
+		t.Fatal(err)
+	}
 	dropTo(t, ratchetUID)
 	st, err := badgerstore.Open(filepath.Join(rdir, "ledger"), nil)
 	if err != nil {
@@ -360,13 +394,15 @@ func ratchetRole(t *testing.T) {
 	// The default upstream: the real name, which this pod's /etc/hosts
 	// sends to the fake.
 	p, err := proxy.New(eng, proxy.Options{Upstreams: map[string]string{"stripe": "https://api.stripe.com"},
-		AllowHosts: []string{"allowed.test"}, CA: ca, UpstreamTimeout: 10 * time.Second,
+		AllowHosts: []string{"allowed.test", "allowed6.test"}, InterceptHosts: map[string][]string{"stripe": {"stripe6.test"}},
+		CA: ca, UpstreamTimeout: 10 * time.Second,
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp := p.Transparent()
 	go tp.Serve(ln)
+	go tp.Serve(ln6)
 	fmt.Println("READY")
 	io.Copy(io.Discard, os.Stdin)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -475,8 +511,12 @@ func newTopology(t *testing.T) *topology {
 	run("ip", "link", "set", vApp, "netns", topo.app)
 	run("ip", "link", "set", vNet, "netns", topo.net)
 	run("ip", "-n", topo.app, "addr", "add", "198.18.7.1/24", "dev", vApp)
+	run("ip", "-n", topo.app, "-6", "addr", "add", appIP6+"/64", "dev", vApp, "nodad")
 	for _, ip := range []string{stripeIP, allowedIP, refusedIP} {
 		run("ip", "-n", topo.net, "addr", "add", ip+"/24", "dev", vNet)
+	}
+	for _, ip := range []string{stripe6IP, allowed6IP} {
+		run("ip", "-n", topo.net, "-6", "addr", "add", ip+"/64", "dev", vNet, "nodad")
 	}
 	for _, ns := range [][2]string{{topo.app, vApp}, {topo.net, vNet}} {
 		run("ip", "-n", ns[0], "link", "set", "lo", "up")
@@ -487,7 +527,8 @@ func newTopology(t *testing.T) *topology {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(hostsDir, "hosts"), []byte("127.0.0.1 localhost\n::1 localhost\n"+
-		stripeIP+" api.stripe.com\n"+allowedIP+" allowed.test\n"+refusedIP+" refused.test\n"), 0o644)
+		stripeIP+" api.stripe.com\n"+allowedIP+" allowed.test\n"+refusedIP+" refused.test\n"+
+		stripe6IP+" stripe6.test\n"+allowed6IP+" allowed6.test\n"), 0o644)
 	return topo
 }
 
@@ -516,29 +557,34 @@ func (topo *topology) applyRules(t *testing.T, cmds []proxy.Command) {
 	}
 }
 
-type natCounters struct{ redirected, ownerExcluded int }
+type natCounters struct{ redirected, ownerExcluded, redirected6, ownerExcluded6 int }
 
-// counters reads how many connections the IPv4 rules redirected and how
-// many of Ratchet's own they let through (the nat table sees each
+// counters reads how many connections the rules redirected and how many
+// of Ratchet's own they let through, per family (the nat table sees each
 // connection's first packet only).
 func (topo *topology) counters(t *testing.T) natCounters {
 	t.Helper()
 	var c natCounters
-	out := topo.inApp(t, "iptables", "-w", "-t", "nat", "-L", proxy.RulesChain, "-v", "-x", "-n")
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) < 3 {
-			continue
-		}
-		n, err := strconv.Atoi(f[0])
-		if err != nil {
-			continue
-		}
-		switch {
-		case f[2] == "REDIRECT":
-			c.redirected += n
-		case strings.Contains(l, "owner UID match "+strconv.Itoa(ratchetUID)):
-			c.ownerExcluded += n
+	for _, fam := range []struct {
+		cmd                   string
+		redirected, ownerLeft *int
+	}{{"iptables", &c.redirected, &c.ownerExcluded}, {"ip6tables", &c.redirected6, &c.ownerExcluded6}} {
+		out := topo.inApp(t, fam.cmd, "-w", "-t", "nat", "-L", proxy.RulesChain, "-v", "-x", "-n")
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			if len(f) < 3 {
+				continue
+			}
+			n, err := strconv.Atoi(f[0])
+			if err != nil {
+				continue
+			}
+			switch {
+			case f[2] == "REDIRECT":
+				*fam.redirected += n
+			case strings.Contains(l, "owner UID match "+strconv.Itoa(ratchetUID)):
+				*fam.ownerLeft += n
+			}
 		}
 	}
 	return c
