@@ -1,6 +1,6 @@
 // Package proxy gives legacy callers, which never call the MCP tools, the
 // same protection on their outbound path. It is an HTTP handler with two
-// ways in and one engine:
+// ways in, a listener for a third, and one engine:
 //
 //   - Reverse mode: /stripe/v1/... is forwarded to the configured Stripe
 //     upstream (likewise /square/, /adyen/, /paypal/, /checkout/): callers
@@ -10,6 +10,10 @@
 //     reverse mode (sent to that vendor's configured upstream); other hosts
 //     are tunnelled only when listed in allow_hosts, and refused otherwise.
 //     It is never an open proxy.
+//   - Transparent mode (transparent.go): iptables rules redirect a pod's
+//     outbound connections to Proxy.Transparent; vendor hosts are
+//     intercepted as in forward mode, allow_hosts spliced to where they
+//     were going, the rest refused. The app changes nothing but its CA.
 //
 // A request that vendors classifies as a side effect is gated: key, cost
 // and counterparty from the vendor's format; begin; on execute the vendor
@@ -180,7 +184,9 @@ func NewTransport() *http.Transport {
 // Observer is told what the proxy did.
 type Observer interface {
 	// Request counts a request by vendor and what happened to it: "pass"
-	// for reads, a decision for effects, or "refused" for errors.
+	// for reads, a decision for effects, or "refused" for errors; in
+	// transparent mode also a connection, "spliced" or "refused", under
+	// NoVendor when it named none.
 	Request(vendor, outcome string)
 	// Upstream times a call to a vendor by its result.
 	Upstream(vendor, result string, elapsed time.Duration)
