@@ -102,6 +102,7 @@ func (t *Transparent) Serve(ln net.Listener) error {
 	}
 	t.lns[ln] = struct{}{}
 	t.mu.Unlock()
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -111,13 +112,17 @@ func (t *Transparent) Serve(ln net.Listener) error {
 			if closed {
 				return net.ErrClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors, say: the pod's traffic waits
+			// rather than the sidecar stopping, as net/http's servers do.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t.p.log.Warn("transparent mode: accepting a connection", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if !t.track(c) {
 			c.Close()
 			return net.ErrClosed
