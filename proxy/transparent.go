@@ -22,7 +22,13 @@ package proxy
 // Loops: the rules never redirect Ratchet's own UID, so its calls to the
 // vendors leave the pod; a connection whose original destination is the
 // transparent listener itself (made to it directly, never redirected) is
-// refused.
+// refused; and a connection from a socket of Ratchet's own UID (rules that
+// exclude another UID) is refused rather than sent out through Ratchet
+// again, and again.
+//
+// Shutdown is graceful where it matters: a payment in flight on an
+// intercepted connection is answered and reported, idle keep-alives close
+// at once, splices (nothing gated) close.
 
 import (
 	"bufio"
