@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -36,7 +37,10 @@ func runTransparent(ctx context.Context, args []string, _ io.Reader, stdout, std
 		_, err := io.WriteString(stdout, proxy.RulesScript(cmds))
 		return err
 	}
-	return applyRules(ctx, cmds, stdout)
+	run := func(args []string) ([]byte, error) {
+		return exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	}
+	return applyRules(cmds, run, hasIPv6(), stdout)
 }
 
 // parseRulesFlags reads the flags of "transparent rules".
@@ -63,19 +67,43 @@ func parseRulesFlags(args []string, stderr io.Writer) (proxy.RulesOptions, bool,
 	return o, *apply, nil
 }
 
-// applyRules runs the rules in order, each as printed.
-func applyRules(ctx context.Context, cmds []proxy.Command, stdout io.Writer) error {
+// applyRules runs the rules in order, each as printed, with run. Any
+// failure stops it (the init container fails, and the app never starts
+// unguarded), but for the IPv6 rules where the network namespace has no
+// IPv6 (ipv6 false): nothing can leave it over IPv6, and ip6tables' nat
+// table may be missing there.
+func applyRules(cmds []proxy.Command, run func([]string) ([]byte, error), ipv6 bool, stdout io.Writer) error {
+	applied, skipped6 := 0, false
 	for _, c := range cmds {
-		if c.Unless != nil && exec.CommandContext(ctx, c.Unless[0], c.Unless[1:]...).Run() == nil {
+		if skipped6 && c.Args[0] == "ip6tables" {
 			continue
 		}
-		out, err := exec.CommandContext(ctx, c.Args[0], c.Args[1:]...).CombinedOutput()
-		if err != nil && !c.MayFail {
+		if c.Unless != nil {
+			if _, err := run(c.Unless); err == nil {
+				continue
+			}
+		}
+		out, err := run(c.Args)
+		switch {
+		case err == nil:
+			applied++
+		case c.MayFail:
+		case c.Args[0] == "ip6tables" && !ipv6:
+			fmt.Fprintf(stdout, "ratchet transparent: IPv6 is off in this network namespace, so its rules are not needed (%s: %s)\n",
+				strings.Join(c.Args, " "), strings.TrimSpace(string(out)))
+			skipped6 = true
+		default:
 			return fmt.Errorf("%s: %w: %s", strings.Join(c.Args, " "), err, strings.TrimSpace(string(out)))
 		}
 	}
-	fmt.Fprintf(stdout, "ratchet transparent: %d rules applied\n", len(cmds))
+	fmt.Fprintf(stdout, "ratchet transparent: %d rules applied\n", applied)
 	return nil
+}
+
+// hasIPv6 reports whether this network namespace has an IPv6 address.
+func hasIPv6() bool {
+	b, err := os.ReadFile("/proc/net/if_inet6")
+	return err == nil && len(strings.TrimSpace(string(b))) > 0
 }
 
 // listenTransparent opens the transparent listeners for listen.transparent

@@ -2,16 +2,21 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
 func TestTransparentRulesCommand(t *testing.T) {
@@ -137,5 +142,93 @@ func TestServeTransparent(t *testing.T) {
 	<-scanned // every line is in logs
 	if err != nil || !strings.Contains(logs.String(), "transparent connection refused") || !strings.Contains(logs.String(), "ledger closed") {
 		t.Fatalf("serve: %v\n%s", err, logs)
+	}
+}
+
+// TestApplyRules: every failure stops --apply (the pod must not start
+// unguarded), but for the IPv6 rules where the namespace has no IPv6.
+func TestApplyRules(t *testing.T) {
+	cmds, err := proxy.TransparentRules(proxy.RulesOptions{ListenPort: 15001, ExcludeUID: 65532})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := func(fail string) (func([]string) ([]byte, error), *[]string) {
+		var ran []string
+		return func(args []string) ([]byte, error) {
+			line := strings.Join(args, " ")
+			ran = append(ran, line)
+			if strings.Contains(line, " -C ") || (fail != "" && strings.HasPrefix(line, fail)) {
+				return []byte("no"), errors.New("exit status 1")
+			}
+			return nil, nil
+		}, &ran
+	}
+	var out strings.Builder
+	run, ran := fake("")
+	if err := applyRules(cmds, run, true, &out); err != nil || !strings.Contains(out.String(), "12 rules applied") {
+		t.Fatalf("%v %q (ran %q)", err, out.String(), *ran)
+	}
+	run, _ = fake("iptables -w -t nat -A RATCHET_OUTPUT")
+	if err := applyRules(cmds, run, false, &out); err == nil {
+		t.Fatal("a failed IPv4 rule did not stop --apply")
+	}
+	run, _ = fake("ip6tables")
+	if err := applyRules(cmds, run, true, &out); err == nil {
+		t.Fatal("a failed IPv6 rule did not stop --apply where the namespace has IPv6")
+	}
+	out.Reset()
+	run, ran = fake("ip6tables")
+	if err := applyRules(cmds, run, false, &out); err != nil || !strings.Contains(out.String(), "IPv6 is off") || !strings.Contains(out.String(), "6 rules applied") {
+		t.Fatalf("without IPv6: %v %q (ran %q)", err, out.String(), *ran)
+	}
+}
+
+// TestTransparentRulesApplyInNetns runs `ratchet transparent rules
+// --apply` as the init container does, twice, in a network namespace of
+// its own, and reads the rules back: one set, in both families.
+func TestTransparentRulesApplyInNetns(t *testing.T) {
+	skip := func(why string) {
+		if os.Getenv("RATCHET_REQUIRE_NETNS") != "" {
+			t.Fatalf("RATCHET_REQUIRE_NETNS is set and %s", why)
+		}
+		t.Skipf("needs root, ip and iptables (the machine cannot create network namespaces): %s", why)
+	}
+	if os.Geteuid() != 0 {
+		skip("not running as root")
+	}
+	for _, bin := range []string{"ip", "iptables", "ip6tables"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			skip(bin + " is not installed")
+		}
+	}
+	ns := "rtrules" + strconv.Itoa(os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		skip("ip netns add: " + strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	in := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	for range 2 {
+		if out := in(binary, "transparent", "rules", "--uid", "65532", "--listen-port", "15001", "--apply"); !strings.Contains(out, "rules applied") {
+			t.Fatalf("--apply said %q", out)
+		}
+	}
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		out := in(fam, "-w", "-t", "nat", "-S")
+		for _, want := range []string{
+			"-A OUTPUT -p tcp -j RATCHET_OUTPUT",
+			"-A RATCHET_OUTPUT -m owner --uid-owner 65532 -j RETURN",
+			"-A RATCHET_OUTPUT -p tcp -m multiport --dports 443,80 -j REDIRECT --to-ports 15001",
+		} {
+			if strings.Count(out, want) != 1 {
+				t.Errorf("%s after two --apply: want %q once:\n%s", fam, want, out)
+			}
+		}
 	}
 }
