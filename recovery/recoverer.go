@@ -201,6 +201,10 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 		return "unknown"
 	}
 	hreq.Header = q.Header.Clone()
+	// The caller's Accept-Encoding went upstream as it was; here net/http
+	// asks for gzip itself and decompresses, so the answer is read as the
+	// vendor's JSON.
+	hreq.Header.Del("Accept-Encoding")
 	client := r.Client
 	if client == nil {
 		client = &http.Client{Timeout: 60 * time.Second}

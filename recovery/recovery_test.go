@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ type keyedVendor struct {
 	executed atomic.Int64
 	seen     atomic.Int64
 	drop     atomic.Value // "", "after", "before"
+	gzip     atomic.Bool  // compress answers for clients that accept it
 }
 
 func (f *keyedVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -74,6 +76,13 @@ func (f *keyedVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if f.gzip.Load() && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, answer)
+		zw.Close()
+		return
+	}
 	io.WriteString(w, answer)
 }
 
@@ -361,5 +370,18 @@ func TestAWebhookALateReportAndARecoveryRaceOnOneEffect(t *testing.T) {
 		if e.rec.Pass(context.Background()); e.kept(t) != 0 {
 			t.Fatalf("round %d: a request is still kept after the effect settled", round)
 		}
+	}
+}
+
+// TestRecoveryReadsACompressedAnswer: the caller's Accept-Encoding is not
+// sent again, so a vendor that compresses its answer is read as JSON (the
+// object id settles the effect).
+func TestRecoveryReadsACompressedAnswer(t *testing.T) {
+	e := newEnv(t)
+	e.vendor.gzip.Store(true)
+	id := e.lost(t, "order:gzip", "after")
+	e.rec.Pass(context.Background())
+	if eff := e.effect(t, id); eff.State != ledger.StateSucceeded || eff.VendorReference != "pi_1" {
+		t.Fatalf("after recovery: %+v", eff)
 	}
 }
