@@ -258,7 +258,12 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	switch rec.State {
 	case StatePending, StateIndeterminate:
 	case o.state:
-		v := rec.view(now) // the same outcome again: a no-op
+		// The same outcome again: a no-op, but for the answer of a
+		// success settled without one (a vendor's event overtook it).
+		if err := e.fillResult(t, rec, o.state, o.result, now); err != nil {
+			return nil, err
+		}
+		v := rec.view(now)
 		return &v, nil
 	case StateCompensated:
 		if o.state == StateSucceeded {
@@ -328,6 +333,17 @@ func (a *agentRec) oldest() (string, time.Time) {
 		}
 	}
 	return id, at
+}
+
+// fillResult keeps result as the answer of an effect that succeeded
+// without one (settled by a vendor's record that carried none, say); an
+// answer already kept is never replaced.
+func (e *Engine) fillResult(t *opTxn, rec *effectRec, state State, result []byte, now time.Time) error {
+	if state != StateSucceeded || rec.Result != nil || result == nil {
+		return nil
+	}
+	rec.Result = result
+	return e.putEffect(t, rec, now)
 }
 
 // expireLease turns a pending effect whose lease ran out into an

@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,6 +50,9 @@ type SettleRequest struct {
 	Outcome          Outcome
 	VendorReference  string
 	ActualCostMicros *int64
+	// Result is the vendor's answer, kept for duplicates as a report's
+	// (the proxy's stored form); it fills in a settled effect that has none.
+	Result json.RawMessage
 	// Source names who settled it, e.g. "webhook:stripe" or
 	// "recovery:stripe"; EventID is the vendor's id of the record.
 	Source  string
@@ -92,6 +96,9 @@ func (e *Engine) Settle(ctx context.Context, req SettleRequest) (*SettleResult, 
 	if err = checkCost("actual_cost_micros", req.ActualCostMicros); err != nil {
 		return nil, err
 	}
+	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
+		return nil, err
+	}
 	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) { return e.settle(t, &req, now) })
 	if serr != nil {
 		return nil, serr
@@ -133,7 +140,7 @@ func (e *Engine) settle(t *opTxn, req *SettleRequest, now time.Time) (*SettleRes
 		res.Contradicts = want == StateSucceeded
 	case rec.State == StatePending || rec.State == StateIndeterminate:
 		rec.ResolvedBy, rec.ResolutionNote = req.Source, "vendor record "+req.EventID
-		o := outcome{state: want, vendorRef: req.VendorReference, actual: req.ActualCostMicros}
+		o := outcome{state: want, result: req.Result, vendorRef: req.VendorReference, actual: req.ActualCostMicros}
 		if _, err := e.settleOutcome(t, rec, o, "settlement", now); err != nil {
 			return nil, err
 		}
@@ -142,7 +149,11 @@ func (e *Engine) settle(t *opTxn, req *SettleRequest, now time.Time) (*SettleRes
 		ev.Actor, ev.CostMicros = req.Source, req.ActualCostMicros
 		t.emit(ev)
 	case rec.State == want, rec.State == StateCompensated && want == StateSucceeded:
-		// Already settled that way: nothing to do.
+		// Already settled that way: nothing to do, but for the answer
+		// of a success settled without one.
+		if err := e.fillResult(t, rec, want, req.Result, now); err != nil {
+			return nil, err
+		}
 	default:
 		res.Contradicts = true
 	}

@@ -169,3 +169,33 @@ func TestThePurgeTakesAnEffectsVendorKeys(t *testing.T) {
 	_, err := settleByKey(h, second, ledger.OutcomeSucceeded)
 	wantCode(t, err, ledger.CodeEffectNotFound)
 }
+
+// TestASettlementKeepsTheVendorsAnswer: a vendor's record may carry its
+// answer, kept for duplicates as a report's; an agreeing record or report
+// fills in the answer of a success settled without one, and never
+// replaces one.
+func TestASettlementKeepsTheVendorsAnswer(t *testing.T) {
+	h := newHarness(t, testRules())
+	r := unknownCharge(t, h, "settle:answer")
+	if res, err := settleByKey(h, r, ledger.OutcomeSucceeded); err != nil || !res.Applied {
+		t.Fatalf("settle without an answer: %+v %v", res, err)
+	}
+	if d := h.beginWant(pay("settle:answer", "acct_1", 40_000_000), ledger.DecisionDuplicate); d.Result != nil {
+		t.Fatalf("an answer from nowhere: %s", d.Result)
+	}
+	if res, err := settleByKey(h, r, ledger.OutcomeSucceeded, func(s *ledger.SettleRequest) { s.Result = []byte(`{"id":"pi_1"}`) }); err != nil || res.Applied {
+		t.Fatalf("the record again, with its answer: %+v %v", res, err)
+	}
+	h.report(r.EffectID, ledger.OutcomeSucceeded, func(rr *ledger.ReportRequest) { rr.Result = []byte(`{"id":"other"}`) })
+	if d := h.beginWant(pay("settle:answer", "acct_1", 40_000_000), ledger.DecisionDuplicate); string(d.Result) != `{"id":"pi_1"}` {
+		t.Fatalf("the kept answer: %s", d.Result)
+	}
+	r2 := unknownCharge(t, h, "settle:answer2")
+	settleByKey(h, r2, ledger.OutcomeSucceeded)
+	h.report(r2.EffectID, ledger.OutcomeSucceeded, func(rr *ledger.ReportRequest) { rr.Result = []byte(`{"id":"pi_2"}`) })
+	if d := h.beginWant(pay("settle:answer2", "acct_1", 40_000_000), ledger.DecisionDuplicate); string(d.Result) != `{"id":"pi_2"}` {
+		t.Fatalf("the late report's answer: %s", d.Result)
+	}
+	_, err := settleByKey(h, r, ledger.OutcomeSucceeded, func(s *ledger.SettleRequest) { s.Result = []byte(`{not json`) })
+	wantCode(t, err, ledger.CodeInvalidArgument)
+}

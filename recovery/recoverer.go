@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
@@ -238,6 +239,9 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 		EventID: eventID(resp.Header)}
 	if ref := o.VendorReference; len(ref) <= ledger.MaxIDLen && !strings.ContainsFunc(ref, isControl) {
 		req.VendorReference = ref
+	}
+	if outcome == ledger.OutcomeSucceeded {
+		req.Result = proxy.StoredAnswer(resp.StatusCode, resp.Header.Get("Content-Type"), b, req.VendorReference)
 	}
 	res, err := r.Engine.Settle(ctx, req)
 	if err != nil {

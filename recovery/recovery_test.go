@@ -230,8 +230,10 @@ func TestRecoveryAfterADroppedConnectionExecutesNothingTwice(t *testing.T) {
 		t.Fatalf("executed %d, seen %d, kept %d, %v", e.vendor.executed.Load(), e.vendor.seen.Load(), e.kept(t), e.obs.n)
 	}
 	r := e.charge(t, "order:dropped")
-	if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) || e.vendor.seen.Load() != 2 {
-		t.Fatalf("the retry after recovery: %v", r.Header)
+	body, _ := io.ReadAll(r.Body)
+	if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) || e.vendor.seen.Load() != 2 ||
+		r.Header.Get("Ratchet-Replayed") != "true" || !strings.Contains(string(body), `"id":"pi_1"`) {
+		t.Fatalf("the retry after recovery: %v %s", r.Header, body)
 	}
 	if e.rec.Pass(context.Background()) != 0 {
 		t.Fatal("a settled effect was sent again")

@@ -46,13 +46,16 @@ type stripeEvent struct {
 	Type    string          `json:"type"`
 	Request json.RawMessage `json:"request"`
 	Data    struct {
-		Object struct {
-			ID             string `json:"id"`
-			Amount         int64  `json:"amount"`
-			AmountReceived int64  `json:"amount_received"`
-			Currency       string `json:"currency"`
-		} `json:"object"`
+		Object json.RawMessage `json:"object"`
 	} `json:"data"`
+}
+
+type stripeObject struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	Amount         int64  `json:"amount"`
+	AmountReceived int64  `json:"amount_received"`
+	Currency       string `json:"currency"`
 }
 
 func (s *Stripe) read(h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]record, error) {
@@ -73,14 +76,23 @@ func (s *Stripe) read(h http.Header, body []byte, _ time.Time, tolerance time.Du
 	if err := json.Unmarshal(body, &ev); err != nil {
 		return nil, malformed(err)
 	}
-	rec := record{eventID: ev.ID, eventType: ev.Type, outcome: stripeOutcomes[ev.Type], ref: ev.Data.Object.ID}
+	var o stripeObject
+	json.Unmarshal(ev.Data.Object, &o) // a missing or odd object: no reference, no amount
+	rec := record{eventID: ev.ID, eventType: ev.Type, outcome: stripeOutcomes[ev.Type], ref: o.ID}
+	// The requests that cause payment_intent.* events (create, confirm,
+	// capture, cancel) answer with the PaymentIntent, and a refund's
+	// create with the Refund: that object is their answer, for replay.
+	// A charge.* event's Charge is not the answer of the PaymentIntent
+	// request that caused it.
+	if o.Object == "payment_intent" || o.Object == "refund" {
+		rec.answer = ev.Data.Object
+	}
 	var req struct {
 		IdempotencyKey string `json:"idempotency_key"`
 	}
 	if json.Unmarshal(ev.Request, &req) == nil && req.IdempotencyKey != "" {
 		rec.keys = []string{req.IdempotencyKey}
 	}
-	o := ev.Data.Object
 	amount := o.Amount
 	if o.AmountReceived > 0 {
 		amount = o.AmountReceived

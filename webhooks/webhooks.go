@@ -43,6 +43,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,7 @@ import (
 	"unicode"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
@@ -130,6 +132,9 @@ type record struct {
 	outcome ledger.Outcome // "" when the type says nothing: ignored
 	ref     string
 	money   *vendors.Money
+	// answer is the vendor's object as the request that caused the event
+	// answered it, when the event carries that object (kept for replay).
+	answer json.RawMessage
 }
 
 // receiver verifies and reads one vendor's events.
@@ -270,6 +275,9 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 		EventID: clip(printable(rec.eventID), ledger.MaxIDLen)}
 	if ref := rec.ref; ref == printable(ref) && len(ref) <= ledger.MaxIDLen {
 		req.VendorReference = ref
+	}
+	if rec.answer != nil && rec.outcome == ledger.OutcomeSucceeded {
+		req.Result = proxy.StoredAnswer(http.StatusOK, "application/json", rec.answer, req.VendorReference)
 	}
 	if rec.money != nil && rec.outcome == ledger.OutcomeSucceeded {
 		if micros, ok := rec.money.Micros(h.opts.CurrencyMicros); ok {

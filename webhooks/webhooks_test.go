@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -273,6 +274,15 @@ func TestAVendorsSignedEventSettlesAnEffectTheProxyLostTrackOf(t *testing.T) {
 			if r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) || e.vendor.hits.Load() != hits {
 				t.Fatalf("the retry after the event: %d %v, vendor hits %d → %d", r.StatusCode, r.Header, hits, e.vendor.hits.Load())
 			}
+			// Stripe's event carries the PaymentIntent, the create's own
+			// answer: the retry gets it replayed. The others' events carry
+			// no answer of the request: the retry gets the object's id.
+			body, _ := io.ReadAll(r.Body)
+			if replayed := r.Header.Get("Ratchet-Replayed") == "true"; replayed != (c.name == "stripe") ||
+				(replayed && (r.StatusCode != http.StatusOK || jsonAt(body, "id") != c.ref)) ||
+				(!replayed && (r.StatusCode < 400 || !strings.Contains(string(body), c.ref))) {
+				t.Fatalf("the retry's answer: %d %v %s", r.StatusCode, r.Header, body)
+			}
 		})
 	}
 }
@@ -426,9 +436,13 @@ func TestAnEventThatOvertakesTheProxysReportWaitsForIt(t *testing.T) {
 				t.Fatalf("the call: %d", first.StatusCode)
 			}
 			r := e.send(t, http.MethodPost, c.path, hdr, c.body)
-			replayed := r.Header.Get("Ratchet-Replayed") == "true" && r.StatusCode == http.StatusOK
-			if replayed != (hold > 0) || r.Header.Get("Ratchet-Decision") != string(ledger.DecisionDuplicate) {
-				t.Fatalf("the retry: %d %v", r.StatusCode, r.Header)
+			// Either way the retry gets an answer replayed: the vendor's own
+			// (pi_fake) when the report came first, the event's PaymentIntent
+			// when the event did.
+			body, _ := io.ReadAll(r.Body)
+			want := map[bool]string{true: "pi_fake", false: "pi_3PTtW2LkdIwHu7ix0k8eTQNM"}[hold > 0]
+			if r.Header.Get("Ratchet-Replayed") != "true" || r.StatusCode != http.StatusOK || jsonAt(body, "id") != want {
+				t.Fatalf("the retry: %d %v %s", r.StatusCode, r.Header, body)
 			}
 			if hold > 0 && e.obs.get("stripe", "agreed") != 1 {
 				t.Fatalf("with the hold the report settled it and the event agreed: %v", e.obs.n)
