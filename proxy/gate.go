@@ -337,6 +337,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 			for _, h := range ratchetHeaders {
 				pr.Out.Header.Del(h)
 			}
+			if c != nil {
+				// Ratchet reads the answer (outcome, object id, the
+				// stored copy for replay): a caller's own Accept-Encoding
+				// would get it compressed. Without it the transport asks
+				// for gzip itself and hands back the decompressed body.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 		},
 		Transport: traced(p.opts.Transport, v.Name()),
 		ErrorLog:  p.pass.ErrorLog,

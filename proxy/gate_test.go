@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -280,5 +281,63 @@ func TestDotSegmentsDoNotEscapePolicy(t *testing.T) {
 		if resp, b := send(p, "amount=100&currency=usd"); resp.StatusCode != 400 || !strings.Contains(b, "nothing was sent") || len(paths) != 1 {
 			t.Fatalf("%s: %d %s; the upstream saw %q", p, resp.StatusCode, b, paths)
 		}
+	}
+}
+
+// TestCompressedVendorAnswersAreReadAsSent: a caller that asks for gzip
+// itself (Node SDKs send Accept-Encoding) must not make Ratchet classify,
+// store and replay compressed bytes: a gated request goes out without the
+// caller's Accept-Encoding, so the transport negotiates and decompresses,
+// and the vendor's JSON is what Ratchet reads (an Adyen-style 200 with a
+// refusal inside it, or a vendor reference).
+func TestCompressedVendorAnswersAreReadAsSent(t *testing.T) {
+	answer := []byte(`{"id":"pi_gz","object":"payment_intent","status":"succeeded"}`)
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			zw.Write(answer)
+			zw.Close()
+			return
+		}
+		w.Write(answer)
+	}))
+	defer up.Close()
+	e := newEnv(t, map[string]string{"stripe": up.URL}, nil)
+	form := "amount=100&currency=usd&customer=cus_1"
+	h := map[string]string{"Ratchet-Idempotency-Key": "gz:1", "Content-Type": "application/x-www-form-urlencoded", "Accept-Encoding": "gzip"}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/stripe/v1/payment_intents", strings.NewReader(form))
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	// The caller's own Accept-Encoding makes Go's client hand back raw
+	// bytes, as a Node SDK sees them.
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(zr)
+	}
+	if !bytes.Equal(body, answer) {
+		t.Fatalf("the caller got %q", body)
+	}
+	effs := e.effects(t)
+	if len(effs) != 1 || effs[0].State != ledger.StateSucceeded || effs[0].VendorReference != "pi_gz" {
+		t.Fatalf("the ledger read the answer as %+v", effs)
+	}
+	resp = post(t, e.url+"/stripe/v1/payment_intents", form, h)
+	if b := readAll(t, resp); resp.Header.Get("Ratchet-Replayed") != "true" || b != string(answer) || hits.Load() != 1 {
+		t.Fatalf("the replay: %q %q, %d upstream calls", resp.Header.Get("Ratchet-Replayed"), b, hits.Load())
 	}
 }
