@@ -30,7 +30,10 @@
 // then read and write as if same-origin. So, before any endpoint:
 //
 //   - when unauthenticated (no auth.admins), a Host that is not localhost
-//     or a loopback IP is refused (403 host_not_allowed), on every path;
+//     or a loopback IP is refused (403 host_not_allowed), and so is a
+//     connection whose peer is not a loopback address (403
+//     peer_not_allowed: a port-forward connects from loopback), on every
+//     path;
 //     with admin tokens any Host is served, since the token is what a page
 //     cannot forge and the API may then be reached by a Service name;
 //   - a cross-origin state change, as the browser's Sec-Fetch-Site or
@@ -138,6 +141,14 @@ func (a *api) guard(next http.Handler) http.Handler {
 				"without auth.admins the admin API answers only requests addressed to localhost, 127.0.0.1 or [::1]", truncate(r.Host, 100))})
 			return
 		}
+		if len(a.opts.Admins) == 0 && !loopback.Is(r.RemoteAddr) {
+			// The Host says nothing of who connects: a peer that reached
+			// the listener (a port-forward bound beyond loopback, ssh -L
+			// with GatewayPorts) sends Host: 127.0.0.1 as easily.
+			writeError(w, &apiError{http.StatusForbidden, CodePeerNotAllowed, fmt.Sprintf("the connection comes from %s, not loopback: "+
+				"without auth.admins the admin API answers only connections from this machine", truncate(r.RemoteAddr, 100))})
+			return
+		}
 		if err := cop.Check(r); err != nil {
 			writeError(w, &apiError{http.StatusForbidden, CodeCrossOriginRefused, "a cross-origin request cannot change state here (" + err.Error() + ")"})
 			return
@@ -160,6 +171,9 @@ const (
 	CodeAdminAuthRequired = "admin_auth_required"
 	// CodeHostNotAllowed: a Host that is not loopback, unauthenticated.
 	CodeHostNotAllowed = "host_not_allowed"
+	// CodePeerNotAllowed: a connection from beyond loopback,
+	// unauthenticated.
+	CodePeerNotAllowed = "peer_not_allowed"
 	// CodeCrossOriginRefused: a browser's cross-origin state change.
 	CodeCrossOriginRefused = "cross_origin_refused"
 	// CodeUnsupportedMediaType: a POST that is not application/json.

@@ -156,3 +156,50 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 		t.Fatalf("authenticated, Host a Service name: %d %s", status, code)
 	}
 }
+
+// Without admin tokens the Host header is not enough: a peer beyond
+// loopback (a port-forward bound to 0.0.0.0, ssh -L with GatewayPorts)
+// sends Host: 127.0.0.1 as easily, and is refused on every path, reads and
+// probes too. A port-forward connects from loopback and is served; with
+// admin tokens the peer does not matter (the token does).
+func TestUnauthenticatedAPIRefusesPeersBeyondLoopback(t *testing.T) {
+	eng, _ := setup(t)
+	big, err := eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: "p1", EffectType: "payment.charge", AgentID: "bot", EstimatedCostMicros: i64(500)})
+	if err != nil || big.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("setup: %+v %v", big, err)
+	}
+	send := func(h http.Handler, method, path, remote string, header map[string]string) (int, string) {
+		req := httptest.NewRequest(method, "http://127.0.0.1:8788"+path, strings.NewReader(`{"note":"remote"}`))
+		req.RemoteAddr = remote
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	approve := "/v1/approvals/" + big.ApprovalID + "/approve"
+	for name, opts := range map[string]admin.Options{"open": {}, "read-only": {Agents: map[string]bool{sum("agent-tok"): true}}} {
+		h := admin.Handler(eng, opts)
+		for _, remote := range []string{"203.0.113.9:40000", "[2001:db8::1]:40000", "10.0.0.7:5555"} {
+			for _, c := range []struct{ method, path string }{{"POST", approve}, {"GET", "/v1/approvals"}, {"GET", "/healthz"}} {
+				status, body := send(h, c.method, c.path, remote, jsonCT)
+				if status != http.StatusForbidden || !strings.Contains(body, admin.CodePeerNotAllowed) {
+					t.Errorf("%s: %s %s from %s: %d %s, want 403 %s", name, c.method, c.path, remote, status, body, admin.CodePeerNotAllowed)
+				}
+			}
+		}
+		for _, remote := range []string{"127.0.0.1:40000", "[::1]:40000"} {
+			if status, body := send(h, "GET", "/v1/approvals", remote, nil); status != 200 {
+				t.Errorf("%s: from %s (a port-forward): %d %s", name, remote, status, body)
+			}
+		}
+	}
+	if s := pendingState(t, eng, big.ApprovalID); s != ledger.ApprovalPending {
+		t.Fatalf("approval is %s", s)
+	}
+	h := admin.Handler(eng, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}})
+	if status, body := send(h, "GET", "/v1/approvals", "203.0.113.9:40000", map[string]string{"Authorization": "Bearer admin-tok"}); status != 200 {
+		t.Errorf("with an admin token from beyond loopback: %d %s", status, body)
+	}
+}
