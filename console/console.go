@@ -12,9 +12,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"mime"
+	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +51,18 @@ type Options struct {
 	// SessionTTL is how long a session lasts after sign-in; zero means 8
 	// hours.
 	SessionTTL time.Duration
+	// Hosts are the names, besides localhost and loopback addresses, under
+	// which the console answers when admins sign in (a Host header with
+	// another name is refused: a DNS-rebinding page could otherwise guess
+	// tokens and read the answers). An entry with a port matches that port
+	// only. serve passes listen.admin_hosts and the host of listen.admin.
+	// Without admin tokens only loopback names are served, whatever this
+	// says.
+	Hosts []string
+	// SecureCookie marks the session cookie Secure even when the request
+	// did not come over TLS: for a console behind a proxy that terminates
+	// TLS (X-Forwarded-Proto is not believed: anyone can send it).
+	SecureCookie bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger gets one line per sign-in and sign-out.
@@ -71,6 +86,17 @@ const (
 	CodeSignInUnavailable = "sign_in_unavailable"
 	// CodeReadOnly: a state change while the console is read-only.
 	CodeReadOnly = "admin_auth_required"
+	// CodeHostNotAllowed: a Host header the console does not answer.
+	CodeHostNotAllowed = "host_not_allowed"
+	// CodePeerNotAllowed: without admin tokens, a connection from beyond
+	// loopback.
+	CodePeerNotAllowed = "peer_not_allowed"
+	// CodeCrossOriginRefused: a request from a page of another origin
+	// (only a top-level navigation to a page may come from elsewhere).
+	CodeCrossOriginRefused = "cross_origin_refused"
+	// CodeTooManyAttempts: sign-in attempts too fast (a Retry-After says
+	// when to try again).
+	CodeTooManyAttempts = "too_many_attempts"
 )
 
 // cookieName names the session cookie.
@@ -103,6 +129,7 @@ type console struct {
 	log      *slog.Logger
 	now      func() time.Time
 	sessions *sessions
+	throttle *throttle
 	assets   fs.FS
 }
 
@@ -124,6 +151,7 @@ func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
 		ttl = DefaultSessionTTL
 	}
 	c.sessions = newSessions(ttl, maxSessions)
+	c.throttle = newThrottle(c.now())
 	switch {
 	case len(opts.Admins) > 0:
 		c.mode = ModeSignIn
@@ -173,13 +201,29 @@ var pages = []string{"/{$}", "/approvals", "/approvals/{id}", "/attention", "/ef
 func (c *console) guard(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.mode != ModeSignIn && !loopback.Is(r.Host) {
-			writeError(w, http.StatusForbidden, "host_not_allowed", fmt.Sprintf("Host %q is not localhost or a loopback address: "+
+		switch {
+		case c.mode != ModeSignIn && !loopback.Is(r.Host):
+			writeError(w, http.StatusForbidden, CodeHostNotAllowed, fmt.Sprintf("Host %q is not localhost or a loopback address: "+
 				"without auth.admins the console answers only requests addressed to localhost, 127.0.0.1 or [::1]", truncate(r.Host, 100)))
+			return
+		case c.mode != ModeSignIn && !loopback.Is(r.RemoteAddr):
+			// A port-forward (kubectl, ssh -L) connects from loopback; a
+			// peer beyond it reached a listener it was not meant to.
+			writeError(w, http.StatusForbidden, CodePeerNotAllowed, fmt.Sprintf("the connection comes from %s, not loopback: "+
+				"without auth.admins the console answers only connections from this machine (configure auth.admins to sign in from elsewhere)", truncate(r.RemoteAddr, 100)))
+			return
+		case c.mode == ModeSignIn && !c.hostAllowed(r.Host):
+			writeError(w, http.StatusForbidden, CodeHostNotAllowed, fmt.Sprintf("Host %q is not localhost, a loopback address or one of listen.admin_hosts: "+
+				"add the name the console is reached by to listen.admin_hosts", truncate(r.Host, 100)))
+			return
+		}
+		if !sameOriginOrNavigation(r) {
+			writeError(w, http.StatusForbidden, CodeCrossOriginRefused, "a request from another site's page is refused here: "+
+				"only following a link to a console page may come from elsewhere")
 			return
 		}
 		if err := cop.Check(r); err != nil {
-			writeError(w, http.StatusForbidden, "cross_origin_refused", "a cross-origin request cannot change state here ("+err.Error()+")")
+			writeError(w, http.StatusForbidden, CodeCrossOriginRefused, "a cross-origin request cannot change state here ("+err.Error()+")")
 			return
 		}
 		if r.Method == http.MethodPost {
@@ -195,6 +239,42 @@ func (c *console) guard(next http.Handler) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hostAllowed: localhost, a loopback address, or one of Options.Hosts.
+func (c *console) hostAllowed(host string) bool {
+	if loopback.Is(host) {
+		return true
+	}
+	name, _, err := net.SplitHostPort(host)
+	if err != nil {
+		name = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	for _, h := range c.opts.Hosts {
+		if strings.EqualFold(h, host) {
+			return true
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil && strings.EqualFold(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOriginOrNavigation refuses, by a browser's Sec-Fetch-* headers, any
+// request another site's page makes (or another port of this host: a
+// "same-site" page): an <img> or a fetch of /console/session or of the
+// console's API, say. A top-level navigation to one of the pages (a link
+// from a notification) may come from anywhere. Clients that send no
+// Sec-Fetch-Site (the CLI, older browsers) are left to the other checks.
+func sameOriginOrNavigation(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return true
+	}
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document" &&
+		!strings.HasPrefix(r.URL.Path, "/console/") && !strings.HasPrefix(r.URL.Path, "/assets/")
 }
 
 // csp allows the console's own files only: no inline script, nothing from
@@ -249,14 +329,11 @@ func (c *console) view(s *session) sessionView {
 	return v
 }
 
-// session tells the page where it stands. Without admin tokens it starts a
-// tokenless session (for its CSRF token) when there is none.
+// session tells the page where it stands. It never makes a session (a GET
+// is what any page can make a browser send, with an <img>): without admin
+// tokens the page then asks for one with a POST.
 func (c *console) session(w http.ResponseWriter, r *http.Request) {
-	s := c.current(r)
-	if s == nil && c.mode != ModeSignIn {
-		s = c.start(w, r, "local", "")
-	}
-	writeJSON(w, http.StatusOK, c.view(s))
+	writeJSON(w, http.StatusOK, c.view(c.current(r)))
 }
 
 // signInBody is the body of a sign-in.
@@ -264,14 +341,41 @@ type signInBody struct {
 	Token string `json:"token"`
 }
 
+// MsgNotAnAdminToken answers every refused sign-in alike, an agent's
+// token as an unknown one, so that the answer tells a guesser nothing.
+const MsgNotAnAdminToken = "not an admin token: sign in with one of auth.admins (agent tokens cannot sign in)"
+
+// signIn is POST /console/session: with admin tokens, a sign-in; without,
+// the tokenless session the page needs for its CSRF token (the one the
+// request presents if it is live).
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	if c.mode != ModeSignIn {
-		msg := "no admin tokens are configured: the console is open on loopback and needs no sign-in"
-		if c.mode == ModeReadOnly {
-			msg = "no admin tokens are configured, so the console is read-only (an agent on this host must not approve its own actions); " +
-				"configure auth.admins (ratchet token hash < token-file) to sign in and decide"
+		var body signInBody
+		if err := decode(w, r, &body); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
+			return
 		}
-		writeError(w, http.StatusConflict, CodeSignInUnavailable, msg)
+		if body.Token != "" {
+			msg := "no admin tokens are configured: the console is open on loopback and needs no sign-in"
+			if c.mode == ModeReadOnly {
+				msg = "no admin tokens are configured, so the console is read-only (an agent on this host must not approve its own actions); " +
+					"configure auth.admins (ratchet token hash < token-file) to sign in and decide"
+			}
+			writeError(w, http.StatusConflict, CodeSignInUnavailable, msg)
+			return
+		}
+		s := c.current(r)
+		if s == nil {
+			s = c.start(w, r, "local", "")
+		}
+		writeJSON(w, http.StatusOK, c.view(s))
+		return
+	}
+	if ok, wait := c.throttle.take(c.now(), r.RemoteAddr); !ok {
+		secs := int(math.Ceil(wait.Seconds()))
+		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		c.log.Warn("console sign-in throttled", "remote", r.RemoteAddr)
+		writeError(w, http.StatusTooManyRequests, CodeTooManyAttempts, fmt.Sprintf("too many sign-in attempts: try again in %d s", max(secs, 1)))
 		return
 	}
 	var body signInBody
@@ -282,15 +386,19 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(body.Token)
 	sum := sha256.Sum256([]byte(token))
 	digest := hex.EncodeToString(sum[:])
-	if token != "" && c.opts.Agents[digest] {
-		c.log.Warn("console sign-in refused: an agent token", "remote", r.RemoteAddr)
-		writeError(w, http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot sign in to the console: sign in with an admin token")
-		return
-	}
 	name, ok := c.opts.Admins[digest]
 	if token == "" || !ok {
-		writeError(w, http.StatusUnauthorized, string(ledger.CodeUnauthorized), "unknown admin token")
+		if token != "" && c.opts.Agents[digest] {
+			c.log.Warn("console sign-in refused: an agent token", "remote", r.RemoteAddr)
+		} else {
+			c.log.Warn("console sign-in refused: not an admin token", "remote", r.RemoteAddr)
+		}
+		writeError(w, http.StatusUnauthorized, string(ledger.CodeUnauthorized), MsgNotAnAdminToken)
 		return
+	}
+	c.throttle.refund(c.now(), r.RemoteAddr)
+	if old := c.current(r); old != nil {
+		c.sessions.end(old)
 	}
 	s := c.start(w, r, name, token)
 	c.log.Info("operator signed in to the console", "by", name)
@@ -300,7 +408,7 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 func (c *console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	c.sessions.end(s)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 	c.log.Info("operator signed out of the console", "by", s.name)
 	writeJSON(w, http.StatusOK, c.view(nil))
 }
@@ -309,17 +417,30 @@ func (c *console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 func (c *console) start(w http.ResponseWriter, r *http.Request, name, token string) *session {
 	s, id := c.sessions.start(c.now(), name, token)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", Expires: s.expires,
-		MaxAge: int(s.expires.Sub(c.now()).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		MaxAge: int(s.expires.Sub(c.now()).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 	return s
 }
 
-// current is the request's live session, or nil.
+// secure: the cookie is Secure over TLS, or always with
+// Options.SecureCookie (TLS ended by a proxy in front).
+func (c *console) secure(r *http.Request) bool { return r.TLS != nil || c.opts.SecureCookie }
+
+// maxCookies bounds the cookies of our name looked at in one request.
+const maxCookies = 16
+
+// current is the request's live session, or nil. Every cookie of the
+// name is tried: a page on another port of the same host can set one with
+// a longer Path (cookies ignore ports), which the browser sends first.
 func (c *console) current(r *http.Request) *session {
-	ck, err := r.Cookie(cookieName)
-	if err != nil {
-		return nil
+	for i, ck := range r.CookiesNamed(cookieName) {
+		if i == maxCookies {
+			break
+		}
+		if s := c.sessions.get(ck.Value, c.now()); s != nil {
+			return s
+		}
 	}
-	return c.sessions.get(ck.Value, c.now())
+	return nil
 }
 
 // withSession requires a live session, and the session's CSRF token on

@@ -6,10 +6,12 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,10 +77,11 @@ type browser struct {
 	csrf string
 }
 
+// newBrowser is a browser of its own: its own client, cookie jar and
+// transport (srv.Client() is one client per server, shared).
 func newBrowser(t *testing.T, srv *httptest.Server) *browser {
 	jar, _ := cookiejar.New(nil)
-	c := srv.Client()
-	c.Jar = jar
+	c := &http.Client{Transport: srv.Client().Transport.(*http.Transport).Clone(), Jar: jar}
 	return &browser{t: t, base: srv.URL, c: c}
 }
 
@@ -142,6 +145,21 @@ func (b *browser) signIn(token string) (*http.Response, string) {
 	return resp, code
 }
 
+// open starts the tokenless session of a console without admin tokens,
+// as the page does: GET /console/session, then POST it.
+func (b *browser) open() sessionView {
+	b.t.Helper()
+	var v sessionView
+	if _, code := b.do("GET", "/console/session", nil, nil, &v); code != "" || v.SignedIn {
+		b.t.Fatalf("GET /console/session: %q %+v, want no session yet", code, v)
+	}
+	if _, code := b.do("POST", "/console/session", map[string]string{}, nil, &v); code != "" || !v.SignedIn || v.CSRF == "" {
+		b.t.Fatalf("POST /console/session: %q %+v", code, v)
+	}
+	b.csrf = v.CSRF
+	return v
+}
+
 // post is a state change as the script sends it, with the CSRF token.
 func (b *browser) post(path string, body any, out any) string {
 	b.t.Helper()
@@ -168,7 +186,7 @@ func TestSignIn(t *testing.T) {
 		status      int
 		code        string
 	}{
-		{"agent token", "agent-tok", http.StatusForbidden, string(ledger.CodeUnauthorized)},
+		{"agent token", "agent-tok", http.StatusUnauthorized, string(ledger.CodeUnauthorized)},
 		{"unknown token", "nope", http.StatusUnauthorized, string(ledger.CodeUnauthorized)},
 		{"empty token", "", http.StatusUnauthorized, string(ledger.CodeUnauthorized)},
 	} {
@@ -317,10 +335,18 @@ func TestModes(t *testing.T) {
 		b := newBrowser(t, srv)
 		var v sessionView
 		resp, _ := b.do("GET", "/console/session", nil, nil, &v)
+		if v.Mode != "open" || v.SignedIn || !v.CanDecide || v.CSRF != "" || len(resp.Cookies()) != 0 {
+			t.Fatalf("GET makes no session: %+v %v", v, resp.Cookies())
+		}
+		resp, _ = b.do("POST", "/console/session", map[string]string{}, nil, &v)
 		if v.Mode != "open" || !v.SignedIn || !v.CanDecide || v.CSRF == "" || len(resp.Cookies()) != 1 {
 			t.Fatalf("session: %+v %v", v, resp.Cookies())
 		}
 		b.csrf = v.CSRF
+		var again sessionView
+		if b.do("POST", "/console/session", map[string]string{}, nil, &again); again.CSRF != v.CSRF {
+			t.Fatalf("a POST with a live session made another: %+v", again)
+		}
 		if _, code := b.signIn("anything"); code != console.CodeSignInUnavailable {
 			t.Fatalf("sign-in: %q", code)
 		}
@@ -340,12 +366,10 @@ func TestModes(t *testing.T) {
 		eng := newEngine(t)
 		srv := serve(t, eng, console.Options{Agents: agents})
 		b := newBrowser(t, srv)
-		var v sessionView
-		b.do("GET", "/console/session", nil, nil, &v)
+		v := b.open()
 		if v.Mode != "read_only" || !v.SignedIn || v.CanDecide {
 			t.Fatalf("session: %+v", v)
 		}
-		b.csrf = v.CSRF
 		if _, code := b.signIn("agent-tok"); code != console.CodeSignInUnavailable {
 			t.Fatalf("sign-in: %q", code)
 		}
@@ -558,5 +582,361 @@ func TestAssetsAreSelfContained(t *testing.T) {
 				t.Errorf("%s contains %q", path, bad)
 			}
 		}
+	}
+}
+
+// sendTo serves one request in process, from remote (the peer's address),
+// and returns the recorder.
+func sendTo(h http.Handler, method, url, remote, body string, header map[string]string, cookies []*http.Cookie) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, url, strings.NewReader(body))
+	req.RemoteAddr = remote
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestWithoutAdminsOnlyLoopbackPeersAreServed: open and read-only mode
+// trust whoever is on this machine, so a peer beyond loopback (a
+// port-forward bound to 0.0.0.0, ssh -L with GatewayPorts) that sends
+// Host: 127.0.0.1 gets nothing: no session, no approval. A port-forward
+// connects from loopback and is served.
+func TestWithoutAdminsOnlyLoopbackPeersAreServed(t *testing.T) {
+	for _, opts := range []console.Options{{}, {Agents: agents}} {
+		eng := newEngine(t)
+		h := console.Handler(admin.Handler(eng, admin.Options{Agents: opts.Agents}), eng, opts)
+		ap := pendingApproval(t, eng, "p1")
+		json := map[string]string{"Content-Type": "application/json"}
+		for _, remote := range []string{"203.0.113.9:40000", "[2001:db8::7]:40000"} {
+			rec := sendTo(h, "POST", "http://127.0.0.1:8788/console/session", remote, `{}`, json, nil)
+			if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), console.CodePeerNotAllowed) || len(rec.Result().Cookies()) != 0 {
+				t.Errorf("%d agents: a session for %s: %d %s", len(opts.Agents), remote, rec.Code, rec.Body)
+			}
+			for _, p := range []string{"/", "/console/session", "/console/api/v1/approvals", "/v1/approvals"} {
+				if rec := sendTo(h, "GET", "http://127.0.0.1:8788"+p, remote, "", nil, nil); rec.Code != http.StatusForbidden {
+					t.Errorf("%d agents: GET %s from %s: %d", len(opts.Agents), p, remote, rec.Code)
+				}
+			}
+		}
+		// From loopback (a port-forward), the same requests work.
+		rec := sendTo(h, "POST", "http://127.0.0.1:8788/console/session", "127.0.0.1:40000", `{}`, json, nil)
+		var v sessionView
+		if err := jsonUnmarshal(rec.Body.String(), &v); err != nil || rec.Code != 200 || !v.SignedIn {
+			t.Fatalf("from loopback: %d %s", rec.Code, rec.Body)
+		}
+		rec = sendTo(h, "POST", "http://127.0.0.1:8788/console/api/v1/approvals/"+ap.ApprovalID+"/approve", "[::1]:40000", `{"note":"local"}`,
+			map[string]string{"Content-Type": "application/json", "X-Ratchet-CSRF": v.CSRF}, rec.Result().Cookies())
+		if want := map[bool]int{true: 200, false: 403}[len(opts.Agents) == 0]; rec.Code != want {
+			t.Errorf("%d agents: approve from loopback: %d %s, want %d", len(opts.Agents), rec.Code, rec.Body, want)
+		}
+	}
+}
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// TestCrossSiteRequestsCannotEvictTheOperatorsSession: a page elsewhere
+// can make the browser GET anything (an <img>), but a GET never makes a
+// session and the console refuses what another site's page sends; and
+// sessions made and thrown away by a local script push out each other,
+// not the operator's, which is in use.
+func TestCrossSiteRequestsCannotEvictTheOperatorsSession(t *testing.T) {
+	for _, opts := range []console.Options{{}, {Agents: agents}} {
+		eng := newEngine(t)
+		srv := serve(t, eng, opts)
+		b := newBrowser(t, srv)
+		v := b.open()
+		if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, nil); code != "" { // the page reads at once
+			t.Fatal(code)
+		}
+		img := map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+		for range 1000 {
+			req, _ := http.NewRequest("GET", srv.URL+"/console/session", nil)
+			for k, x := range img {
+				req.Header.Set(k, x)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || len(resp.Cookies()) != 0 {
+				t.Fatalf("mode %s: a cross-site <img> of /console/session: %d %v", v.Mode, resp.StatusCode, resp.Cookies())
+			}
+		}
+		// A local script makes sessions and never uses them.
+		for range 1100 {
+			if st, code := webtest.Send(t, "POST", srv.URL+"/console/session", `{}`, map[string]string{"Content-Type": "application/json"}); st != 200 {
+				t.Fatalf("mode %s: POST /console/session: %d %s", v.Mode, st, code)
+			}
+		}
+		if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, nil); code != "" {
+			t.Errorf("mode %s: after the flood the operator's session is gone: %q", v.Mode, code)
+		}
+	}
+	// Following a link from elsewhere (a notification) to a page is a
+	// top-level navigation, and is served; the same page as an image is not.
+	srv := serve(t, newEngine(t), console.Options{Admins: admins})
+	nav := map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+	if st, code := webtest.Send(t, "GET", srv.URL+"/approvals/apr_x", "", nav); st != 200 {
+		t.Errorf("a link from elsewhere to a page: %d %s", st, code)
+	}
+	for _, p := range []string{"/console/session", "/console/api/v1/approvals", "/assets/app.js"} {
+		if st, code := webtest.Send(t, "GET", srv.URL+p, "", nav); st != 403 || code != console.CodeCrossOriginRefused {
+			t.Errorf("a navigation from elsewhere to %s: %d %s", p, st, code)
+		}
+	}
+	for _, site := range []string{"cross-site", "same-site"} {
+		if st, code := webtest.Send(t, "GET", srv.URL+"/approvals", "", map[string]string{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}); st != 403 || code != console.CodeCrossOriginRefused {
+			t.Errorf("a %s <img> of a page: %d %s", site, st, code)
+		}
+	}
+}
+
+// TestSignInIsThrottledAndTellsNothing: wrong tokens are answered alike
+// (an agent's as an unknown one's), failures are limited per address and
+// in all (429 with Retry-After), and with admin tokens only the names the
+// console is reached by are served (a DNS-rebinding page cannot guess).
+func TestSignInIsThrottledAndTellsNothing(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	eng := newEngine(t)
+	opts := console.Options{Admins: admins, Agents: agents, Hosts: []string{"ratchet.example.com", "10.0.0.5:8788"}, Now: clock}
+	h := console.Handler(admin.Handler(eng, admin.Options{Admins: admins, Agents: agents}), eng, opts)
+	json := map[string]string{"Content-Type": "application/json"}
+	signIn := func(host, remote, token string) *httptest.ResponseRecorder {
+		return sendTo(h, "POST", "http://"+host+"/console/session", remote, `{"token":"`+token+`"}`, json, nil)
+	}
+
+	// Agent and unknown tokens: the same answer.
+	agent, unknown := signIn("127.0.0.1:8788", "127.0.0.1:1", "agent-tok"), signIn("127.0.0.1:8788", "127.0.0.1:2", "nope")
+	if agent.Code != http.StatusUnauthorized || agent.Code != unknown.Code || agent.Body.String() != unknown.Body.String() ||
+		!strings.Contains(agent.Body.String(), console.MsgNotAnAdminToken) {
+		t.Errorf("agent token: %d %s; unknown token: %d %s", agent.Code, agent.Body, unknown.Code, unknown.Body)
+	}
+
+	// Hosts: loopback names and the configured ones only.
+	for host, want := range map[string]int{"rebind.evil.example:8788": 403, "10.0.0.5:9999": 403, "127.0.0.1.nip.io": 403,
+		"localhost:8788": 200, "[::1]:8788": 200, "RATCHET.example.com": 200, "ratchet.example.com:443": 200, "10.0.0.5:8788": 200} {
+		rec := sendTo(h, "GET", "http://"+host+"/console/session", "127.0.0.1:3", "", nil, nil)
+		if rec.Code != want || (want == 403 && !strings.Contains(rec.Body.String(), console.CodeHostNotAllowed)) {
+			t.Errorf("Host %s: %d %s, want %d", host, rec.Code, rec.Body, want)
+		}
+	}
+	if rec := signIn("rebind.evil.example:8788", "127.0.0.1:4", "admin-tok"); rec.Code != 403 {
+		t.Errorf("sign-in under a rebinding name: %d %s", rec.Code, rec.Body)
+	}
+
+	// One address: a few tries, then 429 until the back-off has passed,
+	// even for the right token.
+	statuses := map[int]int{}
+	for i := range 300 {
+		statuses[signIn("127.0.0.1:8788", "127.0.0.9:1", fmt.Sprintf("guess-%d", i)).Code]++
+	}
+	if statuses[http.StatusUnauthorized] > 5 || statuses[http.StatusTooManyRequests] < 295 {
+		t.Errorf("300 wrong tokens from one address: %v", statuses)
+	}
+	rec := signIn("127.0.0.1:8788", "127.0.0.9:2", "admin-tok")
+	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); rec.Code != http.StatusTooManyRequests || ra < 1 ||
+		!strings.Contains(rec.Body.String(), console.CodeTooManyAttempts) {
+		t.Errorf("throttled, the right token: %d %s (Retry-After %q)", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	now = now.Add(10 * time.Second)
+	if rec := signIn("127.0.0.1:8788", "127.0.0.9:3", "admin-tok"); rec.Code != 200 || len(rec.Result().Cookies()) != 1 {
+		t.Errorf("after the back-off: %d %s", rec.Code, rec.Body)
+	}
+
+	// Many addresses: a limit for all of them together.
+	now = now.Add(time.Minute)
+	statuses = map[int]int{}
+	for i := range 100 {
+		statuses[signIn("127.0.0.1:8788", fmt.Sprintf("198.51.100.%d:1", i), "nope").Code]++
+	}
+	if statuses[http.StatusUnauthorized] > 25 || statuses[http.StatusTooManyRequests] < 75 {
+		t.Errorf("100 wrong tokens from 100 addresses: %v", statuses)
+	}
+}
+
+// TestCookieTossedByAnotherPortDoesNotLockOut: a page on another port of
+// the same host can set a ratchet_console cookie with a longer Path
+// (cookies ignore ports), which the browser sends first: the console
+// tries every cookie of its name.
+func TestCookieTossedByAnotherPortDoesNotLockOut(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins})
+	b := newBrowser(t, srv)
+	resp, code := b.signIn("admin-tok")
+	if code != "" {
+		t.Fatal(code)
+	}
+	real := resp.Cookies()[0].Value
+	st, code := webtest.Send(t, "GET", srv.URL+"/console/api/v1/approvals", "",
+		map[string]string{"Cookie": "ratchet_console=tossed-by-127.0.0.1:3000; ratchet_console=" + real})
+	if st != 200 {
+		t.Errorf("with a tossed Path=/console cookie first and the real one second: %d %s", st, code)
+	}
+}
+
+// TestSecureCookieBehindATLSProxy: Options.SecureCookie (console.
+// secure_cookie) marks the cookie Secure where TLS ends at a proxy in
+// front; X-Forwarded-Proto alone, which anyone can send, does not.
+func TestSecureCookieBehindATLSProxy(t *testing.T) {
+	eng := newEngine(t)
+	for secure, want := range map[bool]bool{false: false, true: true} {
+		srv := serve(t, eng, console.Options{Admins: admins, SecureCookie: secure})
+		b := newBrowser(t, srv)
+		resp, _ := b.do("POST", "/console/session", map[string]string{"token": "admin-tok"}, map[string]string{"X-Forwarded-Proto": "https"}, nil)
+		if c := resp.Cookies(); len(c) != 1 || c[0].Secure != want {
+			t.Errorf("SecureCookie %v, X-Forwarded-Proto: https: cookie %v, want Secure %v", secure, c, want)
+		}
+	}
+}
+
+// TestReadOnlyCannotBeBypassed: not through other paths, methods,
+// encodings or an agent's token.
+func TestReadOnlyCannotBeBypassed(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Agents: agents})
+	b := newBrowser(t, srv)
+	b.open()
+	ap := pendingApproval(t, eng, "p1")
+	id := ap.ApprovalID
+	paths := []string{
+		"/console/api/v1/approvals/" + id + "/approve",
+		"/console/api/v1/approvals/" + id + "%2Fapprove",
+		"/console/api/v1/approvals/x/../" + id + "/approve",
+		"/console/api/v1/grants",
+	}
+	for _, p := range paths {
+		for _, m := range []string{"POST", "PUT", "PATCH", "DELETE", "GET", "HEAD"} {
+			hdr := map[string]string{"X-Ratchet-CSRF": b.csrf, "X-HTTP-Method-Override": "POST", "Authorization": "Bearer agent-tok"}
+			req, _ := http.NewRequest(m, srv.URL+p, strings.NewReader(`{"note":"x","namespace":"default","effect_type":"payment.*","agent_id":"bot","ttl":"1h","max_effects":5}`))
+			req.Header.Set("Content-Type", "application/json")
+			for k, x := range hdr {
+				req.Header.Set(k, x)
+			}
+			resp, err := b.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	list, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending)
+	grants, _ := eng.ListGrants(context.Background(), "", true)
+	if len(list) != 1 || len(grants) != 0 {
+		t.Fatalf("read-only bypassed: pending %d grants %d", len(list), len(grants))
+	}
+}
+
+// TestForgedStateChangesAreRefused: another session's CSRF token, method
+// overrides, cross-site and same-site pages, foreign origins, simple
+// content types; no CORS grant; agent tokens however dressed; framing
+// headers everywhere.
+func TestForgedStateChangesAreRefused(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Admins: admins, Agents: agents})
+	b, other := newBrowser(t, srv), newBrowser(t, srv)
+	b.signIn("admin-tok")
+	other.signIn("admin-tok")
+	if other.csrf == b.csrf || other.csrf == "" {
+		t.Fatal("same csrf")
+	}
+	ap := pendingApproval(t, eng, "p1")
+	path := "/console/api/v1/approvals/" + ap.ApprovalID + "/approve"
+	for name, hdr := range map[string]map[string]string{
+		"other session's token": {"X-Ratchet-CSRF": other.csrf},
+		"override GET":          {"X-HTTP-Method-Override": "GET", "X-Method-Override": "GET"},
+		"lower-case header":     {"x-ratchet-csrf": ""},
+		"cross-site w/ token":   {"X-Ratchet-CSRF": b.csrf, "Sec-Fetch-Site": "cross-site"},
+		"same-site w/ token":    {"X-Ratchet-CSRF": b.csrf, "Sec-Fetch-Site": "same-site"},
+		"foreign origin":        {"X-Ratchet-CSRF": b.csrf, "Origin": "http://127.0.0.1:3000"},
+		"text/plain w/ token":   {"X-Ratchet-CSRF": b.csrf, "Content-Type": "text/plain"},
+		"form w/ token":         {"X-Ratchet-CSRF": b.csrf, "Content-Type": "application/x-www-form-urlencoded"},
+	} {
+		resp, code := b.do("POST", path, map[string]string{"note": name}, hdr, nil)
+		if resp.StatusCode < 400 {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, code)
+		}
+	}
+	// GET with a method override never decides.
+	b.do("GET", path+"?_method=POST", nil, map[string]string{"X-HTTP-Method-Override": "POST"}, nil)
+	if list, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending); len(list) != 1 {
+		t.Fatalf("decided: %+v", list)
+	}
+	// CORS: no grant to any origin, on preflight or read.
+	for _, m := range []string{"OPTIONS", "GET"} {
+		req, _ := http.NewRequest(m, srv.URL+"/console/session", nil)
+		req.Header.Set("Origin", "https://evil.example")
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("Access-Control-Allow-Origin") != "" || resp.Header.Get("Access-Control-Allow-Credentials") != "" {
+			t.Errorf("%s: CORS headers %v", m, resp.Header)
+		}
+	}
+	// Agent tokens, dressed up.
+	for _, tok := range []string{" agent-tok ", "agent-tok\n", "\tagent-tok"} {
+		nb := newBrowser(t, srv)
+		if resp, code := nb.signIn(tok); code == "" || len(resp.Cookies()) != 0 {
+			t.Errorf("agent token %q signed in", tok)
+		}
+	}
+	// Framing headers on every page and on the console's JSON.
+	for _, p := range []string{"/", "/approvals/x", "/effects/eff_x", "/grants?x=1", "/console/session", "/console/api/v1/approvals"} {
+		resp, _ := b.do("GET", p, nil, nil, nil)
+		if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: %v", p, resp.Header)
+		}
+	}
+}
+
+// TestBrowsersHaveTheirOwnClients (the helper): two browsers of one
+// server have a client and a cookie jar each.
+func TestBrowsersHaveTheirOwnClients(t *testing.T) {
+	srv := serve(t, newEngine(t), console.Options{Admins: admins})
+	b1, b2 := newBrowser(t, srv), newBrowser(t, srv)
+	if b1.c == b2.c || b1.c.Jar == b2.c.Jar || b1.c.Transport == b2.c.Transport {
+		t.Fatal("two browsers share a client, a cookie jar or a transport")
+	}
+	b1.signIn("admin-tok")
+	if _, code := b2.do("GET", "/console/api/v1/approvals", nil, nil, nil); code != console.CodeSignInRequired {
+		t.Fatalf("the second browser is signed in by the first's sign-in: %q", code)
+	}
+}
+
+// TestGrantFormFillsOnlyTheScopeFromALink: a link fills in what and whose
+// (namespace, effect type, agent, run), never the amount, the count or the
+// note, so a crafted link cannot lay out a grant of anything for one
+// click; a malformed escape in a deep link is a not-found view, not an
+// exception (the browser test sees both in a page).
+func TestGrantFormFillsOnlyTheScopeFromALink(t *testing.T) {
+	srv := serve(t, newEngine(t), console.Options{})
+	resp, err := http.Get(srv.URL + "/assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	js := string(b)
+	for _, want := range []string{
+		"const GRANT_SCOPE_FROM_LINK = ['namespace', 'effect_type', 'agent_id', 'run_id'];",
+		"value: linked(name)",
+		"function unescapeSegment(s) {",
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("app.js lacks %q", want)
+		}
+	}
+	if n := strings.Count(js, "decodeURIComponent("); n != 1 {
+		t.Errorf("decodeURIComponent called %d times, want once (in unescapeSegment)", n)
 	}
 }

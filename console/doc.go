@@ -18,24 +18,35 @@
 // Sessions: with auth.admins configured, an operator signs in once with an
 // admin token (POST /console/session, a JSON body); the console answers
 // with a session cookie that is HttpOnly, SameSite=Strict, Secure when the
-// request came over TLS, and expires (Options.SessionTTL, and when the
-// process restarts: sessions live in memory only). The cookie carries a
-// random session id, never the token; the token stays in the process's
-// memory for the session's life, to be presented to the admin API. An
-// agent's token is refused (403): agents cannot approve their own actions.
-// With no admins the console follows the admin API's rule: open to whoever
-// reaches it on loopback when no agents are configured either, read-only
-// when agents are (an agent on the same host must not approve itself); a
-// session is then made without a token, so that CSRF protection still
-// applies.
+// request came over TLS or Options.SecureCookie says TLS ends at a proxy in
+// front (X-Forwarded-Proto is not believed), and expires
+// (Options.SessionTTL, and when the process restarts: sessions live in
+// memory only). The cookie carries a random session id, never the token;
+// the token stays in the process's memory for the session's life, to be
+// presented to the admin API. Every cookie of the name is tried (a page on
+// another port of the host can set one with a longer Path). An agent's
+// token is refused like an unknown one (401, the same message: the answer
+// tells a guesser nothing), and failed sign-ins are limited per remote
+// address and in all (429 with Retry-After). With no admins the console
+// follows the admin API's rule: open to whoever connects from loopback
+// (the peer, not only the Host header) when no agents are configured
+// either, read-only when agents are (an agent on the same host must not
+// approve itself); the page then POSTs /console/session for a session
+// without a token, so that CSRF protection still applies. A GET never makes
+// a session (a page elsewhere can make the browser send one), and when the
+// sessions kept are at their bound, one never used since it was made goes
+// first.
 //
 // Web pages elsewhere: every state-changing request must carry the
 // session's CSRF token in the X-Ratchet-CSRF header (the page reads it from
 // GET /console/session, which a page of another origin cannot read); on
-// top of that the cookie is SameSite=Strict, cross-origin POSTs are refused
-// (http.CrossOriginProtection), a POST must be application/json, and without
-// admin tokens a Host that is not loopback is refused (DNS rebinding), as in
-// the admin API. Pages are served with a Content-Security-Policy that allows
+// top of that the cookie is SameSite=Strict, a request another site's page
+// (or another port's) sends is refused by its Sec-Fetch-Site header unless
+// it is a top-level navigation to a page, cross-origin POSTs are refused
+// (http.CrossOriginProtection), a POST must be application/json, and a
+// Host that is not loopback is refused (DNS rebinding): without admin
+// tokens always, as in the admin API; with them, unless it is one of
+// Options.Hosts (listen.admin_hosts and listen.admin's host). Pages are served with a Content-Security-Policy that allows
 // only the console's own script and styles (no inline script), frames
 // nothing and is framed by nothing.
 //

@@ -7,8 +7,12 @@ import (
 	"time"
 )
 
-// maxSessions bounds the sessions kept: past it the oldest is dropped
-// (its operator signs in again).
+// maxSessions bounds the sessions kept. Past it, making one drops another:
+// an expired one, else the oldest tokenless session never used since it
+// was made, else the oldest tokenless one, else the oldest (its operator
+// signs in again). So sessions made and thrown away (by a script, say)
+// push out each other, not a browser's that is in use, and never a
+// signed-in admin's while tokenless ones remain.
 const maxSessions = 1000
 
 // session is one signed-in browser. token is the admin token it signed in
@@ -19,6 +23,19 @@ type session struct {
 	csrf    string
 	expires time.Time
 	key     [sha256.Size]byte
+	// used: presented since it was made.
+	used bool
+}
+
+// evictRank orders sessions for eviction: lower goes first.
+func (s *session) evictRank() int {
+	switch {
+	case s.token == "" && !s.used:
+		return 0
+	case s.token == "":
+		return 1
+	}
+	return 2
 }
 
 // sessions are kept in memory by the SHA-256 of their cookie's value, so
@@ -41,16 +58,18 @@ func (ss *sessions) start(now time.Time, name, token string) (s *session, id str
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.m) >= ss.max {
-		var oldest *session
+		var first *session
 		for k, o := range ss.m {
-			if !o.expires.After(now) {
+			switch {
+			case !o.expires.After(now):
 				delete(ss.m, k)
-			} else if oldest == nil || o.expires.Before(oldest.expires) {
-				oldest = o
+			case first == nil, o.evictRank() < first.evictRank(),
+				o.evictRank() == first.evictRank() && o.expires.Before(first.expires):
+				first = o
 			}
 		}
-		if len(ss.m) >= ss.max && oldest != nil {
-			delete(ss.m, oldest.key)
+		if len(ss.m) >= ss.max && first != nil {
+			delete(ss.m, first.key)
 		}
 	}
 	ss.m[s.key] = s
@@ -73,6 +92,7 @@ func (ss *sessions) get(id string, now time.Time) *session {
 		delete(ss.m, k)
 		return nil
 	}
+	s.used = true
 	return s
 }
 

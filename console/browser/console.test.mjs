@@ -36,16 +36,20 @@ let agent; // MCP client
 const dialogs = [];
 const pageErrors = [];
 
-/** Starts "ratchet serve" with an admin and an agent token; resolves once it listens. */
-async function startServe() {
-  const config = join(dir, 'ratchet.yaml');
+/**
+ * Starts "ratchet serve" with an admin and an agent token (or, open, with
+ * no tokens at all); resolves once it listens.
+ */
+async function startServe({ open = false } = {}) {
+  const name = open ? 'open' : 'main';
+  const config = join(dir, `ratchet-${name}.yaml`);
   writeFileSync(config, `listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}
-data_dir: ${join(dir, 'data')}
-auth:
+data_dir: ${join(dir, `data-${name}`)}
+${open ? '' : `auth:
   agents:
     - {token_sha256: "${sha256(AGENT_TOKEN)}", namespace: shop, agent_id: checkout-bot}
   admins:
-    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: ops-oncall}
+    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: ops-oncall}`}
 policies:
   - match: "payment.*"
     approval_threshold_micros: 100000000
@@ -134,20 +138,24 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-test('an agent token cannot sign in', async () => {
+test('an agent token cannot sign in, and is answered as an unknown one', async () => {
   await page.goto(serve.admin + '/');
   await page.fill('input[name=token]', AGENT_TOKEN);
   await page.click('form.signin button[type=submit]');
-  await page.getByRole('alert').filter({ hasText: 'agent tokens cannot sign in' }).waitFor();
+  await page.getByRole('alert').filter({ hasText: 'not an admin token' }).waitFor();
+  const alert = await page.getByRole('alert').textContent();
+  assert.match(alert, /agent tokens cannot sign in/);
   await peek('console-signin.png');
   assert.deepEqual(await page.context().cookies(), []);
   assert.equal(await page.locator('#nav').isVisible(), false);
 });
 
 test('sign in with an admin token: a session cookie, HttpOnly, SameSite=Strict, expiring', async () => {
+  const first = await page.getByRole('alert').textContent();
   await page.fill('input[name=token]', 'not-a-token');
   await page.click('form.signin button[type=submit]');
-  await page.getByRole('alert').filter({ hasText: 'unknown admin token' }).waitFor();
+  await page.getByRole('alert').filter({ hasText: 'not an admin token' }).waitFor();
+  assert.equal(await page.getByRole('alert').textContent(), first, 'an agent token and an unknown one are answered alike');
   await page.fill('input[name=token]', ADMIN_TOKEN);
   await page.click('form.signin button[type=submit]');
   await page.getByText('Signed in as').waitFor();
@@ -341,6 +349,46 @@ test('a grant made in the page lets begins inside it execute without asking; rev
   await page.getByLabel('show ended grants').check();
   await page.locator('table.grants-list tbody tr', { hasText: 'restock week' }).getByText('revoked', { exact: true }).waitFor({ timeout: 3000 });
   assert.equal((await begin(charge('order-2002', 110, 'hooli', 'run-a1'))).decision, 'approval_required');
+});
+
+test('a link fills in only the scope of a grant; a malformed deep link is not found', async () => {
+  await page.goto(`${serve.admin}/grants?namespace=shop&effect_type=payment.*&agent_id=checkout-bot&run_id=run-x` +
+    '&max_cost=1000000&max_effects=1000000&note=approved+by+ops&ttl=720h');
+  const form = page.locator('form.grant-form');
+  await form.waitFor();
+  assert.equal(await form.locator('input[name=namespace]').inputValue(), 'shop');
+  assert.equal(await form.locator('input[name=effect_type]').inputValue(), 'payment.*');
+  assert.equal(await form.locator('input[name=agent_id]').inputValue(), 'checkout-bot');
+  assert.equal(await form.locator('input[name=run_id]').inputValue(), 'run-x');
+  assert.equal(await form.locator('input[name=max_cost]').inputValue(), '');
+  assert.equal(await form.locator('input[name=max_effects]').inputValue(), '');
+  assert.equal(await form.locator('input[name=note]').inputValue(), '');
+  assert.equal(await form.locator('select[name=ttl]').inputValue(), '8h');
+
+  for (const bad of ['/approvals/%E0%A4', '/effects/%C3']) {
+    await page.goto(serve.admin + bad);
+    await page.getByRole('heading', { name: 'Not found' }).waitFor({ timeout: 3000 });
+  }
+});
+
+test('without admin tokens the page takes its session with a POST; a GET makes none', async () => {
+  const open = await startServe({ open: true });
+  const ctx = await browser.newContext(); // its own cookies: cookies ignore ports
+  const p2 = await ctx.newPage();
+  p2.on('pageerror', (err) => pageErrors.push(String(err)));
+  try {
+    const direct = await ctx.request.get(open.admin + '/console/session');
+    assert.equal((await direct.json()).signed_in, false);
+    assert.deepEqual(await ctx.cookies(), []);
+    await p2.goto(open.admin + '/approvals');
+    await p2.getByText('No admin tokens: open on loopback').waitFor({ timeout: 3000 });
+    await p2.waitForSelector('main [data-loaded]');
+    assert.equal(await p2.locator('.load-err').isVisible(), false);
+    assert.equal((await ctx.cookies()).length, 1);
+  } finally {
+    await ctx.close();
+    await new Promise((ok) => { open.proc.on('exit', ok); open.proc.kill('SIGTERM'); });
+  }
 });
 
 test('the page raised no error and no dialog', () => {

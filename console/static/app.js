@@ -559,6 +559,9 @@ function micros(dollars) {
   return Number(whole) * 1e6 + Number(frac.padEnd(6, '0'));
 }
 
+/** The grant form's fields a link may fill in. */
+const GRANT_SCOPE_FROM_LINK = ['namespace', 'effect_type', 'agent_id', 'run_id'];
+
 function grantLink(a) {
   const q = new URLSearchParams({ namespace: a.namespace, effect_type: a.effect_type });
   if (a.agent_id) q.set('agent_id', a.agent_id);
@@ -572,8 +575,12 @@ views.grants = () => {
     page: 'grants',
     title: 'Grants',
     mount(root) {
+      // A link (an approval's "or grant a scope…") fills in the scope only:
+      // what, by whom; never how much, how many or the note, so that a
+      // crafted link cannot lay out a grant of anything for one click.
       const p = new URLSearchParams(location.search);
-      const field = (name, label, attrs = {}) => h('label', null, label, h('input', { name, type: 'text', value: p.get(name) ?? '', ...attrs }));
+      const linked = (name) => (GRANT_SCOPE_FROM_LINK.includes(name) ? p.get(name) ?? '' : '');
+      const field = (name, label, attrs = {}) => h('label', null, label, h('input', { name, type: 'text', value: linked(name), ...attrs }));
       const msg = h('p', { class: 'err', role: 'alert' });
       form = h('form', { class: 'search grant-form', onsubmit: async (ev) => {
         ev.preventDefault();
@@ -598,7 +605,7 @@ views.grants = () => {
           btn.disabled = false;
         }
       } },
-      field('namespace', 'Namespace', { required: true, placeholder: 'default', value: p.get('namespace') ?? 'default' }),
+      field('namespace', 'Namespace', { required: true, placeholder: 'default', value: linked('namespace') || 'default' }),
       field('effect_type', 'Effect type (glob)', { required: true, placeholder: 'payment.*' }),
       field('agent_id', 'Agent'),
       field('run_id', 'Run'),
@@ -703,14 +710,24 @@ function signInView() {
   return form;
 }
 
+/** decodeURIComponent, or null for a malformed escape (a mangled link). */
+function unescapeSegment(s) {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return null;
+  }
+}
+
 function route() {
   const p = location.pathname;
   let m;
+  let id;
   if (p === '/' || p === '/approvals') return views.approvals();
-  if ((m = /^\/approvals\/([^/]+)$/.exec(p))) return views.approval(decodeURIComponent(m[1]));
+  if ((m = /^\/approvals\/([^/]+)$/.exec(p))) return (id = unescapeSegment(m[1])) === null ? null : views.approval(id);
   if (p === '/attention') return views.attention();
   if (p === '/effects') return views.effects();
-  if ((m = /^\/effects\/([^/]+)$/.exec(p))) return views.effect(decodeURIComponent(m[1]));
+  if ((m = /^\/effects\/([^/]+)$/.exec(p))) return (id = unescapeSegment(m[1])) === null ? null : views.effect(id);
   if (p === '/budgets') return views.budgets();
   if (p === '/groups') return views.groups();
   if (p === '/grants') return views.grants();
@@ -820,6 +837,12 @@ let started = false;
 async function start() {
   try {
     S.session = await api('/console/session');
+    // Without admin tokens there is no sign-in: the page asks for its
+    // tokenless session (for its CSRF token) with a POST, as a GET never
+    // makes one.
+    if (!S.session.signed_in && S.session.mode !== 'sign_in') {
+      S.session = await api('/console/session', { method: 'POST', body: {} });
+    }
   } catch (err) {
     $('view').replaceChildren(h('p', { class: 'err' }, `Could not reach Ratchet: ${err.message}`));
     return;
