@@ -131,7 +131,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
-		Namespaces: consoleNamespaces(cfg), Logger: log})
+		Namespaces: consoleNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	servers := []*http.Server{
 		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
@@ -219,6 +219,19 @@ func consoleNamespaces(cfg *config.Config) []string {
 	for _, a := range cfg.Auth.Agents {
 		if !slices.Contains(out, a.Namespace) {
 			out = append(out, a.Namespace)
+		}
+	}
+	return out
+}
+
+// consoleHosts are the names the console answers under besides loopback
+// ones (with auth.admins): listen.admin_hosts, and listen.admin's host
+// unless it is a wildcard.
+func consoleHosts(cfg *config.Config) []string {
+	out := slices.Clone(cfg.Listen.AdminHosts)
+	if host, _, err := net.SplitHostPort(cfg.Listen.Admin); err == nil && host != "" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			out = append(out, host)
 		}
 	}
 	return out

@@ -56,6 +56,8 @@ type Config struct {
 	// proxied requests again with their keys (webhooks.go).
 	Webhooks Webhooks `yaml:"webhooks"`
 	Recovery Recovery `yaml:"recovery"`
+	// Console configures the operator console.
+	Console Console `yaml:"console"`
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
@@ -100,6 +102,20 @@ type Listen struct {
 	// off by default). On 127.0.0.1 Ratchet also listens on [::1] at the
 	// same port, where the ip6tables rules send IPv6 connections.
 	Transparent string `yaml:"transparent"`
+	// AdminHosts are the names, besides localhost, loopback addresses and
+	// the host of Admin, under which the operator console answers when
+	// auth.admins are configured (e.g. an ingress's name); another Host
+	// is refused (DNS rebinding). An entry with a port matches that port
+	// only.
+	AdminHosts []string `yaml:"admin_hosts"`
+}
+
+// Console configures the operator console on the admin listener.
+type Console struct {
+	// SecureCookie marks the session cookie Secure even over plain HTTP:
+	// set it when a proxy in front terminates TLS (X-Forwarded-Proto is
+	// not believed).
+	SecureCookie bool `yaml:"secure_cookie"`
 }
 
 // Secrets names the files that hold keys; keys never appear in the config.
@@ -492,6 +508,11 @@ func (c *Config) problems() []Problem {
 			if !vendors.IsHostName(h) {
 				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
 			}
+		}
+	}
+	for i, h := range c.Listen.AdminHosts {
+		if h == "" || strings.ContainsAny(h, "/*@ \t") {
+			add(fmt.Sprintf("listen.admin_hosts[%d]", i), "%q is not a host name or host:port (no scheme, path or wildcard)", h)
 		}
 	}
 	if t := c.Listen.Transparent; t != "" {
