@@ -128,7 +128,8 @@ func listenTransparent(addr string, log *slog.Logger) ([]net.Listener, error) {
 		}
 	}
 	for _, l := range lns {
-		log.Info("transparent mode listening", "listen", l.Addr().String())
+		// The UID to give the rules' --uid: theirs must be this one.
+		log.Info("transparent mode listening", "listen", l.Addr().String(), "uid", os.Geteuid())
 	}
 	return lns, nil
 }
