@@ -81,3 +81,49 @@ func (e *Engine) purgeSinkRefs(ctx context.Context) error {
 	}
 	return err
 }
+
+// ReleaseOutboxClaims ends every claim on the outbox's entries, so that
+// what a process killed in the middle of a delivery had claimed is sent
+// again at once rather than when its claim runs out. It does nothing on a
+// shared store, where the claims are other replicas' and live. Call it
+// before the delivery worker starts. It returns how many it released.
+func (e *Engine) ReleaseOutboxClaims(ctx context.Context) (int, error) {
+	if e.replica != "" {
+		return 0, nil
+	}
+	var claimed [][]byte
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindOutbox), nil, func(k, v []byte) (bool, error) {
+			var en OutboxEntry
+			if err := decodeJSON(v, &en); err != nil {
+				return false, err
+			}
+			if en.ClaimedBy != "" {
+				claimed = append(claimed, k)
+			}
+			return true, nil
+		})
+	})
+	n := 0
+	for len(claimed) > 0 && err == nil {
+		part := claimed[:min(len(claimed), sweepBatch)]
+		claimed = claimed[len(part):]
+		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+			for _, k := range part {
+				var en OutboxEntry
+				if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
+					continue
+				} else if err != nil {
+					return nil, err
+				}
+				en.ClaimedBy, en.ClaimedUntil = "", time.Time{}
+				if err := setJSON(t, k, &en); err != nil {
+					return nil, err
+				}
+				n++
+			}
+			return nil, nil
+		})
+	}
+	return n, err
+}

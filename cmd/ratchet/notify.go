@@ -95,6 +95,13 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			log.Info("slack interactivity listening", "sink", s.Name, "url", "http://"+ln.Addr().String()+SlackInteractivityPath)
 		}
 	}
+	// A delivery the last run was killed in the middle of is sent again at
+	// once (on a shared ledger the claims are other replicas', and kept).
+	if n, err := eng.ReleaseOutboxClaims(context.Background()); err != nil {
+		return fail(fmt.Errorf("releasing the outbox claims of an earlier run: %w", err))
+	} else if n > 0 {
+		log.Info("notifications claimed by an earlier run are sent again", "count", n)
+	}
 	for i, srv := range n.servers {
 		go func() {
 			if err := srv.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {

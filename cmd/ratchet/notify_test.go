@@ -141,3 +141,80 @@ func grepLines(text, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestAKilledServeMidDeliverySendsAgainAtOnce: serve is killed with SIGKILL
+// while the receiver holds the delivery open (the entry is claimed); the
+// restarted serve sends it again at once, not when the dead claim runs
+// out, with the same event id.
+func TestAKilledServeMidDeliverySendsAgainAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "webhook.secret")
+	writeFile(t, secretFile, "whsec-process-test\n")
+	arrived, hold := make(chan string, 4), make(chan struct{})
+	var mu sync.Mutex
+	var took []ledger.Event
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := notify.VerifyWebhook([]byte("whsec-process-test"), r.Header, body, time.Now(), 0); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		select {
+		case <-hold: // released: take it
+		default:
+			arrived <- r.Header.Get(notify.HeaderEventID)
+			<-r.Context().Done() // held open until the sender dies
+			return
+		}
+		var ev ledger.Event
+		json.Unmarshal(body, &ev)
+		mu.Lock()
+		took = append(took, ev)
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	extra := `policies:
+  - match: "payment.*"
+    approval_threshold_micros: 100000000
+notify:
+  sinks:
+    - {name: hook, type: webhook, url: "` + srv.URL + `", secret_file: "` + secretFile + `"}
+  routes:
+    - {sinks: [hook], events: [approval.requested]}
+`
+	data := filepath.Join(dir, "data")
+	s := startServe(t, data, extra)
+	cs := connect(t, s.mcp)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+		"idempotency_key": "invoice:held", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}})
+	if err != nil || res.IsError {
+		t.Fatalf("begin: %v %+v", err, res)
+	}
+	var id string
+	select {
+	case id = <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery began")
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	close(hold)
+	start := time.Now()
+	s = startServe(t, data, extra)
+	waitFor(t, 5*time.Second, "the delivery after the restart (the dead claim lasts 25 s)", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(took) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if took[0].ID != id || took[0].Type != ledger.EventApprovalRequested {
+		t.Fatalf("got %+v, want event %s", took[0], id)
+	}
+	t.Logf("sent again %v after the restart began", time.Since(start))
+	if !strings.Contains(s.stderr.String(), "sent again") {
+		t.Fatalf("the restart did not say it released the claim:\n%s", s.stderr)
+	}
+}
