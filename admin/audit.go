@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -214,7 +216,19 @@ type ExportSummary struct {
 // (ledger.VerifyAudit), and against the trailer, that no chain lost records
 // at its start or its end and that nothing follows the trailer. It returns
 // the first break, naming its line, or an error reading r.
-func VerifyExport(r io.Reader) (*ExportSummary, *ExportBreak, error) {
+//
+// Every line must be exactly the form the export writes (json.Marshal of
+// the record or the trailer): a line with a duplicated key, a key in
+// another case, or any other spelling a reader other than Go's might take
+// differently is refused, so what verifies is what every reader sees.
+//
+// The file alone shows only that it is consistent: whoever can edit it can
+// drop records at its ends and write a new trailer. known, when given, are
+// the chains' heads from an earlier export (or from the ledger, kept
+// elsewhere): each such chain must then continue from its head, holding
+// the head's record with its hash or starting right after it with Prev
+// equal to it, and reaching at least its seq.
+func VerifyExport(r io.Reader, known map[string]ledger.AuditHeadInfo) (*ExportSummary, *ExportBreak, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var (
@@ -242,12 +256,18 @@ func VerifyExport(r io.Reader) (*ExportSummary, *ExportBreak, error) {
 			if err := strictJSON(line, &t); err != nil {
 				return nil, &ExportBreak{Line: n, Message: "the trailer is not valid: " + err.Error()}, nil
 			}
+			if canon, err := json.Marshal(&t); err != nil || !bytes.Equal(canon, line) {
+				return nil, &ExportBreak{Line: n, Message: "the trailer is not written as the export writes it: it was edited"}, nil
+			}
 			trailer, tline = &t, n
 			continue
 		}
 		var rec ledger.AuditRecord
 		if err := strictJSON(line, &rec); err != nil || rec.Chain == "" || rec.Seq == 0 {
 			return nil, &ExportBreak{Line: n, Message: "not an audit record: the line was altered or inserted"}, nil
+		}
+		if canon, err := json.Marshal(&rec); err != nil || !bytes.Equal(canon, line) {
+			return nil, &ExportBreak{Line: n, Chain: rec.Chain, Seq: rec.Seq, Message: "the line is not written as the export writes it (a key repeated, in another case, or spelled otherwise): it was edited"}, nil
 		}
 		recs, lines = append(recs, rec), append(lines, n)
 	}
@@ -292,7 +312,47 @@ func VerifyExport(r io.Reader) (*ExportSummary, *ExportBreak, error) {
 	if trailer.Records != len(recs) {
 		return nil, &ExportBreak{Line: tline, Message: fmt.Sprintf("the trailer counts %d records, the export holds %d", trailer.Records, len(recs))}, nil
 	}
+	if brk := continuesFrom(recs, lines, tline, known); brk != nil {
+		return nil, brk, nil
+	}
 	return sum, nil, nil
+}
+
+// continuesFrom checks that each chain of known continues in recs from its
+// known head (see VerifyExport).
+func continuesFrom(recs []ledger.AuditRecord, lines []int, tline int, known map[string]ledger.AuditHeadInfo) *ExportBreak {
+	for _, chain := range slices.Sorted(maps.Keys(known)) {
+		h := known[chain]
+		var first, last int = -1, -1
+		for i := range recs {
+			if recs[i].Chain == chain {
+				if first < 0 {
+					first = i
+				}
+				last = i
+			}
+		}
+		brk := func(line int, seq uint64, msg string, args ...any) *ExportBreak {
+			return &ExportBreak{Line: line, Chain: chain, Seq: seq, Message: fmt.Sprintf(msg, args...)}
+		}
+		switch {
+		case first < 0:
+			return brk(tline, h.Seq, "the export holds none of a chain whose head was seq %d: its records were removed", h.Seq)
+		case recs[last].Seq < h.Seq:
+			return brk(lines[last], recs[last].Seq, "the chain ends at seq %d, before its known head (seq %d): records were removed", recs[last].Seq, h.Seq)
+		case recs[first].Seq > h.Seq+1:
+			return brk(lines[first], recs[first].Seq, "the chain starts at seq %d, after its known head (seq %d): the records between were removed (or the audit retention purged them: export more often)", recs[first].Seq, h.Seq)
+		case recs[first].Seq == h.Seq+1 && recs[first].Prev != h.Hash:
+			return brk(lines[first], recs[first].Seq, "does not chain to the known head (seq %d): the chain was rewritten", h.Seq)
+		case recs[first].Seq <= h.Seq:
+			for i := first; i <= last; i++ { // chains may interleave
+				if recs[i].Chain == chain && recs[i].Seq == h.Seq && recs[i].Hash != h.Hash {
+					return brk(lines[i], h.Seq, "is not the known head's record (its hash differs): the chain was rewritten")
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func strictJSON(b []byte, v any) error {

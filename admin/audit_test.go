@@ -64,7 +64,7 @@ func TestAuditExportVerifiesAndNamesOperators(t *testing.T) {
 		t.Fatal(err)
 	}
 	export := buf.String()
-	sum, brk, err := admin.VerifyExport(strings.NewReader(export))
+	sum, brk, err := admin.VerifyExport(strings.NewReader(export), nil)
 	if err != nil || brk != nil {
 		t.Fatalf("a fresh export does not verify: %v %v\n%s", brk, err, export)
 	}
@@ -124,7 +124,7 @@ func TestEditingDeletingOrInsertingOneExportedLineIsNamed(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, brk, err := admin.VerifyExport(strings.NewReader(tc.export))
+			_, brk, err := admin.VerifyExport(strings.NewReader(tc.export), nil)
 			if err != nil || brk == nil {
 				t.Fatalf("verified: %v", err)
 			}
@@ -143,7 +143,7 @@ func TestAuditExportRangeAndAuth(t *testing.T) {
 	if err := c.AuditExport(ctx, time.Now().Add(time.Hour), time.Time{}, &buf); err != nil {
 		t.Fatal(err)
 	}
-	if sum, brk, err := admin.VerifyExport(&buf); err != nil || brk != nil || sum.Records != 0 {
+	if sum, brk, err := admin.VerifyExport(&buf, nil); err != nil || brk != nil || sum.Records != 0 {
 		t.Fatalf("empty range: %+v %v %v", sum, brk, err)
 	}
 	var ae *admin.Error

@@ -127,6 +127,10 @@ type AuditRecord struct {
 type auditHead struct {
 	Seq  uint64 `json:"seq"`
 	Hash string `json:"hash"`
+	// At is the last record's event time: a chain's times never go back,
+	// so retention and an export from a time cut a chain at a point in its
+	// order, never in its middle, even after the clock stepped back.
+	At time.Time `json:"at,omitzero"`
 }
 
 func (r *AuditRecord) computeHash() (string, error) {
@@ -200,6 +204,9 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 		events = append([]Event{start}, events...)
 	}
 	for _, ev := range events {
+		if ev.At.Before(head.At) {
+			ev.At = head.At
+		}
 		r := AuditRecord{Chain: chain, Seq: head.Seq + 1, Prev: head.Hash, Event: ev}
 		h, err := r.computeHash()
 		if err != nil {
@@ -213,7 +220,7 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 		if err := tx.Set(auditKey(chain, r.Seq), b); err != nil {
 			return err
 		}
-		head = auditHead{Seq: r.Seq, Hash: r.Hash}
+		head = auditHead{Seq: r.Seq, Hash: r.Hash, At: ev.At}
 	}
 	return setJSON(tx, hk, &head)
 }
@@ -252,7 +259,7 @@ func (e *Engine) AuditHeads(ctx context.Context) (map[string]AuditHeadInfo, erro
 			if err := decodeJSON(v, &h); err != nil {
 				return false, err
 			}
-			heads[lastPart(k)] = AuditHeadInfo(h)
+			heads[lastPart(k)] = AuditHeadInfo{Seq: h.Seq, Hash: h.Hash}
 			return true, nil
 		})
 	})

@@ -133,7 +133,8 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 		}
 		res.State = g.State
 		res.Message = unwindMessage(res)
-		t.emit(Event{Type: EventGroupUnwind, Namespace: req.Namespace, GroupKey: req.GroupKey, State: State(g.State), Reason: req.Reason})
+		t.emit(Event{Type: EventGroupUnwind, Namespace: req.Namespace, GroupKey: req.GroupKey, State: State(g.State),
+			Reason: req.Reason, AgentID: req.AgentID, Actor: actor("agent", req.AgentID)})
 		return res, nil
 	})
 	if serr != nil {

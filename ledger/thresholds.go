@@ -93,7 +93,10 @@ func (e *Engine) fireThresholds(t *opTxn, in *beginInput, uses []*ceilingUse, no
 		return nil
 	}
 	for _, u := range uses {
-		if u.c.limit <= 0 || u.amount <= 0 {
+		// An observed ceiling refuses nothing: paging someone that it
+		// "reached its limit" would read as an enforced one (its would-be
+		// refusals are policy.observed records instead).
+		if u.c.limit <= 0 || u.amount <= 0 || u.c.observed {
 			continue
 		}
 		pool := u.key

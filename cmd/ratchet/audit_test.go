@@ -187,7 +187,7 @@ func checkAuditVerifies(t *testing.T, s *server) []ledger.AuditRecord {
 	if code != 0 {
 		t.Fatalf("the audit log does not verify: %d %s %s", code, out, errs)
 	}
-	if _, brk, err := admin.VerifyExport(strings.NewReader(export)); err != nil || brk != nil {
+	if _, brk, err := admin.VerifyExport(strings.NewReader(export), nil); err != nil || brk != nil {
 		t.Fatal(brk, err)
 	}
 	var recs []ledger.AuditRecord

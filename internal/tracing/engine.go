@@ -37,52 +37,58 @@ const (
 
 // Begin is ledger.Engine.Begin in a span "ratchet.begin".
 func (e Engine) Begin(ctx context.Context, req ledger.BeginRequest) (*ledger.BeginResult, error) {
+	// Attributes come from what the engine accepted, set after the call:
+	// a refused request's fields (which may hold anything a caller sent,
+	// of any length) never reach the trace backend.
 	ctx, span := Tracer().Start(ctx, "ratchet.begin")
 	defer span.End()
-	recording := span.IsRecording() // off, a begin builds no attributes
-	if recording {
-		span.SetAttributes(attribute.String(AttrNamespace, ns(req.Namespace)), attribute.String(AttrEffectType, req.EffectType))
-		if e.IncludeIdempotencyKeys {
-			span.SetAttributes(attribute.String(AttrIdempotencyKey, req.IdempotencyKey))
-		}
-	}
 	res, err := e.Engine.Begin(ctx, req)
 	if err != nil {
 		fail(span, err)
 		return res, err
 	}
-	if recording {
-		span.SetAttributes(attribute.String(AttrEffectID, res.EffectID), attribute.String(AttrDecision, string(res.Decision)),
+	if span.IsRecording() { // off, a begin builds no attributes
+		span.SetAttributes(attribute.String(AttrNamespace, ns(req.Namespace)), attribute.String(AttrEffectType, req.EffectType),
+			attribute.String(AttrEffectID, res.EffectID), attribute.String(AttrDecision, string(res.Decision)),
 			attribute.String(AttrReason, res.Reason), attribute.Int(AttrAttempt, res.Attempt))
+		if e.IncludeIdempotencyKeys {
+			span.SetAttributes(attribute.String(AttrIdempotencyKey, req.IdempotencyKey))
+		}
 	}
 	return res, nil
 }
 
 // Report is ledger.Engine.Report in a span "ratchet.report".
 func (e Engine) Report(ctx context.Context, req ledger.ReportRequest) (*ledger.Effect, error) {
-	ctx, span := Tracer().Start(ctx, "ratchet.report", trace.WithAttributes(attribute.String(AttrEffectID, req.EffectID),
-		attribute.String("outcome", string(req.Outcome))))
+	ctx, span := Tracer().Start(ctx, "ratchet.report")
 	defer span.End()
 	eff, err := e.Engine.Report(ctx, req)
+	if err == nil {
+		span.SetAttributes(attribute.String("outcome", string(req.Outcome)))
+	}
 	return eff, effectDone(span, eff, err)
 }
 
 // Resolve is ledger.Engine.Resolve in a span "ratchet.resolve".
 func (e Engine) Resolve(ctx context.Context, req ledger.ResolveRequest) (*ledger.Effect, error) {
-	ctx, span := Tracer().Start(ctx, "ratchet.resolve", trace.WithAttributes(attribute.String(AttrEffectID, req.EffectID),
-		attribute.String("resolution", string(req.Resolution))))
+	ctx, span := Tracer().Start(ctx, "ratchet.resolve")
 	defer span.End()
 	eff, err := e.Engine.Resolve(ctx, req)
+	if err == nil {
+		span.SetAttributes(attribute.String("resolution", string(req.Resolution)))
+	}
 	return eff, effectDone(span, eff, err)
 }
 
 // Unwind is ledger.Engine.Unwind in a span "ratchet.unwind".
 func (e Engine) Unwind(ctx context.Context, req ledger.UnwindRequest) (*ledger.UnwindResult, error) {
-	ctx, span := Tracer().Start(ctx, "ratchet.unwind", trace.WithAttributes(attribute.String(AttrNamespace, ns(req.Namespace))))
+	ctx, span := Tracer().Start(ctx, "ratchet.unwind")
 	defer span.End()
 	res, err := e.Engine.Unwind(ctx, req)
 	if err != nil {
 		fail(span, err)
+	} else {
+		span.SetAttributes(attribute.String(AttrNamespace, ns(req.Namespace)))
 	}
 	return res, err
 }
@@ -92,8 +98,8 @@ func effectDone(span trace.Span, eff *ledger.Effect, err error) error {
 		fail(span, err)
 		return err
 	}
-	span.SetAttributes(attribute.String(AttrNamespace, eff.Namespace), attribute.String(AttrEffectType, eff.EffectType),
-		attribute.String(AttrState, string(eff.State)), attribute.Int(AttrAttempt, eff.Attempt))
+	span.SetAttributes(attribute.String(AttrEffectID, eff.EffectID), attribute.String(AttrNamespace, eff.Namespace),
+		attribute.String(AttrEffectType, eff.EffectType), attribute.String(AttrState, string(eff.State)), attribute.Int(AttrAttempt, eff.Attempt))
 	return nil
 }
 
