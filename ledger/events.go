@@ -476,18 +476,8 @@ func (e *Engine) purgeJournal(ctx context.Context) error {
 			return true, nil
 		})
 	})
-	for len(old) > 0 && err == nil {
-		n := min(len(old), sweepBatch)
-		part := old[:n]
-		old = old[n:]
-		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
-			for _, k := range part {
-				if err := t.Delete(k); err != nil {
-					return nil, err
-				}
-			}
-			return nil, nil
-		})
+	if err != nil {
+		return err
 	}
-	return err
+	return e.deleteKeys(ctx, old)
 }

@@ -330,17 +330,8 @@ func (e *Engine) purgeGrants(ctx context.Context) error {
 			return true, nil
 		})
 	})
-	for len(old) > 0 && err == nil {
-		part := old[:min(len(old), sweepBatch)]
-		old = old[len(part):]
-		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
-			for _, k := range part {
-				if err := t.Delete(k); err != nil {
-					return nil, err
-				}
-			}
-			return nil, nil
-		})
+	if err != nil {
+		return err
 	}
-	return err
+	return e.deleteKeys(ctx, old)
 }

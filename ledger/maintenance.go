@@ -287,3 +287,23 @@ func (e *Engine) counterIdle(c *counterRec, now time.Time) bool {
 	}
 	return true
 }
+
+// deleteKeys deletes keys through the writer, sweepBatch at a time (a key
+// already gone is fine), for the sweeps that find what to delete in a scan.
+func (e *Engine) deleteKeys(ctx context.Context, keys [][]byte) error {
+	for len(keys) > 0 {
+		part := keys[:min(len(keys), sweepBatch)]
+		keys = keys[len(part):]
+		if _, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+			for _, k := range part {
+				if err := t.Delete(k); err != nil && !errors.Is(err, ErrNotFound) {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
