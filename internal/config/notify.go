@@ -111,16 +111,7 @@ func (n *Notify) problems() []Problem {
 		}
 	}
 	names := map[string]string{}
-	oneSecret := func(p, what, file, env string) {
-		switch {
-		case file == "" && env == "":
-			add(p, "needs %s_file or %s_env (secrets never go in the config file)", what, what)
-		case file != "" && env != "":
-			add(p, "has both %s_file and %s_env; use one", what, what)
-		case env != "" && !envNameRe.MatchString(env):
-			add(p+"."+what+"_env", "%q is not an environment variable name", env)
-		}
-	}
+	oneSecret := func(p, what, file, env string) { secretSource(add, p, what, file, env) }
 	for i, s := range n.Sinks {
 		p := fmt.Sprintf("notify.sinks[%d]", i)
 		switch {
@@ -228,4 +219,18 @@ func ReadSecret(file, env string) (string, error) {
 		return "", fmt.Errorf("secret file %s is empty", file)
 	}
 	return v, nil
+}
+
+// secretSource reports, through add, what is wrong with a secret that must
+// come from exactly one of a file (<what>_file) or an environment variable
+// (<what>_env): never from the config file itself.
+func secretSource(add func(p, format string, args ...any), p, what, file, env string) {
+	switch {
+	case file == "" && env == "":
+		add(p, "needs %s_file or %s_env (secrets never go in the config file)", what, what)
+	case file != "" && env != "":
+		add(p, "has both %s_file and %s_env; use one", what, what)
+	case env != "" && !envNameRe.MatchString(env):
+		add(p+"."+what+"_env", "%q is not an environment variable name", env)
+	}
 }

@@ -107,16 +107,7 @@ func (w *Webhooks) problems() []Problem {
 	add := func(p, format string, args ...any) {
 		probs = append(probs, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
 	}
-	oneSecret := func(p, what, file, env string) {
-		switch {
-		case file == "" && env == "":
-			add(p, "needs %s_file or %s_env (secrets never go in the config file)", what, what)
-		case file != "" && env != "":
-			add(p, "has both %s_file and %s_env; use one", what, what)
-		case env != "" && !envNameRe.MatchString(env):
-			add(p+"."+what+"_env", "%q is not an environment variable name", env)
-		}
-	}
+	oneSecret := func(p, what, file, env string) { secretSource(add, p, what, file, env) }
 	if w.Any() && w.Listen == "" {
 		add("webhooks.listen", "is required with a vendor: the address vendors' events arrive at (e.g. 127.0.0.1:8790 behind your ingress)")
 	}
