@@ -221,9 +221,18 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 		return "unknown"
 	}
 	v, _ := vendors.Lookup(q.Vendor)
-	o := v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
-	if o.Result == vendors.Failed && !trustsFailure(q.Vendor, b) {
-		o.Result = vendors.Unknown
+	answer := &vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	o := v.Outcome(answer)
+	if o.Result == vendors.Failed && !storedFailure(q.Vendor, answer) {
+		// Not the vendor's record of the request under this key: an
+		// answer of its front door (credentials, permissions, rate
+		// limits, routing) or one it does not keep. It says nothing of
+		// the first request, which may have been executed.
+		o.Result, o.Reason = vendors.Unknown, "a refusal that is not the stored result of the key: "+o.Reason
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			log.Warn("recovery: the vendor refused the resend's credentials (a rolled or restricted key?); trying again until the window closes",
+				"status", resp.StatusCode)
+		}
 	}
 	var outcome ledger.Outcome
 	switch o.Result {
@@ -259,17 +268,56 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 	return result
 }
 
-// trustsFailure reports whether a failure answered to a resend says the
-// first request failed too. Not when the vendor refuses the key itself
-// (a resend is identical, so that would mean the vendor saw other
-// content: believe nothing), nor for PayPal, which documents no replay of
-// a failure and "might fail the second request".
-func trustsFailure(vendor string, body []byte) bool {
-	s := strings.ToLower(string(body))
+// storedFailure reports whether a failure answered to a resend is the
+// vendor's stored result of the request under its key, the only failure
+// that says the first request failed too (and so frees the key). Anything
+// the vendor answers before it looks at the key (401, 403, 404, 429, a
+// validation 400), anything it does not keep, and every 5xx say nothing
+// of the first request, which may have been executed: believing them
+// would free the key and let the retry act a second time. Per vendor:
+//
+//   - Stripe keeps "the status code and body of the first request made
+//     with a given idempotency key after endpoint execution begins", not
+//     a request that failed validation or conflicted, and its rate
+//     limiters and authentication run before the idempotency layer
+//     (https://docs.stripe.com/api/idempotent_requests,
+//     https://docs.stripe.com/error-low-level). So a 4xx is the key's
+//     result when Stripe says it replayed it (Idempotent-Replayed: true),
+//     or when it is a 402, "the parameters were valid but the request
+//     failed" (a decline): an executed request under this key, which is
+//     either the first one's (then replayed) or the only one.
+//   - Adyen returns "the response to the first attempt" for a key it
+//     processed (https://docs.adyen.com/development-resources/api-idempotency),
+//     and a processed payment that did not go through is HTTP 200 with
+//     resultCode Refused, Error or Cancelled
+//     (https://docs.adyen.com/development-resources/response-handling).
+//     A 4xx (validation, 401, 403, 422, 704 in progress, 703 store
+//     unavailable) is never the first attempt's result.
+//   - Checkout.com caches a key's answer "if the request returns a 2xx
+//     response code"; a 4xx or 5xx is not saved "and the payment is
+//     reattempted" (https://www.checkout.com/docs/payments/manage-payments/idempotency).
+//     So only a 2xx decline (approved false) is the key's result.
+//   - PayPal documents no replay of a failure and "might fail the second
+//     request" (https://developer.paypal.com/reference/guidelines/idempotency):
+//     never. Square and the rest are never recovered (no window).
+//
+// Besides, a body that names the key as refused (idempotency_error,
+// IDEMPOTENCY_KEY_REUSED, PAYPAL_REQUEST_ID_PREVIOUSLY_USED) means the
+// vendor saw other content under the key: believe nothing.
+func storedFailure(vendor string, r *vendors.Response) bool {
+	s := strings.ToLower(string(r.Body))
 	if strings.Contains(s, "idempotenc") || strings.Contains(s, "request_id") {
 		return false
 	}
-	return vendor != "paypal"
+	ok2xx := r.Status >= 200 && r.Status < 300
+	switch vendor {
+	case "stripe":
+		replayed := strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true")
+		return r.Status >= 400 && r.Status < 500 && (replayed || r.Status == http.StatusPaymentRequired)
+	case "adyen", "checkout":
+		return ok2xx
+	}
+	return false
 }
 
 // eventID names the vendor's answer: its request id header, if any.

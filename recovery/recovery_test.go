@@ -37,10 +37,22 @@ type keyedVendor struct {
 	seen     atomic.Int64
 	drop     atomic.Value // "", "after", "before"
 	gzip     atomic.Bool  // compress answers for clients that accept it
+	// refuse answers the next request with this status and body (refusal)
+	// before looking at its key, as a vendor's front door does (auth,
+	// permissions, rate limits, routing).
+	refuse  atomic.Int64
+	refusal atomic.Value
 }
 
 func (f *keyedVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.seen.Add(1)
+	if s := f.refuse.Swap(0); s != 0 {
+		io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(int(s))
+		io.WriteString(w, f.refusal.Load().(string))
+		return
+	}
 	mode, _ := f.drop.Load().(string)
 	if mode != "" {
 		f.drop.Store("")
@@ -385,5 +397,64 @@ func TestRecoveryReadsACompressedAnswer(t *testing.T) {
 	e.rec.Pass(context.Background())
 	if eff := e.effect(t, id); eff.State != ledger.StateSucceeded || eff.VendorReference != "pi_1" {
 		t.Fatalf("after recovery: %+v", eff)
+	}
+}
+
+// TestAResendRefusedAtTheVendorsFrontDoorIsNotAFailure: the charge went
+// through and its answer was lost; the resend is refused before the
+// vendor looks at its key (a rolled key 401, a restricted key 403, a rate
+// limit 429, a routing 404, a 500). None of these is the stored result of
+// the first request, so the effect stays indeterminate, the request kept
+// and the retry blocked; the next pass, answered, settles it succeeded,
+// and the vendor executed once.
+func TestAResendRefusedAtTheVendorsFrontDoorIsNotAFailure(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"401 rolled key", 401, `{"error":{"message":"Invalid API Key provided: sk_test_****very","type":"invalid_request_error"}}`},
+		{"403 restricted key", 403, `{"error":{"message":"The provided key 'rk_test_***' does not have the required permissions for this endpoint.","type":"invalid_request_error"}}`},
+		{"429 rate limit", 429, `{"error":{"message":"Too many requests hit the API too quickly.","type":"invalid_request_error","code":"rate_limit"}}`},
+		{"404 not found", 404, `{"error":{"message":"Unrecognized request URL (POST: /v1/payment_intents).","type":"invalid_request_error"}}`},
+		{"500", 500, `{"error":{"message":"An unknown error occurred","type":"api_error"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			id := e.lost(t, "order:frontdoor", "after") // executed once at the vendor
+			e.vendor.refusal.Store(c.body)
+			e.vendor.refuse.Store(int64(c.status))
+			e.rec.Pass(context.Background())
+			eff := e.effect(t, id)
+			r := e.charge(t, "order:frontdoor")
+			if eff.State != ledger.StateIndeterminate || e.vendor.executed.Load() != 1 || e.kept(t) != 1 ||
+				r.Header.Get("Ratchet-Decision") != string(ledger.DecisionBlocked) || e.obs.get("unknown") != 1 {
+				t.Fatalf("resend answered %d: effect %s by %s; retry decision %s; executed %d; kept %d; %v",
+					c.status, eff.State, eff.ResolvedBy, r.Header.Get("Ratchet-Decision"), e.vendor.executed.Load(), e.kept(t), e.obs.n)
+			}
+			rec := &recovery.Recoverer{Store: e.store, Engine: e.eng, Delay: time.Nanosecond, Observer: e.obs}
+			rec.Pass(context.Background())
+			if eff := e.effect(t, id); eff.State != ledger.StateSucceeded || e.vendor.executed.Load() != 1 || e.kept(t) != 0 {
+				t.Fatalf("the next resend: %s, executed %d, kept %d", eff.State, e.vendor.executed.Load(), e.kept(t))
+			}
+		})
+	}
+}
+
+// TestADeclineAnsweredToAResendSettlesTheEffectFailed: the vendor never
+// saw the first request, and the resend, the one execution under the
+// key, is declined (402): that is the key's result, so the effect
+// settles failed and the retry is a new attempt.
+func TestADeclineAnsweredToAResendSettlesTheEffectFailed(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:declined", "before")
+	e.vendor.refusal.Store(`{"error":{"type":"card_error","code":"card_declined","message":"Your card was declined."}}`)
+	e.vendor.refuse.Store(http.StatusPaymentRequired)
+	e.rec.Pass(context.Background())
+	if eff := e.effect(t, id); eff.State != ledger.StateFailed || eff.ResolvedBy != "recovery:stripe" || e.kept(t) != 0 {
+		t.Fatalf("a declined resend: %+v", eff)
+	}
+	if r := e.charge(t, "order:declined"); r.Header.Get("Ratchet-Decision") != string(ledger.DecisionExecute) {
+		t.Fatalf("the retry after a decline: %v", r.Header)
 	}
 }
