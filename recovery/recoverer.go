@@ -173,7 +173,12 @@ func (r *Recoverer) one(ctx context.Context, q *Request) bool {
 	if now.Before(st.at) {
 		return false
 	}
+	release, ok := r.claim(ctx, q, log)
+	if !ok {
+		return false
+	}
 	result := r.resend(ctx, q, log)
+	release()
 	r.observe(q.Vendor, "tried")
 	r.observe(q.Vendor, result)
 	if result == "unknown" {
@@ -193,6 +198,74 @@ func (r *Recoverer) one(ctx context.Context, q *Request) bool {
 	return true
 }
 
+// Claimer is an engine that can hold a recovery claim on an effect's
+// attempt (the ledger patch /tmp/settlement-claim.patch of review finding
+// 3): while it is held, the attempt cannot be resolved failed, so no new
+// attempt can begin while its resend may be in flight. ClaimRecovery
+// fails (invalid_state_transition, effect_not_found) unless the effect is
+// indeterminate on that attempt; ReleaseRecovery ends the claim early.
+type Claimer interface {
+	ClaimRecovery(ctx context.Context, effectID string, attempt int, ttl time.Duration) (*ledger.Effect, error)
+	ReleaseRecovery(ctx context.Context, effectID string, attempt int) error
+}
+
+// claimGrace is how much longer than the resend's own timeout a claim is
+// held: a request the client gave up on may still be under way at the
+// vendor for a while.
+const claimGrace = 30 * time.Second
+
+// claim makes sure, right before the resend, that the effect is still
+// indeterminate on q's attempt: with an engine that holds recovery claims
+// (Claimer) it claims the attempt for the time the resend may take, so an
+// agent or operator cannot resolve it failed and begin the next attempt
+// meanwhile (Ratchet never frees an attempt whose resend may be in
+// flight); with another, it reads the effect again, which leaves only the
+// moment between that read and the send. false: not sent (dropped, or
+// tried again later).
+func (r *Recoverer) claim(ctx context.Context, q *Request, log *slog.Logger) (release func(), ok bool) {
+	var eff *ledger.Effect
+	var err error
+	release = func() {}
+	if c, can := r.Engine.(Claimer); can {
+		eff, err = c.ClaimRecovery(ctx, q.EffectID, q.Attempt, r.timeout()+claimGrace)
+		if err == nil {
+			release = func() {
+				if err := c.ReleaseRecovery(context.WithoutCancel(ctx), q.EffectID, q.Attempt); err != nil {
+					log.Info("recovery: releasing the claim (it expires by itself)", "err", err)
+				}
+			}
+		}
+	} else {
+		eff, err = r.Engine.Get(ctx, "", q.EffectID, "")
+	}
+	switch code := ledger.CodeOf(err); {
+	case code == ledger.CodeEffectNotFound:
+		r.drop(q, "dropped", log, "the effect is gone")
+		return release, false
+	case code == ledger.CodeInvalidStateTransition:
+		r.drop(q, "dropped", log, "settled or moved on before the resend")
+		return release, false
+	case err != nil:
+		log.Warn("recovery: claiming the effect before the resend; trying again later", "err", err)
+		return release, false
+	case eff.Attempt != q.Attempt || eff.State != ledger.StateIndeterminate:
+		release()
+		r.drop(q, "dropped", log, "settled or moved on before the resend")
+		return func() {}, false
+	}
+	return release, true
+}
+
+func (r *Recoverer) timeout() time.Duration {
+	if r.Client != nil && r.Client.Timeout > 0 {
+		return r.Client.Timeout
+	}
+	return defaultClientTimeout
+}
+
+// defaultClientTimeout bounds a resend without a Client of its own.
+const defaultClientTimeout = 60 * time.Second
+
 // resend sends q again and settles the effect from the answer; it
 // returns the result to count.
 func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) string {
@@ -208,7 +281,7 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 	hreq.Header.Del("Accept-Encoding")
 	client := r.Client
 	if client == nil {
-		client = &http.Client{Timeout: 60 * time.Second}
+		client = &http.Client{Timeout: defaultClientTimeout}
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {

@@ -458,3 +458,114 @@ func TestADeclineAnsweredToAResendSettlesTheEffectFailed(t *testing.T) {
 		t.Fatalf("the retry after a decline: %v", r.Header)
 	}
 }
+
+// racingEngine is the ledger, with a hook that runs right after the
+// recoverer's first read of the effect (the gap between its check and its
+// send).
+type racingEngine struct {
+	recovery.Engine
+	afterGet func()
+}
+
+func (r *racingEngine) Get(ctx context.Context, ns, id, key string) (*ledger.Effect, error) {
+	eff, err := r.Engine.Get(ctx, ns, id, key)
+	if f := r.afterGet; f != nil {
+		r.afterGet = nil
+		f()
+	}
+	return eff, err
+}
+
+// TestAResendNeverFollowsAnEffectThatMovedOn: the vendor never saw
+// attempt 1. Between the recoverer's check and its send, an agent checks
+// at the vendor (nothing there), resolves it failed and retries (attempt 2
+// charges). The recoverer reads the effect again right before the send,
+// sees it moved on, and forgets attempt 1's request: the vendor executed
+// once.
+func TestAResendNeverFollowsAnEffectThatMovedOn(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:toctou", "before")
+	re := &racingEngine{Engine: e.eng}
+	re.afterGet = func() {
+		if _, err := e.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: id, Resolution: ledger.OutcomeFailed,
+			ResolvedBy: "agent", Note: "no such payment at Stripe"}); err != nil {
+			t.Errorf("resolve: %v", err)
+		}
+		if r := e.charge(t, "order:toctou"); r.Header.Get("Ratchet-Decision") != string(ledger.DecisionExecute) {
+			t.Errorf("attempt 2: %v", r.Header)
+		}
+	}
+	e.rec.Engine = re
+	e.rec.Pass(context.Background())
+	eff := e.effect(t, id)
+	if n := e.vendor.executed.Load(); n != 1 || e.kept(t) != 0 || e.obs.get("dropped") != 1 || e.obs.get("tried") != 0 {
+		t.Fatalf("one effect, executed %d times at the vendor (effect %s, attempt %d, kept %d, recoveries %v)",
+			n, eff.State, eff.Attempt, e.kept(t), e.obs.n)
+	}
+}
+
+// claimingEngine is an engine that holds recovery claims (recovery.Claimer,
+// as the ledger does with the settlement-claim patch): a claim is refused
+// unless the effect is indeterminate on the attempt, and the log shows
+// what happened in which order.
+type claimingEngine struct {
+	recovery.Engine
+	mu  sync.Mutex
+	log []string
+}
+
+func (c *claimingEngine) note(s string) {
+	c.mu.Lock()
+	c.log = append(c.log, s)
+	c.mu.Unlock()
+}
+
+func (c *claimingEngine) ClaimRecovery(ctx context.Context, id string, attempt int, ttl time.Duration) (*ledger.Effect, error) {
+	eff, err := c.Engine.Get(ctx, "", id, "")
+	if err != nil {
+		return nil, err
+	}
+	if eff.State != ledger.StateIndeterminate || eff.Attempt != attempt {
+		c.note("refused")
+		return nil, ledger.ErrInvalidStateTransition
+	}
+	c.note(fmt.Sprintf("claim %d %v", attempt, ttl >= 60*time.Second))
+	return eff, nil
+}
+
+func (c *claimingEngine) ReleaseRecovery(ctx context.Context, id string, attempt int) error {
+	c.note(fmt.Sprint("release ", attempt))
+	return nil
+}
+
+func (c *claimingEngine) Settle(ctx context.Context, req ledger.SettleRequest) (*ledger.SettleResult, error) {
+	c.note("settle")
+	return c.Engine.Settle(ctx, req)
+}
+
+// TestAResendIsSentUnderARecoveryClaim: with an engine that holds recovery
+// claims, the recoverer claims the attempt (for at least the resend's
+// timeout) before it sends, settles under the claim and releases it; an
+// effect that moved on refuses the claim and its request is forgotten
+// unsent.
+func TestAResendIsSentUnderARecoveryClaim(t *testing.T) {
+	e := newEnv(t)
+	id := e.lost(t, "order:claimed", "after")
+	ce := &claimingEngine{Engine: e.eng}
+	e.rec.Engine = ce
+	e.rec.Pass(context.Background())
+	if got := strings.Join(ce.log, ", "); got != "claim 1 true, settle, release 1" || e.effect(t, id).State != ledger.StateSucceeded {
+		t.Fatalf("the resend's claim: %s; effect %s", got, e.effect(t, id).State)
+	}
+	ce.log = nil
+	id = e.lost(t, "order:moved", "before")
+	if _, err := e.eng.Resolve(context.Background(), ledger.ResolveRequest{EffectID: id, Resolution: ledger.OutcomeFailed,
+		ResolvedBy: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	seen := e.vendor.seen.Load()
+	e.rec.Pass(context.Background())
+	if e.vendor.seen.Load() != seen || e.kept(t) != 0 {
+		t.Fatalf("a moved-on effect: %v, vendor saw %d more, kept %d", ce.log, e.vendor.seen.Load()-seen, e.kept(t))
+	}
+}
