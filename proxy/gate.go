@@ -113,7 +113,13 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
 				return
 			}
-			body = tagForWebhooks(e, body, res.VendorIdempotencyKey.Value) // tag.go
+			if body, err = tagForWebhooks(e, body, res.VendorIdempotencyKey.Value); err != nil { // tag.go
+				// The caller wrote Ratchet's own webhook tag: nothing was
+				// sent, so the attempt definitely did not happen.
+				p.report(r.Context(), &call{v, res.EffectID, res.Attempt, owner}, ledger.OutcomeFailed, nil, "", "webhook tag: "+err.Error())
+				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
+				return
+			}
 		}
 		at := Attempt{Vendor: v.Name(), EffectID: res.EffectID, Attempt: res.Attempt}
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"strings"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
@@ -19,52 +21,91 @@ import (
 //	Checkout.com  checkout.payments.create        metadata.ratchet_key                  data.metadata.ratchet_key
 //	PayPal        paypal.orders.create            purchase_units[0].custom_id (≤ 127)   resource.custom_id (captures)
 //
-// A field the caller filled is the caller's: it is never overwritten, and
-// the effect then settles by same-key recovery or by hand, not by a
-// webhook. Only those four requests are tagged; a body that is not a JSON
-// object (or a PayPal order with several purchase units, whose custom_id
-// would be ambiguous) goes as it came. The tag is a 36-character UUID
-// (vendors' key shape): no personal data, within every field's limit.
-// Sources: package webhooks cites each vendor's event shape.
+// metadata.ratchet_key is Ratchet's own field: the proxy always writes it
+// itself, and a request whose caller filled it with anything but this
+// request's vendor key is refused (ErrForeignTag; nothing is sent).
+// Otherwise a caller could name another effect's vendor key (which the
+// proxy hands back in Ratchet-Vendor-Key), and the vendor's signed
+// decline of its own payment would settle that other effect failed,
+// freeing its key for a second execution. A request whose body or
+// metadata cannot be read unambiguously (not a JSON object, a member
+// named twice) is refused too: the vendor might read a tag in it.
+//
+// reference_id, custom_id and the references (Adyen merchantReference,
+// Checkout.com reference) are shared: the caller may use them for its own
+// references, so a field the caller filled is kept, and package webhooks
+// never settles an effect failed through a shared field (only succeeded);
+// a failure settles only through Ratchet's own field or the echoed
+// idempotency key. Only those four requests are tagged; a PayPal order
+// with several purchase units, whose custom_id would be ambiguous, goes
+// untagged. The tag is a 36-character UUID (vendors' key shape): no
+// personal data, within every field's limit. Sources: package webhooks
+// cites each vendor's event shape.
 const TagMetadataKey = "ratchet_key"
 
+// ErrForeignTag: the caller filled Ratchet's own tag field
+// (metadata.ratchet_key) with something other than the request's vendor
+// key, or sent a body in which Ratchet cannot tell.
+var ErrForeignTag = errors.New("metadata." + TagMetadataKey + " is Ratchet's webhook tag, which the proxy writes itself: " +
+	"leave it out (or send a body Ratchet can read: a JSON object with no member named twice)")
+
 // tagForWebhooks returns body with the vendor key written as the
-// vendor's webhook tag for e, or body unchanged.
-func tagForWebhooks(e vendors.Effect, body []byte, key string) []byte {
+// vendor's webhook tag for e, or body unchanged; ErrForeignTag when the
+// request must not be sent (see above).
+func tagForWebhooks(e vendors.Effect, body []byte, key string) ([]byte, error) {
 	val, _ := json.Marshal(key)
 	switch e.EffectType {
 	case "square.payments.create":
-		return addMember(body, nil, "reference_id", val)
+		return addMember(body, nil, "reference_id", val), nil
 	case "adyen.payments.create", "checkout.payments.create":
 		meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
 		top, ok := scanObject(body, 0)
 		if !ok {
-			return body
+			return nil, ErrForeignTag
+		}
+		for name := range top.members {
+			if name != "metadata" && strings.EqualFold(name, "metadata") {
+				return nil, ErrForeignTag // a vendor that matches names in any case reads two
+			}
 		}
 		m, has := top.members["metadata"]
 		if !has {
-			return insert(body, top, "metadata", meta)
+			return insert(body, top, "metadata", meta), nil
+		}
+		if bytes.Equal(bytes.TrimSpace(body[m.start:m.end]), []byte("null")) {
+			return body, nil // no metadata: the vendor echoes no tag
+		}
+		inner, ok := scanObject(body, m.start)
+		if !ok {
+			return nil, ErrForeignTag
+		}
+		if v, has := inner.members[TagMetadataKey]; has {
+			var theirs string
+			if json.Unmarshal(body[v.start:v.end], &theirs) != nil || theirs != key {
+				return nil, ErrForeignTag
+			}
+			return body, nil
 		}
 		// Adyen allows 20 metadata entries; a full one is left alone.
-		if inner, ok := scanObject(body, m.start); ok && len(inner.members) < 20 {
-			return addMember(body, []int{m.start}, TagMetadataKey, val)
+		if len(inner.members) < 20 {
+			return insert(body, inner, TagMetadataKey, val), nil
 		}
 	case "paypal.orders.create":
 		top, ok := scanObject(body, 0)
 		if !ok {
-			return body
+			return body, nil
 		}
 		pu, has := top.members["purchase_units"]
 		if !has {
-			return body
+			return body, nil
 		}
 		elems, ok := scanArray(body, pu.start)
 		if !ok || len(elems) != 1 {
-			return body
+			return body, nil
 		}
-		return addMember(body, []int{elems[0]}, "custom_id", val)
+		return addMember(body, []int{elems[0]}, "custom_id", val), nil
 	}
-	return body
+	return body, nil
 }
 
 // span is where a JSON value starts and ends in a body.

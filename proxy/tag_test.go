@@ -1,13 +1,19 @@
 package proxy
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
+// TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty: the shared fields
+// (Square reference_id, PayPal custom_id) are the caller's when filled;
+// Ratchet's own metadata.ratchet_key is always the request's vendor key,
+// and a body that names another, or in which Ratchet cannot tell, is
+// refused (ErrForeignTag).
 func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
-	const key = "0f8fad5b-d9cb-869f-a165-70867728950e"
+	const key, refused = "0f8fad5b-d9cb-869f-a165-70867728950e", "(refused)"
 	for _, c := range []struct{ name, typ, body, want string }{
 		{"square: added", "square.payments.create", `{"idempotency_key":"k","amount_money":{"amount":1,"currency":"USD"}}`,
 			`{"reference_id":"` + key + `","idempotency_key":"k","amount_money":{"amount":1,"currency":"USD"}}`},
@@ -17,18 +23,30 @@ func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
 		{"checkout: metadata of the caller's", "checkout.payments.create", `{"metadata": {"coupon":"NY"}, "amount":1}`,
 			`{"metadata": {"ratchet_key":"` + key + `","coupon":"NY"}, "amount":1}`},
 		{"checkout: metadata null", "checkout.payments.create", `{"metadata":null}`, `{"metadata":null}`},
-		{"checkout: ratchet_key there", "checkout.payments.create", `{"metadata":{"ratchet_key":"x"}}`, `{"metadata":{"ratchet_key":"x"}}`},
+		{"checkout: this request's own key there", "checkout.payments.create", `{"metadata":{"ratchet_key":"` + key + `"}}`,
+			`{"metadata":{"ratchet_key":"` + key + `"}}`},
+		{"checkout: another key there", "checkout.payments.create", `{"metadata":{"ratchet_key":"x"}}`, refused},
+		{"adyen: another key there, escaped", "adyen.payments.create", `{"metadata":{"ratchet\u005fkey":"x"}}`, refused},
+		{"adyen: ratchet_key twice", "adyen.payments.create", `{"metadata":{"ratchet_key":"` + key + `","ratchet_key":"x"}}`, refused},
+		{"checkout: metadata twice", "checkout.payments.create", `{"metadata":{},"metadata":{"ratchet_key":"x"}}`, refused},
+		{"checkout: Metadata in another case", "checkout.payments.create", `{"Metadata":{"ratchet_key":"x"}}`, refused},
+		{"checkout: metadata not an object", "checkout.payments.create", `{"metadata":"x"}`, refused},
 		{"paypal: one unit", "paypal.orders.create", `{"intent":"CAPTURE","purchase_units":[{"amount":{"value":"1.00"}}]}`,
 			`{"intent":"CAPTURE","purchase_units":[{"custom_id":"` + key + `","amount":{"value":"1.00"}}]}`},
 		{"paypal: two units", "paypal.orders.create", `{"purchase_units":[{},{}]}`, `{"purchase_units":[{},{}]}`},
 		{"paypal: the caller's custom_id", "paypal.orders.create", `{"purchase_units":[{"custom_id":"c"}]}`, `{"purchase_units":[{"custom_id":"c"}]}`},
-		{"not JSON", "adyen.payments.create", `amount=1`, `amount=1`},
+		{"not JSON", "adyen.payments.create", `amount=1`, refused},
+		{"paypal: not JSON", "paypal.orders.create", `x`, `x`},
 		{"a repeated member", "square.payments.create", `{"a":1,"a":2}`, `{"a":1,"a":2}`},
 		{"another request", "stripe.payment_intents.create", `{}`, `{}`},
 		{"a refund", "checkout.payments.refund", `{}`, `{}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := string(tagForWebhooks(vendors.Effect{EffectType: c.typ}, []byte(c.body), key))
+			b, err := tagForWebhooks(vendors.Effect{EffectType: c.typ}, []byte(c.body), key)
+			got := string(b)
+			if errors.Is(err, ErrForeignTag) {
+				got = refused
+			}
 			if got != c.want {
 				t.Fatalf("got  %s\nwant %s", got, c.want)
 			}

@@ -40,7 +40,12 @@ import (
 // without it an item matches only by merchantReference, which is signed
 // and which an agent that owns its references can set to the vendor key.
 // Proxied Adyen payments without Basic authentication settle by same-key
-// recovery instead (Adyen keeps keys at least 7 days). That the metadata
+// recovery instead (Adyen keeps keys at least 7 days). merchantReference
+// is the caller's field, which it may fill with any value, another
+// effect's vendor key included: it settles an effect succeeded, never
+// failed (a caller's declined payment must not free another effect's
+// key); metadata.ratchet_key is Ratchet's own, which the proxy refuses to
+// send with any value but the request's vendor key (proxy/tag.go). That the metadata
 // comes back in the AUTHORISATION item is from Adyen's API reference,
 // not seen in a stored sample (unconfirmed). AUTHORISATION with success
 // "true" settles the payment succeeded, "false" failed (Adyen answered
@@ -121,9 +126,9 @@ func (a *Adyen) read(h http.Header, body []byte, _ time.Time, _ time.Duration) (
 		}
 		rec := record{eventID: it.PSPReference + ":" + it.EventCode + ":" + it.Success, eventType: it.EventCode, ref: it.PSPReference}
 		if it.EventCode == "AUTHORISATION" {
-			rec.keys = []string{it.MerchantReference}
+			rec.shared = []string{it.MerchantReference}
 			if tag, _ := it.AdditionalData["metadata.ratchet_key"].(string); authed {
-				rec.keys = []string{tag, it.MerchantReference}
+				rec.keys = []string{tag}
 			}
 			switch it.Success {
 			case "true":

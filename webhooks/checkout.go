@@ -23,7 +23,11 @@ import (
 // data.reference "ORD-5023-4E89", data.metadata {...}). The proxy writes
 // the vendor key as metadata.ratchet_key on POST /payments (proxy/tag.go),
 // and an agent that owns its references may use the vendor key as its
-// reference: either matches. payment_approved (and payment_captured,
+// reference: either matches, but the reference is the caller's field
+// (it may hold another effect's vendor key), so it settles an effect
+// succeeded and never failed; metadata.ratchet_key is Ratchet's own,
+// which the proxy refuses to send with any value but the request's
+// vendor key (proxy/tag.go). payment_approved (and payment_captured,
 // which follows it for the same payment) settle the payment request
 // succeeded; payment_declined failed (Checkout.com answers such a request
 // 201 with approved false, which vendors/checkout.go classifies failed
@@ -75,7 +79,7 @@ func (c *Checkout) read(h http.Header, body []byte, _ time.Time, _ time.Duration
 	}
 	tag, _ := ev.Data.Metadata["ratchet_key"].(string)
 	rec := record{eventID: ev.ID, eventType: ev.Type, outcome: checkoutOutcomes[ev.Type], ref: ev.Data.ID,
-		keys: []string{tag, ev.Data.Reference}}
+		keys: []string{tag}, shared: []string{ev.Data.Reference}}
 	if rec.outcome == ledger.OutcomeSucceeded {
 		rec.money = minor(ev.Data.Amount, ev.Data.Currency)
 	}

@@ -165,7 +165,7 @@ func (p *PayPal) read(h http.Header, body []byte, now time.Time, tolerance time.
 		amount, tag = r.PurchaseUnits[0].Amount, r.PurchaseUnits[0].CustomID
 	}
 	if paypalSucceeded[ev.EventType] {
-		rec.outcome, rec.keys = ledger.OutcomeSucceeded, []string{tag}
+		rec.outcome, rec.shared = ledger.OutcomeSucceeded, []string{tag}
 		if amount != nil {
 			if m, err := vendors.ParseDecimal(amount.Value, amount.CurrencyCode); err == nil {
 				rec.money = &m

@@ -27,9 +27,13 @@ import (
 // included, under data.object.payment
 // (https://developer.squareup.com/reference/square/payments-api/webhooks/payment.updated).
 // A payment COMPLETED, or APPROVED (authorised, autocomplete false), says
-// the create succeeded; FAILED that it was declined (Square answers the
-// create with the FAILED payment); PENDING and CANCELED (a later cancel)
-// say nothing about the create and are ignored. Refunds echo no
+// the create succeeded. FAILED says it was declined (Square answers the
+// create with the FAILED payment), but reference_id is the caller's field
+// too (a caller may fill it with another effect's vendor key, and the
+// proxy keeps what a caller filled), and a Payment carries no idempotency
+// key to prove whose it is: a FAILED payment settles nothing (the effect
+// settles by hand). PENDING and CANCELED (a later cancel) say nothing
+// about the create and are ignored. Refunds echo no
 // reference and are not matched.
 type Square struct {
 	SignatureKey string
@@ -79,7 +83,7 @@ func (s *Square) read(h http.Header, body []byte, _ time.Time, _ time.Duration) 
 	if p == nil || (ev.Type != "payment.created" && ev.Type != "payment.updated") {
 		return []record{rec}, nil
 	}
-	rec.keys, rec.ref = []string{p.ReferenceID}, p.ID
+	rec.shared, rec.ref = []string{p.ReferenceID}, p.ID
 	switch p.Status {
 	case "COMPLETED", "APPROVED":
 		rec.outcome = ledger.OutcomeSucceeded

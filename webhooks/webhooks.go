@@ -49,6 +49,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -126,12 +127,19 @@ type record struct {
 	eventID   string
 	eventType string
 	// keys are the values the event carries that may be a vendor key
-	// Ratchet handed out, best first (a tag, then a reference the agent
-	// may have set to it); none: the event is ignored.
-	keys    []string
-	outcome ledger.Outcome // "" when the type says nothing: ignored
-	ref     string
-	money   *vendors.Money
+	// Ratchet handed out, best first, from fields only Ratchet (or the
+	// vendor's key check) fills: the echoed idempotency key, Ratchet's own
+	// metadata.ratchet_key, which the proxy refuses to send with another
+	// value (proxy/tag.go). shared are those from fields the caller may
+	// fill with anything, another effect's vendor key included (Square
+	// reference_id, PayPal custom_id, Adyen merchantReference, Checkout.com
+	// reference): they settle an effect succeeded, never failed, since a
+	// caller's own declined payment must not free another effect's key.
+	// None of either: the event is ignored.
+	keys, shared []string
+	outcome      ledger.Outcome // "" when the type says nothing: ignored
+	ref          string
+	money        *vendors.Money
 	// answer is the vendor's object as the request that caused the event
 	// answered it, when the event carries that object (kept for replay).
 	answer json.RawMessage
@@ -260,17 +268,41 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // record it and the vendor must retry.
 func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 	obs := h.opts.Observer
-	keys := rec.keys[:0:0]
-	for _, k := range rec.keys {
+	candidates := rec.keys
+	if rec.outcome == ledger.OutcomeSucceeded {
+		candidates = append(candidates[:len(candidates):len(candidates)], rec.shared...)
+	}
+	keys := candidates[:0:0]
+	for _, k := range candidates {
 		if k != "" && len(k) <= ledger.MaxIDLen && k == printable(k) {
 			keys = append(keys, k)
 		}
 	}
 	if rec.outcome == "" || len(keys) == 0 {
 		obs.Webhook(vendor, "ignored")
+		if rec.outcome == ledger.OutcomeFailed && slices.ContainsFunc(rec.shared, func(k string) bool { return k != "" }) {
+			h.log.Info("webhook ignored: a failure matched only by a field the caller may fill is not trusted", "vendor", vendor,
+				"type", rec.eventType, "event_id", rec.eventID)
+			return true
+		}
 		h.log.Debug("webhook ignored", "vendor", vendor, "type", rec.eventType, "event_id", rec.eventID)
 		return true
 	}
+	// No namespace: the vendor key index is global, and that is safe. A
+	// vendor key is an HMAC under the ledger's secret of the namespace,
+	// key, attempt and vendor (ledger.Engine.vendorKey), so no two
+	// namespaces share one and nobody can derive one; it reaches only the
+	// caller of its own effect (MCP's begin answer in its namespace, the
+	// proxy's Ratchet-Vendor-Key in proxy.namespace). The fields a failure
+	// settles by are filled only with the request's own key: the
+	// idempotency key the proxy stamps over the caller's, and
+	// metadata.ratchet_key, which the proxy refuses to send with any other
+	// value (proxy/tag.go). So a failure settles the effect whose request
+	// the vendor declined, whatever its namespace, and nothing else. A
+	// shared field (rec.shared) may name another effect's key, of another
+	// tenant too, if its caller learned it: it settles only succeeded,
+	// which can never cause a second execution (at worst a retry is
+	// answered as a duplicate; a contradicting report is flagged).
 	req := ledger.SettleRequest{Vendor: vendor, Outcome: rec.outcome, Source: "webhook:" + vendor,
 		EventID: clip(printable(rec.eventID), ledger.MaxIDLen)}
 	if ref := rec.ref; ref == printable(ref) && len(ref) <= ledger.MaxIDLen {

@@ -112,7 +112,9 @@ func vendorCases() []vendorCase {
 				}
 				return http.Header{"X-Square-Hmacsha256-Signature": {webhooks.SquareSignature(key, squareURL, body)}}, body
 			},
-			canFail: true, cost: 1_000_000, ref: "hYy9pRFVxpDsO1FB05SunFWUe9JZY",
+			// FAILED matches only by reference_id, which the caller may fill:
+			// never trusted (TestACallersTagNeverSettlesAnotherEffect).
+			cost: 1_000_000, ref: "hYy9pRFVxpDsO1FB05SunFWUe9JZY",
 		},
 		{
 			name: "adyen", path: "/adyen/v71/payments",
@@ -449,4 +451,100 @@ func TestAnEventThatOvertakesTheProxysReportWaitsForIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestACallersTagNeverSettlesAnotherEffect: effect A is indeterminate (its
+// charge may well have gone through). The same caller sends another
+// payment B through the proxy, filling a tag field with A's vendor key
+// (which the proxy handed it in Ratchet-Vendor-Key), so that the vendor's
+// signed decline of B would name A and free A's key. Ratchet's own field
+// (metadata.ratchet_key: Adyen, Checkout.com) cannot carry it: B is
+// refused 400 in the vendor's shape and never sent. A shared field the
+// caller may fill (Square reference_id, Checkout.com reference, Adyen
+// merchantReference) goes as the caller wrote it, and the decline echoing
+// A's key there does not settle A. Either way A stays indeterminate and
+// its retry blocked.
+func TestACallersTagNeverSettlesAnotherEffect(t *testing.T) {
+	ownField := map[string]func(body, tag string) string{
+		"checkout": func(b, tag string) string {
+			return strings.Replace(b, `"metadata":{"coupon_code":"NY2018"}`, `"metadata":{"coupon_code":"NY2018","ratchet_key":"`+tag+`"}`, 1)
+		},
+		"adyen": func(b, tag string) string { return `{"metadata":{"ratchet_key":"` + tag + `"},` + b[1:] },
+	}
+	for _, c := range vendorCases() {
+		f := ownField[c.name]
+		if f == nil {
+			continue
+		}
+		t.Run(c.name+" metadata.ratchet_key", func(t *testing.T) {
+			e := newEnv(t)
+			idA, tagA := hung(t, e, c, c.name+":A")
+			hits := e.vendor.hits.Load()
+			hdr := c.hdr.Clone()
+			hdr.Set("Ratchet-Idempotency-Key", c.name+":B")
+			rB := e.send(t, http.MethodPost, c.path, hdr, f(c.body, tagA))
+			body, _ := io.ReadAll(rB.Body)
+			if rB.StatusCode != http.StatusBadRequest || e.vendor.hits.Load() != hits || !strings.Contains(string(body), "ratchet_key") {
+				t.Fatalf("B with A's tag: %d %s; vendor hits %d → %d", rB.StatusCode, body, hits, e.vendor.hits.Load())
+			}
+			if effB := e.effect(t, rB.Header.Get("Ratchet-Effect-Id")); effB.State != ledger.StateFailed {
+				t.Fatalf("B, never sent: %s", effB.State)
+			}
+			hdr.Set("Ratchet-Idempotency-Key", c.name+":A")
+			if r := e.send(t, http.MethodPost, c.path, hdr, c.body); e.effect(t, idA).State != ledger.StateIndeterminate ||
+				r.Header.Get("Ratchet-Decision") != string(ledger.DecisionBlocked) {
+				t.Fatalf("A after B: %s, retry %v", e.effect(t, idA).State, r.Header)
+			}
+		})
+	}
+	// Shared fields: the caller's value goes out; a decline that names A
+	// only there settles nothing.
+	t.Run("square reference_id", func(t *testing.T) {
+		e := newEnv(t)
+		c := vendorCases()[1]
+		idA, tagA := hung(t, e, c, "square:A")
+		hdr := c.hdr.Clone()
+		hdr.Set("Ratchet-Idempotency-Key", "square:B")
+		e.send(t, http.MethodPost, c.path, hdr, `{"reference_id":"`+tagA+`",`+c.body[1:])
+		if body, _ := e.vendor.last(); jsonAt(body, "reference_id") != tagA {
+			t.Fatalf("the caller's reference_id was not kept: %s", body)
+		}
+		h, b := c.event(t, e, tagA, false, good)
+		if s := e.post(t, "square", h, b); s != http.StatusOK || e.obs.get("square", "ignored") != 1 {
+			t.Fatalf("the decline: %d %v", s, e.obs.n)
+		}
+		if eff := e.effect(t, idA); eff.State != ledger.StateIndeterminate {
+			t.Fatalf("B's decline settled A %s", eff.State)
+		}
+		// A's own success, echoed the same way, still settles it.
+		h, b = c.event(t, e, tagA, true, good)
+		if s := e.post(t, "square", h, b); s != http.StatusOK || e.effect(t, idA).State != ledger.StateSucceeded {
+			t.Fatalf("a success by reference_id: %d %s", s, e.effect(t, idA).State)
+		}
+	})
+	t.Run("checkout reference", func(t *testing.T) {
+		e := newEnv(t)
+		c := vendorCases()[3]
+		idA, tagA := hung(t, e, c, "checkout:A")
+		// The vendor's decline of B: Ratchet's tag is B's (or missing), the
+		// caller's reference is A's key.
+		b := fixture(t, "checkout_payment_declined.json", `"ratchet_key": "__TAG__"`, `"other": "x"`, "ORD-5023-4E89", tagA)
+		h := http.Header{"Cko-Signature": {webhooks.CheckoutSignature(checkoutSecret, b)}}
+		if s := e.post(t, "checkout", h, b); s != http.StatusOK || e.effect(t, idA).State != ledger.StateIndeterminate {
+			t.Fatalf("a decline naming A by its reference: %d, A %s", s, e.effect(t, idA).State)
+		}
+	})
+	t.Run("adyen merchantReference", func(t *testing.T) {
+		e := newEnv(t)
+		c := vendorCases()[2]
+		idA, tagA := hung(t, e, c, "adyen:A")
+		sig := webhooks.AdyenSignature(adyenKey, "PSP_B", "", "YOUR_MERCHANT_ACCOUNT", tagA, 1000, "EUR", "AUTHORISATION", "false")
+		b := fixture(t, "adyen_authorisation.json", "__TAG__", "", "__SUCCESS__", "false", "__HMAC__", sig,
+			`"merchantReference": "YOUR_MERCHANT_REFERENCE"`, `"merchantReference": "`+tagA+`"`, `"YOUR_PSP_REFERENCE"`, `"PSP_B"`)
+		h := http.Header{}
+		(&http.Request{Header: h}).SetBasicAuth("adyen", adyenPassword)
+		if s := e.post(t, "adyen", h, b); s != http.StatusOK || e.effect(t, idA).State != ledger.StateIndeterminate {
+			t.Fatalf("a refusal naming A by its merchantReference: %d, A %s", s, e.effect(t, idA).State)
+		}
+	})
 }
