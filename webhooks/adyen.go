@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -95,7 +96,7 @@ func AdyenSignature(key []byte, pspReference, originalReference, merchantAccount
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (a *Adyen) read(h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
+func (a *Adyen) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
 	authed := false
 	if a.BasicUser != "" {
 		r := http.Request{Header: h}

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,7 +64,7 @@ func CheckoutSignature(secret string, body []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (c *Checkout) read(h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
+func (c *Checkout) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
 	got, err := hex.DecodeString(h.Get("Cko-Signature"))
 	ok := false
 	for _, s := range c.Secrets {

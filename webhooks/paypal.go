@@ -1,12 +1,16 @@
 package webhooks
 
 import (
+	"bytes"
+	"context"
 	"crypto"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"net/http"
 	"strconv"
@@ -37,12 +41,17 @@ import (
 //
 // The signature covers the body only through its CRC32, which is no
 // cryptographic hash: a body can be altered and keep its CRC32. So the
-// receiver remembers each transmission id it accepted, with a SHA-256 of
-// its body, for as long as the signed time is within the tolerance (after
-// that the signature is stale anyway), and refuses the same transmission
-// with another body. What is left: an attacker who can intercept the
-// genuine delivery and send an altered one first; use HTTPS to the
-// receiver (your ingress), as PayPal requires.
+// receiver binds each transmission id it accepts to the SHA-256 of its
+// body and refuses the same transmission with another body. The binding
+// is durable and shared: kept in the ledger (Store, by default the
+// engine the receiver settles with: ledger.Engine.PutSinkRef under the
+// sink "webhooks.paypal", purged with the effects' retention), so that a
+// restart or another replica does not forget it, and in memory for as
+// long as the signed time is within the tolerance. A ledger that cannot
+// be read answers 503 (PayPal retries). What is left: an attacker who can
+// intercept the genuine delivery and send an altered one first, or at
+// the same moment to another replica; use HTTPS to the receiver (your
+// ingress), as PayPal requires.
 //
 // Matching: PayPal's events echo no PayPal-Request-Id. The proxy writes
 // the vendor key as the custom_id of the only purchase unit of a POST
@@ -59,10 +68,23 @@ type PayPal struct {
 	WebhookID string
 	// Certs are the signing certificates accepted.
 	Certs []*x509.Certificate
+	// Store keeps the transmission ids accepted, with their bodies'
+	// SHA-256, durably (default: the Settler given to New, when it is
+	// one, as ledger.Engine is; nil: memory only).
+	Store TransmissionStore
 
 	mu   sync.Mutex
 	seen map[string]seenTransmission
 }
+
+// TransmissionStore is a durable map (ledger.Engine's sink references).
+type TransmissionStore interface {
+	SinkRef(ctx context.Context, sink, ref string) ([]byte, error)
+	PutSinkRef(ctx context.Context, sink, ref string, value []byte) error
+}
+
+// transmissionSink names PayPal's transmissions in the TransmissionStore.
+const transmissionSink = "webhooks.paypal"
 
 type seenTransmission struct {
 	body [32]byte
@@ -70,11 +92,11 @@ type seenTransmission struct {
 }
 
 // remember records transmission id with body; false when that id was
-// accepted before with another body.
-func (p *PayPal) remember(id string, body []byte, sent time.Time, now time.Time, tolerance time.Duration) bool {
+// accepted before with another body (here, after a restart, or by another
+// replica sharing the ledger); an error when the store cannot tell.
+func (p *PayPal) remember(ctx context.Context, id string, body []byte, sent time.Time, now time.Time, tolerance time.Duration) (bool, error) {
 	sum := sha256.Sum256(body)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.seen == nil {
 		p.seen = map[string]seenTransmission{}
 	}
@@ -83,11 +105,32 @@ func (p *PayPal) remember(id string, body []byte, sent time.Time, now time.Time,
 			delete(p.seen, k)
 		}
 	}
+	s, ok := p.seen[id]
+	p.mu.Unlock()
+	if ok {
+		return s.body == sum, nil
+	}
+	if p.Store != nil {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		kept, err := p.Store.SinkRef(ctx, transmissionSink, id)
+		switch {
+		case err == nil:
+			return bytes.Equal(kept, sum[:]), nil
+		case !errors.Is(err, ledger.ErrNotFound):
+			return false, err
+		}
+		if err := p.Store.PutSinkRef(ctx, transmissionSink, id, sum[:]); err != nil {
+			return false, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if s, ok := p.seen[id]; ok {
-		return s.body == sum
+		return s.body == sum, nil
 	}
 	p.seen[id] = seenTransmission{body: sum, at: sent}
-	return true
+	return true, nil
 }
 
 var paypalSucceeded = map[string]bool{
@@ -126,7 +169,7 @@ func PayPalSigned(transmissionID, transmissionTime, webhookID string, body []byt
 	return transmissionID + "|" + transmissionTime + "|" + webhookID + "|" + strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)
 }
 
-func (p *PayPal) read(h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error) {
+func (p *PayPal) read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error) {
 	id, at := h.Get("Paypal-Transmission-Id"), h.Get("Paypal-Transmission-Time")
 	sig, err := base64.StdEncoding.DecodeString(h.Get("Paypal-Transmission-Sig"))
 	if err != nil || id == "" || at == "" || p.WebhookID == "" || h.Get("Paypal-Auth-Algo") != "SHA256withRSA" {
@@ -146,7 +189,13 @@ func (p *PayPal) read(h http.Header, body []byte, now time.Time, tolerance time.
 	if err != nil || now.Sub(sent) > tolerance || sent.Sub(now) > tolerance {
 		return nil, errStale
 	}
-	if !p.remember(id, body, sent, now, tolerance) {
+	if len(id) > ledger.MaxIDLen || id != printable(id) {
+		return nil, errSignature
+	}
+	switch fresh, err := p.remember(ctx, id, body, sent, now, tolerance); {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
+	case !fresh:
 		return nil, errSignature
 	}
 	var ev paypalEvent

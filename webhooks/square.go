@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -68,7 +69,7 @@ func SquareSignature(key, url string, body []byte) string {
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (s *Square) read(h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
+func (s *Square) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
 	got, err := base64.StdEncoding.DecodeString(h.Get("X-Square-Hmacsha256-Signature"))
 	want, _ := base64.StdEncoding.DecodeString(SquareSignature(s.SignatureKey, s.NotificationURL, body))
 	if err != nil || s.SignatureKey == "" || !hmac.Equal(got, want) {

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -58,7 +59,7 @@ type stripeObject struct {
 	Currency       string `json:"currency"`
 }
 
-func (s *Stripe) read(h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]record, error) {
+func (s *Stripe) read(_ context.Context, h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]record, error) {
 	sig := h.Get("Stripe-Signature")
 	var err error
 	for _, secret := range s.Secrets {

@@ -68,6 +68,11 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultHold is how long a verified event waits (Options.Hold).
 	DefaultHold = time.Second
+	// DefaultBodyTimeout is how long an event's body may take to arrive
+	// (Options.BodyTimeout). Vendors post a few kilobytes from their data
+	// centres and wait only seconds for the answer; a client that
+	// trickles its body holds a connection and a goroutine until then.
+	DefaultBodyTimeout = 2 * time.Second
 	// PathPrefix is where each vendor's events arrive: PathPrefix+vendor.
 	PathPrefix = "/webhooks/"
 )
@@ -113,6 +118,10 @@ type Options struct {
 	Hold time.Duration
 	// MaxBodyBytes bounds a body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time to read a body, from when the handler
+	// starts (default DefaultBodyTimeout); the server's own ReadTimeout
+	// and WriteTimeout should bound the rest (cmd/ratchet sets them).
+	BodyTimeout time.Duration
 	// Clock is the time source for timestamps (default time.Now).
 	Clock func() time.Time
 	// Logger gets a line per event: vendor, type, event id, effect id,
@@ -147,7 +156,7 @@ type record struct {
 
 // receiver verifies and reads one vendor's events.
 type receiver interface {
-	read(h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error)
+	read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error)
 }
 
 // The ways a request is refused.
@@ -155,6 +164,9 @@ var (
 	errSignature = errors.New("the signature does not verify")
 	errStale     = errors.New("the signed timestamp is outside the tolerance")
 	errMalformed = errors.New("the body is not an event")
+	// errUnavailable: what the receiver must remember could not be read
+	// or written (503: the vendor retries).
+	errUnavailable = errors.New("the ledger is unavailable")
 )
 
 type handler struct {
@@ -178,6 +190,9 @@ func New(s Settler, opts Options) http.Handler {
 	if opts.Hold == 0 {
 		opts.Hold = DefaultHold
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
@@ -198,6 +213,9 @@ func New(s Settler, opts Options) http.Handler {
 		h.receivers["checkout"] = opts.Checkout
 	}
 	if opts.PayPal != nil {
+		if ts, ok := s.(TransmissionStore); ok && opts.PayPal.Store == nil {
+			opts.PayPal.Store = ts
+		}
 		h.receivers["paypal"] = opts.PayPal
 	}
 	return h
@@ -221,20 +239,35 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	obs := h.opts.Observer
 	obs.Webhook(name, "received")
+	// Unauthenticated until read and verified: the body gets a deadline of
+	// its own (not supported by every ResponseWriter, e.g. a recorder).
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	// Read: lift the deadline. net/http lifts it too when it starts its
+	// read in the background that watches for the vendor hanging up, but
+	// that read may have started before ours was set (an empty body), and
+	// its timing out would cancel the request's context during the hold.
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		obs.Webhook(name, "refused")
 		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
 		return
 	}
-	recs, err := rv.read(r.Header, body, h.opts.Clock(), h.opts.Tolerance)
+	recs, err := rv.read(r.Context(), r.Header, body, h.opts.Clock(), h.opts.Tolerance)
 	if err != nil {
-		obs.Webhook(name, "refused")
-		h.log.Warn("webhook refused", "vendor", name, "err", err)
 		status := http.StatusUnauthorized
-		if errors.Is(err, errMalformed) {
+		switch {
+		case errors.Is(err, errUnavailable):
+			obs.Webhook(name, "failed")
+			h.log.Error("webhook not checked; the vendor will retry", "vendor", name, "err", err)
+			http.Error(w, "the ledger could not record the event; retry", http.StatusServiceUnavailable)
+			return
+		case errors.Is(err, errMalformed):
 			status = http.StatusBadRequest
 		}
+		obs.Webhook(name, "refused")
+		h.log.Warn("webhook refused", "vendor", name, "err", err)
 		http.Error(w, err.Error(), status)
 		return
 	}

@@ -6,9 +6,13 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -547,4 +551,160 @@ func TestACallersTagNeverSettlesAnotherEffect(t *testing.T) {
 			t.Fatalf("a refusal naming A by its merchantReference: %d, A %s", s, e.effect(t, idA).State)
 		}
 	})
+}
+
+// forgeCRC returns body with 4 bytes at off chosen so that its CRC32 is
+// want (CRC32 is affine in the message bits).
+func forgeCRC(body []byte, off int, want uint32) []byte {
+	f := func(x uint32) uint32 {
+		b := append([]byte(nil), body...)
+		b[off], b[off+1], b[off+2], b[off+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+		return crc32.ChecksumIEEE(b)
+	}
+	f0 := f(0)
+	type row struct{ v, m uint32 }
+	var basis [32]*row
+	for i := 0; i < 32; i++ {
+		v, m := f(1<<i)^f0, uint32(1)<<i
+		for bit := 31; bit >= 0; bit-- {
+			if v>>bit&1 == 0 {
+				continue
+			}
+			if basis[bit] == nil {
+				basis[bit] = &row{v, m}
+				break
+			}
+			v, m = v^basis[bit].v, m^basis[bit].m
+		}
+	}
+	tv, x := want^f0, uint32(0)
+	for bit := 31; bit >= 0; bit-- {
+		if tv>>bit&1 == 1 && basis[bit] != nil {
+			tv, x = tv^basis[bit].v, x^basis[bit].m
+		}
+	}
+	out := append([]byte(nil), body...)
+	out[off], out[off+1], out[off+2], out[off+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+	return out
+}
+
+// TestAnAlteredPayPalBodyIsRefusedAfterARestart: PayPal signs the body
+// only through its CRC32. A genuine delivery (about a payment that is
+// none of Ratchet's) seen by whoever sits where TLS ends, altered to name
+// effect A's tag with the same CRC32, is refused by a receiver that
+// restarted (or another replica) within the tolerance: the transmission
+// id is bound durably, in the ledger, to the SHA-256 of the genuine body.
+func TestAnAlteredPayPalBodyIsRefusedAfterARestart(t *testing.T) {
+	e := newEnv(t)
+	c := vendorCases()[4]
+	if c.name != "paypal" {
+		t.Fatal("case order")
+	}
+	idA, tagA := hung(t, e, c, "paypal:A")
+	key, cert := paypalCert(t)
+	genuine := fixture(t, "paypal_payment_capture_completed.json", "__TAG__", "not-a-ratchet-order-0000000000000000")
+	id, when := "8d0d5ee0-3d5e-11ef-8a3c-review000001", time.Now().UTC().Format(time.RFC3339)
+	digest := sha256.Sum256([]byte(webhooks.PayPalSigned(id, when, paypalWebhookID, genuine)))
+	sig, _ := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+	hdr := http.Header{"Paypal-Transmission-Id": {id}, "Paypal-Transmission-Time": {when}, "Content-Type": {"application/json"},
+		"Paypal-Transmission-Sig": {base64.StdEncoding.EncodeToString(sig)}, "Paypal-Auth-Algo": {"SHA256withRSA"}}
+	receiver := func() http.Handler {
+		return webhooks.New(e.eng, webhooks.Options{Hold: -1,
+			PayPal: &webhooks.PayPal{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}}})
+	}
+	post := func(h http.Handler, b []byte) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"paypal", bytes.NewReader(b))
+		req.Header = hdr.Clone()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if s := post(receiver(), genuine); s != http.StatusOK {
+		t.Fatalf("genuine: %d", s)
+	}
+	want := crc32.ChecksumIEEE(genuine)
+	var forged []byte
+	for pad := 0; pad < 64 && forged == nil; pad++ {
+		alt := strings.Replace(string(genuine), "not-a-ratchet-order-0000000000000000", tagA, 1)
+		alt = `{"x":"` + strings.Repeat("a", pad) + `XXXX",` + alt[1:]
+		b := forgeCRC([]byte(alt), 6+pad, want)
+		ok := true
+		for _, ch := range b[6+pad : 10+pad] {
+			if ch < 0x20 || ch == '"' || ch == '\\' {
+				ok = false
+			}
+		}
+		if ok {
+			forged = b
+		}
+	}
+	if forged == nil || crc32.ChecksumIEEE(forged) != want {
+		t.Fatal("could not forge")
+	}
+	s := post(receiver(), forged) // restarted receiver
+	if eff := e.effect(t, idA); s != http.StatusUnauthorized || eff.State != ledger.StateIndeterminate {
+		t.Fatalf("an altered body with the genuine CRC32 and signature, after a restart: %d, effect A %s by %s (ref %s)",
+			s, eff.State, eff.ResolvedBy, eff.VendorReference)
+	}
+}
+
+// TestATrickledBodyDoesNotHoldTheListener: an unauthenticated client
+// that trickles a body is cut off after the handler's body deadline
+// (DefaultBodyTimeout), even on a server with no ReadTimeout of its own;
+// and a body that arrived in time is not cut off by that deadline (nor a
+// short server ReadTimeout) during the hold: the event is still settled.
+func TestATrickledBodyDoesNotHoldTheListener(t *testing.T) {
+	e := newEnv(t)
+	srv := &http.Server{Handler: webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}}}),
+		ReadHeaderTimeout: 200 * time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"))
+	start := time.Now()
+	for range 6 {
+		time.Sleep(400 * time.Millisecond)
+		conn.Write([]byte(" "))
+	}
+	conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("after %v (%d× the header timeout) the trickled request is still being read", time.Since(start).Round(time.Millisecond),
+			int(time.Since(start)/(200*time.Millisecond)))
+	}
+}
+
+// TestTheBodyDeadlineEndsWithTheBody: a server with a ReadTimeout shorter
+// than the hold; the body arrives at once, and the event is still read,
+// held and looked up (its request context is not cancelled when the read
+// deadline passes during the hold).
+func TestTheBodyDeadlineEndsWithTheBody(t *testing.T) {
+	e := newEnv(t)
+	obs := &counts{}
+	srv := httptest.NewUnstartedServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}},
+		Hold: 600 * time.Millisecond, BodyTimeout: 200 * time.Millisecond, Observer: obs}))
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	c := vendorCases()[0]
+	h, b := c.event(t, e, "0f8fad5b-d9cb-869f-a165-70867728950e", true, good)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+webhooks.PathPrefix+"stripe", bytes.NewReader(b))
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || obs.get("stripe", "unknown") != 1 {
+		t.Fatalf("an event held past the read deadline: %d %v", resp.StatusCode, obs.n)
+	}
 }

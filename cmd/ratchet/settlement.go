@@ -92,7 +92,13 @@ func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, o
 		return nil, fmt.Errorf("listening for webhooks on %s: %w", cfg.Webhooks.Listen, err)
 	}
 	s.addr = ln.Addr().String()
-	s.server = &http.Server{Handler: webhooks.New(eng, opts), ReadHeaderTimeout: 10 * time.Second}
+	// The listener faces the internet (through your ingress) and nobody
+	// on it is authenticated until a body is read and verified: every
+	// stage is bounded. The handler bounds the body itself
+	// (webhooks.DefaultBodyTimeout) and then lifts the read deadline, so
+	// a long hold or ledger write is bounded by WriteTimeout alone.
+	s.server = &http.Server{Handler: webhooks.New(eng, opts), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 15 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := s.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook listener stopped", "err", err)

@@ -47,6 +47,11 @@ func TestServeWiresWebhooksAndRecovery(t *testing.T) {
 	if _, ok := s.transport.(*recovery.Transport); !ok {
 		t.Fatalf("the proxy's transport: %T", s.transport)
 	}
+	// The webhook listener bounds every stage of a request (slowloris).
+	if srv := s.server; srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
+		t.Fatalf("the webhook listener's timeouts: header %v, read %v, write %v, idle %v",
+			srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
+	}
 	if fi, err := os.Stat(cfg.RecoveryKeyPath()); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("recovery key: %v %v", fi, err)
 	}
