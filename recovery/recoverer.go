@@ -115,6 +115,20 @@ func (r *Recoverer) Pass(ctx context.Context) int {
 	}
 	if len(bad) > 0 {
 		r.log().Error("recovery: kept requests that do not open under the recovery key (another key, or damaged); never sent", "files", bad)
+		// Past every vendor's window such a file could never be sent even
+		// if its key came back; it still holds a sealed request,
+		// credentials included: delete it.
+		cutoff := r.now().Add(-r.longestWindow())
+		for _, n := range bad {
+			switch gone, err := r.Store.DeleteUnreadable(n, cutoff); {
+			case err != nil:
+				r.log().Warn("recovery: could not delete an unreadable kept request", "file", n, "err", err)
+			case gone:
+				r.observe("", "expired")
+				r.log().Warn("recovery: an unreadable kept request older than every vendor's key window was deleted unsent; "+
+					"its effect, if still indeterminate, is left to an operator", "file", n)
+			}
+		}
 	}
 	sent := 0
 	for _, q := range reqs {
@@ -126,6 +140,23 @@ func (r *Recoverer) Pass(ctx context.Context) int {
 		}
 	}
 	return sent
+}
+
+// recoverable are the vendors that may have a window.
+var recoverable = []string{"stripe", "adyen", "checkout", "paypal", "square"}
+
+// longestWindow is the longest key window of any vendor: a kept request
+// older than that can be sent for none.
+func (r *Recoverer) longestWindow() time.Duration {
+	window := Window
+	if r.Window != nil {
+		window = r.Window
+	}
+	var longest time.Duration
+	for _, v := range recoverable {
+		longest = max(longest, window(v), Window(v))
+	}
+	return longest
 }
 
 // one decides about one kept request; true when it was sent.

@@ -569,3 +569,62 @@ func TestAResendIsSentUnderARecoveryClaim(t *testing.T) {
 		t.Fatalf("a moved-on effect: %v, vendor saw %d more, kept %d", ce.log, e.vendor.seen.Load()-seen, e.kept(t))
 	}
 }
+
+// TestUnreadableKeptRequestsAreDeletedPastEveryWindow: a kept request that
+// no longer opens (its key file was lost and recreated) is never sent;
+// once it is older than every vendor's key window it could be sent for
+// none, and it is deleted (the sealed request holds credentials). Serve
+// does not start with the key file missing while kept requests exist.
+func TestUnreadableKeptRequestsAreDeletedPastEveryWindow(t *testing.T) {
+	e := newEnv(t)
+	e.lost(t, "order:orphan", "after")
+	keyFile, dir := filepath.Join(e.dir, "recovery.key"), filepath.Join(e.dir, "recovery")
+	os.Remove(keyFile)
+	if _, err := recovery.LoadOrCreateKeyFor(keyFile, dir); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("a missing key with kept requests: %v", err)
+	}
+	if _, err := os.Stat(keyFile); err == nil {
+		t.Fatal("a new key was created beside requests sealed under the old one")
+	}
+	key, _ := recovery.LoadOrCreateKey(keyFile) // another key, as after a careless restore
+	st, _ := recovery.OpenStore(dir, key)
+	obs := &counts{}
+	r := &recovery.Recoverer{Store: st, Engine: e.eng, Delay: time.Nanosecond, Observer: obs}
+	r.Pass(context.Background())
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.req")); len(files) != 1 || obs.get("unreadable") != 1 {
+		t.Fatalf("inside the windows: %d kept, %v", len(files), obs.n)
+	}
+	r.Clock = func() time.Time { return time.Now().Add(30 * 24 * time.Hour) }
+	r.Pass(context.Background())
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.req")); len(files) != 0 || obs.get("expired") != 1 {
+		t.Fatalf("30 days later, past every vendor's window: %d kept request(s) still on disk, %v", len(files), obs.n)
+	}
+}
+
+// TestTheRecoveryKeyAndStoreAreTheOwnersAlone: a key file its group or
+// others may read is refused, and the store's directory is made 0700
+// however it was created.
+func TestTheRecoveryKeyAndStoreAreTheOwnersAlone(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "recovery.key")
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		os.WriteFile(p, []byte(strings.Repeat("ab", 32)+"\n"), mode)
+		os.Chmod(p, mode)
+		if _, err := recovery.LoadOrCreateKey(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Fatalf("a key file of mode %04o: %v", mode, err)
+		}
+	}
+	os.Chmod(p, 0o600)
+	if k, err := recovery.LoadOrCreateKey(p); err != nil || len(k) != 32 {
+		t.Fatalf("a key file of mode 0600: %v", err)
+	}
+	store := filepath.Join(dir, "recovery")
+	os.MkdirAll(store, 0o755)
+	os.Chmod(store, 0o755)
+	if _, err := recovery.OpenStore(store, make([]byte, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(store); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("store dir mode %v", fi.Mode().Perm())
+	}
+}

@@ -87,14 +87,36 @@ func OpenStore(dir string, key []byte) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("recovery store: %w", err)
 	}
+	// Created earlier with a looser mode (or by hand): the sealed files'
+	// names and times are nobody else's business either.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("recovery store: %w", err)
+	}
 	return &Store{dir: dir, aead: aead}, nil
 }
 
 // LoadOrCreateKey reads a 32-byte key (raw, or 64 hex digits) from path,
-// creating one (mode 0600) if the file does not exist.
+// creating one (mode 0600) if the file does not exist. A key file that
+// its group or others may read is refused: it opens every kept request,
+// credentials included (on Kubernetes, mount the secret with defaultMode
+// 0400).
 func LoadOrCreateKey(path string) ([]byte, error) {
+	return LoadOrCreateKeyFor(path, "")
+}
+
+// LoadOrCreateKeyFor is LoadOrCreateKey for the store in dir: a missing
+// key file while dir holds kept requests is an error, not a new key (which
+// would open none of them: they would never be sent, and the effects they
+// could settle would wait for an operator without anyone knowing why).
+func LoadOrCreateKeyFor(path, dir string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
+		if dir != "" {
+			if kept, _ := filepath.Glob(filepath.Join(dir, "*.req")); len(kept) > 0 {
+				return nil, fmt.Errorf("the recovery key %s is missing, but %s holds %d kept request(s) sealed under it: "+
+					"restore the key file, or delete those files (their effects are then left to an operator)", path, dir, len(kept))
+			}
+		}
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
@@ -109,6 +131,11 @@ func LoadOrCreateKey(path string) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the recovery key: %w", err)
+	}
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("reading the recovery key: %w", err)
+	} else if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("the recovery key %s may be read by others (mode %04o): chmod 600 it (on Kubernetes, mount the secret with defaultMode 0400)", path, perm)
 	}
 	if k, err := hex.DecodeString(strings.TrimSpace(string(b))); err == nil && len(k) == 32 {
 		return k, nil
@@ -191,6 +218,26 @@ func (s *Store) List() (reqs []*Request, bad []string, err error) {
 		reqs = append(reqs, r)
 	}
 	return reqs, bad, nil
+}
+
+// DeleteUnreadable deletes the kept file name (one List returned as bad)
+// if it was written before cutoff; true when it did.
+func (s *Store) DeleteUnreadable(name string, cutoff time.Time) (bool, error) {
+	if name != filepath.Base(name) || !strings.HasSuffix(name, ".req") {
+		return false, fmt.Errorf("not a kept request: %q", name)
+	}
+	p := filepath.Join(s.dir, name)
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil || !fi.ModTime().Before(cutoff) {
+		return false, err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 func (s *Store) open(n string, b []byte) (*Request, bool) {

@@ -51,7 +51,7 @@ func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, o
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	if vs := cfg.Recovery.Vendors; len(vs) > 0 {
-		key, err := recovery.LoadOrCreateKey(cfg.RecoveryKeyPath())
+		key, err := recovery.LoadOrCreateKeyFor(cfg.RecoveryKeyPath(), filepath.Join(cfg.DataDir, "recovery"))
 		if err != nil {
 			cancel()
 			return nil, err
