@@ -27,9 +27,18 @@ import (
 // Only types that say how the request went are used; an event with no
 // request (automatic, e.g. an asynchronous payment failing later) has no
 // key and is ignored.
+//
+// Mode: a signing secret (whsec_…) does not say whether its endpoint is
+// live or test mode, and every event says so (livemode). An operator who
+// lists secrets of both kinds lets a test-mode event, which anyone with a
+// test key can cause, name a live effect's vendor key; Livemode, when
+// set, ignores (200, logged) every event of the other mode.
 type Stripe struct {
 	// Secrets are the endpoint's signing secrets (whsec_…); any verifies.
 	Secrets []string
+	// Livemode, when set, is the mode of the endpoint(s) whose secrets
+	// these are: events of the other mode settle nothing.
+	Livemode *bool
 }
 
 var stripeOutcomes = map[string]ledger.Outcome{
@@ -43,10 +52,11 @@ var stripeOutcomes = map[string]ledger.Outcome{
 }
 
 type stripeEvent struct {
-	ID      string          `json:"id"`
-	Type    string          `json:"type"`
-	Request json.RawMessage `json:"request"`
-	Data    struct {
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	Livemode *bool           `json:"livemode"`
+	Request  json.RawMessage `json:"request"`
+	Data     struct {
 		Object json.RawMessage `json:"object"`
 	} `json:"data"`
 }
@@ -76,6 +86,10 @@ func (s *Stripe) read(_ context.Context, h http.Header, body []byte, _ time.Time
 	var ev stripeEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
 		return nil, malformed(err)
+	}
+	if s.Livemode != nil && (ev.Livemode == nil || *ev.Livemode != *s.Livemode) {
+		// Another mode's endpoint: ignored, whatever it says.
+		return []record{{eventID: ev.ID, eventType: ev.Type + " (other mode)"}}, nil
 	}
 	var o stripeObject
 	json.Unmarshal(ev.Data.Object, &o) // a missing or odd object: no reference, no amount

@@ -708,3 +708,25 @@ func TestTheBodyDeadlineEndsWithTheBody(t *testing.T) {
 		t.Fatalf("an event held past the read deadline: %d %v", resp.StatusCode, obs.n)
 	}
 }
+
+// TestAStripeEventOfTheOtherModeSettlesNothing: with the endpoint's mode
+// configured (Stripe.Livemode), a verified test-mode event naming a live
+// effect's key is ignored; the same event for a test-mode receiver
+// settles it.
+func TestAStripeEventOfTheOtherModeSettlesNothing(t *testing.T) {
+	e := newEnv(t)
+	c := vendorCases()[0]
+	id, tag := hung(t, e, c, "stripe:mode")
+	h, b := c.event(t, e, tag, false, good) // livemode false
+	for _, live := range []bool{true, false} {
+		rv := webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}, Livemode: &live}, Hold: -1})
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"stripe", bytes.NewReader(b))
+		req.Header = h.Clone()
+		rv.ServeHTTP(rec, req)
+		want := map[bool]ledger.State{true: ledger.StateIndeterminate, false: ledger.StateFailed}[live]
+		if eff := e.effect(t, id); rec.Code != http.StatusOK || eff.State != want {
+			t.Fatalf("a test-mode event at a receiver with livemode %v: %d, effect %s", live, rec.Code, eff.State)
+		}
+	}
+}
