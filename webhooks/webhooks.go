@@ -25,7 +25,7 @@
 //	                                                         payment_intent.payment_failed, charge.failed:
 //	                                                         failed
 //	Square        x-square-hmacsha256-signature              payment.created, payment.updated: COMPLETED  data.object.payment.reference_id
-//	                                                         or APPROVED succeeded, FAILED failed
+//	                                                         or APPROVED succeeded (FAILED: see below)
 //	Adyen         additionalData.hmacSignature per item,     AUTHORISATION: success true succeeded,       additionalData["metadata.ratchet_key"]
 //	              optionally Basic authentication            false failed                                 behind Basic authentication only (it is
 //	                                                                                                      unsigned), else merchantReference
@@ -34,6 +34,13 @@
 //	PayPal        PAYPAL-TRANSMISSION-SIG, offline with a    PAYMENT.CAPTURE.COMPLETED,                   resource.custom_id, else
 //	              configured certificate                     CHECKOUT.ORDER.APPROVED, .COMPLETED:         resource.purchase_units[0].custom_id
 //	                                                         succeeded (never failed: see paypal.go)
+//
+// A failure frees the key, so it settles an effect only through a field
+// that carries nothing but the request's own vendor key: Stripe's echoed
+// idempotency key, and metadata.ratchet_key, which the proxy always writes
+// itself (proxy/tag.go). The fields a caller may fill with any reference
+// (Square reference_id, Adyen merchantReference, Checkout.com reference,
+// PayPal custom_id) settle an effect succeeded only (record.shared).
 //
 // Every other event type is counted as ignored and answered 200, so the
 // vendor does not retry it. The amount an event reports becomes the
