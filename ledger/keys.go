@@ -38,6 +38,7 @@ import (
 //	b\0<ns>\0<ceiling>\0<scope>\0<run>          the budget thresholds a counter fired, and when (thresholds.go, JSON)
 //	d\0<expires, 8 bytes BE>\0<effect_id>       approval requests by expiry, for the expiry sweep (approvals.go)
 //	q\0<grant_id>                               a grant: a scoped approval and what it covered (grants.go, JSON)
+//	w\0<effect_id>                              a recovery claim: expiry (8 bytes BE) and attempt (recoveryclaim.go)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -65,6 +66,7 @@ const (
 	kindThreshold     = "b"
 	kindApprovalDue   = "d"
 	kindGrant         = "q"
+	kindRecoveryClaim = "w"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -100,6 +102,7 @@ var keyLayouts = map[string][]int{
 	kindThreshold:     {4},
 	kindApprovalDue:   {0},
 	kindGrant:         {1},
+	kindRecoveryClaim: {1},
 }
 
 func key(kind string, parts ...string) []byte {

@@ -30,9 +30,13 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	}
 	h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionExecute) // a pending lease
 	// An unreported expiry.
-	h.beginWant(ledger.BeginRequest{IdempotencyKey: "sms", EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 5}, ledger.DecisionExecute)
+	sms := h.beginWant(ledger.BeginRequest{IdempotencyKey: "sms", EffectType: "sms.send", AgentID: "bot", LeaseSeconds: 5}, ledger.DecisionExecute)
 	h.clock.Advance(10 * time.Second)
 	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A recovery claim on it.
+	if _, err := h.eng.ClaimRecovery(ctx, sms.EffectID, 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.eng.Ping(ctx); err != nil {

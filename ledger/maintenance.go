@@ -153,6 +153,9 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 		del = append(del, key(kindRun, rec.Namespace, rec.RunID, rec.EffectID))
 	}
 	del = append(del, e.vendorKeyIndexes(rec)...)
+	if _, err := t.Get(key(kindRecoveryClaim, rec.EffectID)); err == nil {
+		del = append(del, key(kindRecoveryClaim, rec.EffectID))
+	}
 	if rec.GroupKey != "" {
 		del = append(del, key(kindGroupMember, rec.Namespace, rec.GroupKey, rec.EffectID))
 		// The group goes with its last step.

@@ -257,6 +257,12 @@ type outcome struct {
 func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string, now time.Time) (*Effect, error) {
 	switch rec.State {
 	case StatePending, StateIndeterminate:
+		if o.state == StateFailed && verb != "settlement" {
+			// A resend of this attempt may be in flight (recoveryclaim.go).
+			if err := recoveryClaimed(t, rec, now); err != nil {
+				return nil, err
+			}
+		}
 	case o.state:
 		// The same outcome again: a no-op, but for the answer of a
 		// success settled without one (a vendor's event overtook it).
