@@ -120,7 +120,7 @@ func webhookOptions(cfg *config.Config) (webhooks.Options, error) {
 		if err != nil {
 			return fail("stripe", err)
 		}
-		opts.Stripe = &webhooks.Stripe{Secrets: secrets}
+		opts.Stripe = &webhooks.Stripe{Secrets: secrets, Livemode: c.Livemode}
 	}
 	if c := w.Checkout; c != nil {
 		secrets, err := config.ReadSecrets(c.SecretFile, c.SecretEnv)

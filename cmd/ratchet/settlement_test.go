@@ -27,7 +27,7 @@ func TestServeWiresWebhooksAndRecovery(t *testing.T) {
 	cfg := config.Default()
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.Webhooks.Listen = "127.0.0.1:0"
-	cfg.Webhooks.Stripe = &config.WebhookSecret{SecretFile: filepath.Join(dir, "whsec")}
+	cfg.Webhooks.Stripe = &config.StripeWebhook{WebhookSecret: config.WebhookSecret{SecretFile: filepath.Join(dir, "whsec")}}
 	cfg.Recovery.Vendors = []string{"stripe"}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestWebhookSecretsThatDoNotReadStopServe(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "adyen"), []byte("not hex\n"), 0o600)
 	for name, mod := range map[string]func(*config.Config){
 		"missing": func(c *config.Config) {
-			c.Webhooks.Stripe = &config.WebhookSecret{SecretFile: filepath.Join(dir, "nope")}
+			c.Webhooks.Stripe = &config.StripeWebhook{WebhookSecret: config.WebhookSecret{SecretFile: filepath.Join(dir, "nope")}}
 		},
 		"adyen not hex": func(c *config.Config) {
 			c.Webhooks.Adyen = &config.AdyenWebhook{HMACKeyFile: filepath.Join(dir, "adyen")}

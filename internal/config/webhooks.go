@@ -23,7 +23,7 @@ type Webhooks struct {
 	// Tolerance is how old a signed timestamp (Stripe, PayPal) may be
 	// (default 5m).
 	Tolerance Duration       `yaml:"tolerance"`
-	Stripe    *WebhookSecret `yaml:"stripe"`
+	Stripe    *StripeWebhook `yaml:"stripe"`
 	Square    *SquareWebhook `yaml:"square"`
 	Adyen     *AdyenWebhook  `yaml:"adyen"`
 	Checkout  *WebhookSecret `yaml:"checkout"`
@@ -35,6 +35,15 @@ type Webhooks struct {
 type WebhookSecret struct {
 	SecretFile string `yaml:"secret_file"`
 	SecretEnv  string `yaml:"secret_env"`
+}
+
+// StripeWebhook is Stripe's endpoint secret(s) and, optionally, the mode
+// its endpoints are in: a whsec_ secret does not say, and with both test
+// and live secrets listed, an event of the other mode must settle nothing.
+type StripeWebhook struct {
+	WebhookSecret `yaml:",inline"`
+	// Livemode, when set, ignores verified events of the other mode.
+	Livemode *bool `yaml:"livemode"`
 }
 
 // SquareWebhook is Square's subscription: its signature key and its URL,

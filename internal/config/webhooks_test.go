@@ -93,3 +93,15 @@ func TestTheExamplesWebhooksBlockIsValid(t *testing.T) {
 		t.Fatalf("%+v %+v", cfg.Webhooks, cfg.Recovery)
 	}
 }
+
+// TestStripesModeIsConfigured: webhooks.stripe.livemode reaches the
+// config (serve passes it to the receiver, which ignores the other mode).
+func TestStripesModeIsConfigured(t *testing.T) {
+	cfg, err := Parse(strings.NewReader("webhooks:\n  listen: 127.0.0.1:8790\n  stripe:\n    secret_env: STRIPE_WHSEC\n    livemode: true\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.Webhooks.Stripe; s == nil || s.Livemode == nil || !*s.Livemode || s.SecretEnv != "STRIPE_WHSEC" {
+		t.Fatalf("webhooks.stripe: %+v", s)
+	}
+}
