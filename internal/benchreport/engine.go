@@ -179,9 +179,10 @@ func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
 }
 
 // startEngine starts an engine with the benchmark's policy on st, without
-// background loops; st is closed if it cannot start.
+// background loops, and with the audit log on, as ratchet serve runs it by
+// default; st is closed if it cannot start.
 func startEngine(st ledger.Store, secret []byte) (*ledger.Engine, error) {
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1})
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: benchRules(), ReapInterval: -1, PurgeInterval: -1, Audit: true})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -72,7 +72,7 @@ func main() {
 	var engine64 result // the engine at its most efficient: 64 callers
 	if run("engine") {
 		w("## 1. Engine: durable begin+report pairs\n\n")
-		w("Distinct keys; one policy with a global spend ceiling and a per-counterparty ceiling (50 counterparties); every effect declares cost and a dimension, so both hot counters are read and written on every begin. ")
+		w("Distinct keys; one policy with a global spend ceiling and a per-counterparty ceiling (50 counterparties); every effect declares cost and a dimension, so both hot counters are read and written on every begin. The audit log is on, as ratchet serve runs by default: every begin and report also appends a hash-chained audit record in the same write. ")
 		w("The physical baseline is a loop appending 200-byte records to one file through a single writer that fsyncs each batch once (group commit), at the same concurrency. Ratio = engine pairs/s ÷ (baseline records/s ÷ 2).\n\n")
 		w("| callers | baseline records/s | engine pairs/s | begin p50 | begin p99 | ratio | conflict retries per pair | CPU per pair (cores busy) | target |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range []int{1, 16, 64} {
