@@ -30,7 +30,7 @@ import (
 //	m\0secret-check                            the HMAC secret's check value
 //	m\0ping                                    written by Ping
 //	s\0<replica>                                one replica's state counts, shared store (JSON)
-//	h\0<chain>\0<seq, 16 hex digits>            an audit record (events.go)
+//	h\0<chain>\0<seq, 16 hex digits>            a batch's audit records, from that seq (events.go)
 //	j\0<chain>                                  an audit chain's head (JSON)
 //	o\0<sink>\0<event_id>                       an outbox entry: an event to deliver to a sink (JSON)
 //	v\0<vendor>\0<vendor key>                   → effect_id NUL attempt: whose vendor key it is (settle.go)
