@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/metrics"
 )
 
@@ -27,19 +27,10 @@ func sum(tok string) string {
 func setup(t *testing.T) (*ledger.Engine, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
 	m := metrics.New()
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1, Observer: m,
+	eng := enginetest.Open(t, dir, ledger.Options{Observer: m,
 		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100),
 			Ceilings: []ledger.Ceiling{{Name: "spend", LimitMicros: i64(1000), Window: "24h", Per: "global"}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
 	m.Watch(eng)
 	srv := httptest.NewServer(admin.Handler(eng, admin.Options{
 		Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}, Metrics: m.Handler()}))

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 // auditSetup is an engine keeping the audit log behind the admin API, and
@@ -21,17 +21,8 @@ import (
 func auditSetup(t *testing.T) (*admin.Client, *ledger.Engine) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1, Audit: true,
+	eng := enginetest.Open(t, dir, ledger.Options{Audit: true,
 		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
 	srv := httptest.NewServer(admin.Handler(eng, admin.Options{
 		Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}}))
 	t.Cleanup(srv.Close)

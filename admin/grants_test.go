@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 func TestGrantsThroughTheAdminAPI(t *testing.T) {
@@ -56,18 +56,8 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 
 func TestDeadLettersThroughTheAdminAPI(t *testing.T) {
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1,
-		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100)}},
-		Route:    func(ledger.Event) []string { return []string{"hook"} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(context.Background())
+	eng := enginetest.Open(t, dir, ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100)}},
+		Route: func(ledger.Event) []string { return []string{"hook"} }})
 	srv := httptest.NewServer(admin.Handler(eng, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}}))
 	defer srv.Close()
 	ctx := context.Background()

@@ -18,9 +18,9 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/console"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/webtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 func i64(v int64) *int64 { return &v }
@@ -35,21 +35,9 @@ func sum(tok string) string {
 func newEngine(t *testing.T) *ledger.Engine {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1, Audit: true,
+	eng := enginetest.Open(t, dir, ledger.Options{Audit: true,
 		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(1_000_000),
 			Ceilings: []ledger.Ceiling{{Name: "spend", LimitMicros: i64(10_000_000), Window: "24h", Per: "global"}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
 	return eng
 }
 

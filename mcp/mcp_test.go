@@ -13,8 +13,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
@@ -44,19 +44,7 @@ func rules() []ledger.Rule {
 func newEngine(t testing.TB, c *clock) *ledger.Engine {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: rules(), Clock: c, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{Policies: rules(), Clock: c})
 	return eng
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/notify"
 )
 
@@ -19,21 +19,8 @@ func i64(v int64) *int64 { return &v }
 func newEngine(t *testing.T, routes []notify.Route) *ledger.Engine {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1,
-		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100_000_000)}},
-		Route:    notify.Router(routes)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100_000_000)}},
+		Route: notify.Router(routes)})
 	return eng
 }
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
@@ -46,16 +46,7 @@ type envConfig struct {
 func newEnvConfig(t testing.TB, cfg envConfig, upstreams map[string]string, mod func(*proxy.Options)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, Policies: cfg.rules, Clock: cfg.clock, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{Policies: cfg.rules, Clock: cfg.clock})
 	ca, err := proxy.LoadOrCreateCA(dir)
 	if err != nil {
 		t.Fatal(err)

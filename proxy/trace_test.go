@@ -16,10 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
 
@@ -82,16 +82,7 @@ func TestAProxiedStripeCallIsOneTraceFromAgentToVendor(t *testing.T) {
 	exp := inMemoryTraces(t)
 	mock := stripemock.Start(t)
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{})
 	ca, _ := proxy.LoadOrCreateCA(dir)
 	upstream := &headerLog{rt: http.DefaultTransport}
 	p, err := proxy.New(tracing.Engine{Engine: eng}, proxy.Options{Upstreams: map[string]string{"stripe": mock}, CA: ca,

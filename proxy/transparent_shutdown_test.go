@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 // transparentInProcess is a transparent listener whose connections all
@@ -23,16 +23,8 @@ import (
 func transparentInProcess(t *testing.T, opts Options, dst *net.TCPAddr) (*Transparent, string, *x509.CertPool) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{})
+	var err error
 	if opts.CA, err = LoadOrCreateCA(dir); err != nil {
 		t.Fatal(err)
 	}

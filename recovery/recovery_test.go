@@ -18,8 +18,8 @@ import (
 
 	"github.com/stripe/stripe-go/v79/webhook"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/recovery"
 	"github.com/ratchet-mcp/ratchet/webhooks"
@@ -131,16 +131,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{})
 	key, err := recovery.LoadOrCreateKey(dir + "/recovery.key")
 	if err != nil {
 		t.Fatal(err)

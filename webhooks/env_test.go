@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
@@ -126,16 +126,7 @@ func newEnv(t *testing.T) *env {
 func newEnvHold(t *testing.T, hold time.Duration) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir+"/ledger", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := enginetest.Open(t, dir, ledger.Options{})
 	fv := &fakeVendor{}
 	up := httptest.NewServer(fv)
 	t.Cleanup(up.Close)

@@ -7,9 +7,9 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 // TestARefusedRequestsFieldsNeverReachSpans: span attributes come from what
@@ -24,16 +24,7 @@ func TestARefusedRequestsFieldsNeverReachSpans(t *testing.T) {
 	}
 	defer shutdown(context.Background())
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(context.Background())
+	eng := enginetest.Open(t, dir, ledger.Options{})
 	te := tracing.Engine{Engine: eng}
 	ctx := context.Background()
 	const marker = "PAYLOAD-MARKER card=4242424242424242 to=secret-recipient@example.com"

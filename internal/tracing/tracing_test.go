@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
@@ -57,16 +58,7 @@ func TestTheDecisionLogLineCarriesTheTraceID(t *testing.T) {
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))
 	dir := t.TempDir()
-	st, err := badgerstore.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
-	eng, err := ledger.New(ledger.Options{Store: st, Secret: secret, ReapInterval: -1, PurgeInterval: -1, Logger: log.With("component", "ledger")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(context.Background())
+	eng := enginetest.Open(t, dir, ledger.Options{Logger: log.With("component", "ledger")})
 	if _, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "k", EffectType: "email.send"}); err != nil {
 		t.Fatal(err)
 	}
