@@ -8,9 +8,12 @@
 // The ledger writes an event to its outbox in the same store transaction
 // as the decision that caused it, once for each sink the route names
 // (ledger.Options.Route, built here by Router from the config's notify
-// routes). The Worker claims due entries through the engine's writer (so of
-// several replicas sharing a PostgreSQL ledger one delivers each entry),
-// sends each to its sink, and marks it delivered, or failed and due again
+// routes). The Worker runs a loop per sink, each claiming only its own
+// sink's due entries through the engine's writer (so of several replicas
+// sharing a PostgreSQL ledger one delivers each entry), so that a sink that
+// hangs, is slow or has a backlog delays no other sink's deliveries. It
+// sends each entry to its sink, one after another in the order they were
+// recorded, and marks it delivered, or failed and due again
 // after an exponential backoff (Backoff doubling from one second, capped at
 // MaxBackoff, with a tenth of jitter), or dead after MaxAttempts tries. A
 // dead letter stays in the outbox for the operator (GET /v1/outbox?dead=true)
@@ -37,7 +40,9 @@
 // window: a captured request cannot be sent again later), and dedupes by
 // the event id within that window. VerifyWebhook does all of that but the
 // dedupe. Any 2xx answer is a delivery; anything else, or no answer within
-// the timeout, is tried again.
+// the timeout, is tried again. A redirect is not followed (it would send
+// the signed event wherever the receiver points): it is a failed delivery,
+// so configure the final URL.
 //
 // # Slack
 //
@@ -51,5 +56,14 @@
 // the admin API must not be. It verifies Slack's request signature with the
 // app's signing secret and refuses a timestamp more than five minutes old
 // (401), lets only the configured Slack user ids decide (403 for anyone
-// else), and records the decision as decided_by "slack:<user id>".
+// else), decides only an approval whose request this sink posted and only
+// from the message it posted it in (the button's block id, the message's
+// timestamp and channel; 400 or 403 otherwise), and records the decision
+// as decided_by "slack:<user id>".
+//
+// What an agent writes (run and agent ids, effect types, reasons) reaches
+// the approver inert: each value is escaped as Slack's formatting rules
+// require (&, < and >, so that no link, mention or <!channel> can come
+// from it), has its backticks replaced, and sits in a code span of its own;
+// the notification text is sent with mrkdwn off.
 package notify

@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -65,26 +68,26 @@ func (s *Slack) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 			return nil // posted by an attempt whose record was lost
 		}
 		blocks := []slack.Block{
-			slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, requestText(ev), false, false), nil, nil),
+			slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, requestText(mrkdwn, ev), false, false), nil, nil),
 			slack.NewActionBlock("ratchet:"+ev.ApprovalID,
 				slack.NewButtonBlockElement(ActionApprove, ev.ApprovalID, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
 				slack.NewButtonBlockElement(ActionReject, ev.ApprovalID, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger),
 			),
 		}
-		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, slack.MsgOptionText(plain(requestText(ev)), false), slack.MsgOptionBlocks(blocks...))
+		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, fallback(requestText(plain, ev)), slack.MsgOptionBlocks(blocks...))
 		if err != nil {
 			return slackError("posting the approval request", err)
 		}
 		b, _ := json.Marshal(messageRef{Channel: ch, TS: ts})
 		return s.Refs.PutSinkRef(ctx, s.Name, ev.ApprovalID, b)
 	case ledger.EventApprovalDecided, ledger.EventApprovalExpired:
-		text := outcomeText(ev)
+		text, notification := outcomeText(mrkdwn, ev), fallback(outcomeText(plain, ev))
 		if ev.ApprovalID != "" {
 			if b, err := s.Refs.SinkRef(ctx, s.Name, ev.ApprovalID); err == nil {
 				var ref messageRef
 				if json.Unmarshal(b, &ref) == nil && ref.TS != "" {
 					blocks := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}
-					_, _, _, err := s.Client.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionText(plain(text), false), slack.MsgOptionBlocks(blocks...))
+					_, _, _, err := s.Client.UpdateMessageContext(ctx, ref.Channel, ref.TS, notification, slack.MsgOptionBlocks(blocks...))
 					return slackError("updating the approval's message", err)
 				}
 			} else if !errors.Is(err, ledger.ErrNotFound) {
@@ -94,7 +97,7 @@ func (s *Slack) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 		// Its request was not posted here (yet: its delivery may be
 		// failing). Post the outcome, and keep it as the request's message,
 		// so that a late delivery of the request posts no buttons.
-		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, slack.MsgOptionText(plain(text), false),
+		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, notification,
 			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)))
 		if err != nil {
 			return slackError("posting the approval's outcome", err)
@@ -134,61 +137,125 @@ func money(micros *int64) string {
 	return fmt.Sprintf("$%.2f", float64(*micros)/1e6)
 }
 
-func labels(ev ledger.Event) string {
+// format renders the messages' text: Slack mrkdwn (the blocks, and a
+// message without blocks), or the plain notification text of a message
+// with blocks (sent with mrkdwn off).
+//
+// Every value in them that is not Ratchet's own words (ids, effect types,
+// labels, reasons, actors: an agent writes most of them) goes through val,
+// which escapes &, < and > as Slack's formatting rules require (so no
+// link, mention or command such as <!channel> can come from a value),
+// replaces backticks and control characters (so none ends the code span it
+// is put in, within which Slack applies no formatting and links nothing),
+// and clips it.
+type format struct{ md bool }
+
+var (
+	mrkdwn = format{md: true}
+	plain  = format{}
+)
+
+// maxValueRunes bounds a value in a message.
+const maxValueRunes = 200
+
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "`", "'")
+
+// escape makes s inert text for Slack.
+func escape(s string) string {
+	if utf8.RuneCountInString(s) > maxValueRunes {
+		s = string([]rune(s)[:maxValueRunes]) + "…"
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return slackEscaper.Replace(s)
+}
+
+// val renders a value: escaped, in a code span in mrkdwn.
+func (f format) val(s string) string {
+	if f.md {
+		return "`" + escape(s) + "`"
+	}
+	return escape(s)
+}
+
+// bold renders Ratchet's own words in bold in mrkdwn.
+func (f format) bold(s string) string {
+	if f.md {
+		return "*" + s + "*"
+	}
+	return s
+}
+
+// fallback is the notification text of a message with blocks: its first
+// line, with mrkdwn off.
+func fallback(text string) slack.MsgOption {
+	text, _, _ = strings.Cut(text, "\n")
+	return slack.MsgOptionCompose(slack.MsgOptionText(text, false), slack.MsgOptionDisableMarkdown())
+}
+
+func (f format) labels(ev ledger.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "namespace `%s`", ev.Namespace)
+	fmt.Fprintf(&b, "namespace %s", f.val(ev.Namespace))
 	if ev.AgentID != "" {
-		fmt.Fprintf(&b, ", agent `%s`", ev.AgentID)
+		fmt.Fprintf(&b, ", agent %s", f.val(ev.AgentID))
 	}
 	if ev.RunID != "" {
-		fmt.Fprintf(&b, ", run `%s`", ev.RunID)
+		fmt.Fprintf(&b, ", run %s", f.val(ev.RunID))
 	}
 	return b.String()
 }
 
-func requestText(ev ledger.Event) string {
-	return fmt.Sprintf("*Approval requested:* `%s` for %s (%s)\nApproval `%s`, effect `%s`",
-		ev.EffectType, money(ev.CostMicros), labels(ev), ev.ApprovalID, ev.EffectID)
+func requestText(f format, ev ledger.Event) string {
+	return fmt.Sprintf("%s %s for %s (%s)\nApproval %s, effect %s",
+		f.bold("Approval requested:"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), f.val(ev.ApprovalID), f.val(ev.EffectID))
 }
 
-func outcomeText(ev ledger.Event) string {
+func outcomeText(f format, ev ledger.Event) string {
 	what := "Expired"
 	switch {
 	case ev.Type == ledger.EventApprovalDecided && ev.State == ledger.StateRejected:
-		what = "Rejected by " + who(ev.Actor)
+		what = "Rejected by " + f.who(ev.Actor)
 	case ev.Type == ledger.EventApprovalDecided:
-		what = "Approved by " + who(ev.Actor)
+		what = "Approved by " + f.who(ev.Actor)
 	}
-	return fmt.Sprintf("*%s:* `%s` for %s (%s)\nApproval `%s`, effect `%s`",
-		what, ev.EffectType, money(ev.CostMicros), labels(ev), ev.ApprovalID, ev.EffectID)
+	return fmt.Sprintf("%s %s for %s (%s)\nApproval %s, effect %s",
+		f.bold(what+":"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), f.val(ev.ApprovalID), f.val(ev.EffectID))
 }
 
+// slackUserID is the form of a Slack user id: only such an id becomes a
+// mention.
+var slackUserID = regexp.MustCompile(`^[UW][A-Z0-9]{1,31}$`)
+
 // who renders an actor: a Slack user as a mention.
-func who(actor string) string {
-	if id, ok := strings.CutPrefix(actor, "slack:"); ok {
+func (f format) who(actor string) string {
+	if id, ok := strings.CutPrefix(actor, "slack:"); ok && slackUserID.MatchString(id) {
 		return "<@" + id + ">"
 	}
 	if actor == "" {
 		return "an operator"
 	}
-	return "`" + actor + "`"
+	return f.val(actor)
 }
 
 func summary(ev ledger.Event) string {
+	f := mrkdwn
 	switch ev.Type {
 	case ledger.EventEffectIndeterminate:
-		return fmt.Sprintf("*Unresolved effect:* `%s` `%s` (%s) is indeterminate (%s): check at the vendor and resolve it (`ratchet effects resolve %s`).",
-			ev.EffectType, ev.EffectID, labels(ev), ev.Reason, ev.EffectID)
+		return fmt.Sprintf("*Unresolved effect:* %s %s (%s) is indeterminate (%s): check at the vendor and resolve it (`ratchet effects resolve %s`).",
+			f.val(ev.EffectType), f.val(ev.EffectID), f.labels(ev), f.val(ev.Reason), escape(ev.EffectID))
 	case ledger.EventIntegrationWarning:
-		return fmt.Sprintf("*Integration warning:* agent `%s` in namespace `%s` has %d effects whose leases expired without a report.",
-			ev.AgentID, ev.Namespace, ev.Count)
+		return fmt.Sprintf("*Integration warning:* agent %s in namespace %s has %d effects whose leases expired without a report.",
+			f.val(ev.AgentID), f.val(ev.Namespace), ev.Count)
 	}
-	return fmt.Sprintf("*%s* (%s) %s", ev.Type, labels(ev), ev.Reason)
-}
-
-// plain is the notification text of a message with blocks.
-func plain(md string) string {
-	return strings.NewReplacer("*", "", "`", "").Replace(strings.SplitN(md, "\n", 2)[0])
+	reason := ""
+	if ev.Reason != "" {
+		reason = " " + f.val(ev.Reason)
+	}
+	return fmt.Sprintf("*%s* (%s)%s", escape(ev.Type), f.labels(ev), reason)
 }
 
 // Decider is what the interactivity endpoint needs from the engine.
@@ -202,6 +269,12 @@ type Decider interface {
 type SlackInteractions struct {
 	// Engine decides. Required.
 	Engine Decider
+	// Sink is the name of the Slack sink whose buttons these are, and
+	// Refs where it remembers its messages (the engine). Required: a click
+	// decides only an approval whose request that sink posted, and only
+	// from the message it posted it in.
+	Sink string
+	Refs Refs
 	// SigningSecret is the Slack app's signing secret. Required.
 	SigningSecret string
 	// Deciders are the Slack user ids who may approve or reject.
@@ -213,18 +286,29 @@ type SlackInteractions struct {
 	// Client looks up DeciderGroups; required with them.
 	Client *slack.Client
 	// GroupTTL is how long a group's members are remembered; zero means a
-	// minute.
+	// minute. A lookup that failed is not tried again for
+	// groupRetryAfter (nor longer than GroupTTL).
 	GroupTTL time.Duration
 	// Logger gets a line per decision and per refusal; nil discards.
 	Logger *slog.Logger
 
-	mu      sync.Mutex
-	members map[string]bool // of DeciderGroups, as last looked up
-	fetched time.Time
+	mu       sync.Mutex
+	members  map[string]bool // of DeciderGroups, as last looked up
+	fetched  time.Time
+	failedAt time.Time     // of the last lookup, when it failed
+	fetching chan struct{} // closed when the lookup in progress ends
 }
 
+// groupRetryAfter is how long a failed group lookup is remembered.
+const groupRetryAfter = 5 * time.Second
+
+// groupLookupTimeout bounds a lookup of the decider groups.
+const groupLookupTimeout = 10 * time.Second
+
 // allowed reports whether a Slack user may decide: listed, or a member of
-// a listed group. A group lookup that fails allows no one through it.
+// a listed group. A group lookup that fails allows no one through it. The
+// lock is never held while Slack is asked: one request looks the groups
+// up, others wait for it (or their own context).
 func (h *SlackInteractions) allowed(ctx context.Context, user string, log *slog.Logger) bool {
 	if h.Deciders[user] {
 		return true
@@ -232,27 +316,104 @@ func (h *SlackInteractions) allowed(ctx context.Context, user string, log *slog.
 	if len(h.DeciderGroups) == 0 || h.Client == nil {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	ttl := h.GroupTTL
 	if ttl <= 0 {
 		ttl = time.Minute
 	}
-	if h.members == nil || time.Since(h.fetched) > ttl {
-		members := map[string]bool{}
-		for _, g := range h.DeciderGroups {
-			ids, err := h.Client.GetUserGroupMembersContext(ctx, g)
-			if err != nil {
-				log.Warn("looking up a Slack user group of deciders", "group", g, "err", err)
+	for {
+		h.mu.Lock()
+		if h.members != nil && time.Since(h.fetched) <= ttl {
+			ok := h.members[user]
+			h.mu.Unlock()
+			return ok
+		}
+		if !h.failedAt.IsZero() && time.Since(h.failedAt) <= min(groupRetryAfter, ttl) {
+			h.mu.Unlock()
+			return false
+		}
+		if wait := h.fetching; wait != nil {
+			h.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
 				return false
 			}
-			for _, id := range ids {
-				members[id] = true
-			}
 		}
-		h.members, h.fetched = members, time.Now()
+		done := make(chan struct{})
+		h.fetching = done
+		h.mu.Unlock()
+
+		members, err := h.lookupGroups(ctx, log)
+		h.mu.Lock()
+		if err != nil {
+			h.failedAt = time.Now()
+		} else {
+			h.members, h.fetched, h.failedAt = members, time.Now(), time.Time{}
+		}
+		h.fetching = nil
+		close(done)
+		h.mu.Unlock()
+		if err != nil {
+			return false
+		}
+		return members[user]
 	}
-	return h.members[user]
+}
+
+// lookupGroups asks Slack for the members of DeciderGroups, on a context
+// of its own (a request that gives up does not fail the lookup for those
+// waiting on it) bounded by groupLookupTimeout.
+func (h *SlackInteractions) lookupGroups(ctx context.Context, log *slog.Logger) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupLookupTimeout)
+	defer cancel()
+	members := map[string]bool{}
+	for _, g := range h.DeciderGroups {
+		ids, err := h.Client.GetUserGroupMembersContext(ctx, g)
+		if err != nil {
+			log.Warn("looking up a Slack user group of deciders", "group", g, "err", err)
+			return nil, err
+		}
+		for _, id := range ids {
+			members[id] = true
+		}
+	}
+	return members, nil
+}
+
+// bound checks that a click on the button of approvalID came from the
+// message this sink posted for it: the block id is the one the sink gave
+// the buttons, and the message and channel are the ones it recorded. It
+// returns the status and text of a refusal, or 0.
+func (h *SlackInteractions) bound(ctx context.Context, cb *slack.InteractionCallback, a *slack.BlockAction) (int, string) {
+	if a.Value == "" || a.BlockID != "ratchet:"+a.Value {
+		return http.StatusBadRequest, "This button is not a Ratchet approval's."
+	}
+	if h.Refs == nil || h.Sink == "" {
+		return http.StatusForbidden, "This Ratchet endpoint is not bound to a Slack sink."
+	}
+	b, err := h.Refs.SinkRef(ctx, h.Sink, a.Value)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return http.StatusForbidden, "This approval was not sent to this Slack channel."
+	}
+	if err != nil {
+		return http.StatusServiceUnavailable, "Ratchet is unavailable; try again."
+	}
+	var ref messageRef
+	if json.Unmarshal(b, &ref) != nil || ref.TS == "" {
+		return http.StatusForbidden, "This approval was not sent to this Slack channel."
+	}
+	ts, ch := cb.Container.MessageTs, cb.Container.ChannelID
+	if ts == "" {
+		ts = cb.Message.Timestamp
+	}
+	if ch == "" {
+		ch = cb.Channel.ID
+	}
+	if ts != ref.TS || (ref.Channel != "" && ch != ref.Channel) {
+		return http.StatusForbidden, "This button is not on this approval's message."
+	}
+	return 0, ""
 }
 
 // maxInteractionBytes bounds an interactivity request.
@@ -305,17 +466,26 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeSlackText(w, http.StatusForbidden, "You are not allowed to decide Ratchet approvals.")
 		return
 	}
-	acted := false
+	// Every Ratchet button of the payload must be on its approval's
+	// message before any is decided.
+	var ours []*slack.BlockAction
 	for _, a := range cb.ActionCallback.BlockActions {
-		decide := h.Engine.Approve
-		switch a.ActionID {
-		case ActionApprove:
-		case ActionReject:
-			decide = h.Engine.Reject
-		default:
+		if a.ActionID != ActionApprove && a.ActionID != ActionReject {
 			continue
 		}
-		acted = true
+		if status, text := h.bound(r.Context(), &cb, a); status != 0 {
+			log.Warn("slack interaction refused: the click is not bound to its approval's message", "approval_id", a.Value,
+				"block_id", a.BlockID, "message_ts", cb.Container.MessageTs, "slack_user", user, "status", status)
+			writeSlackText(w, status, text)
+			return
+		}
+		ours = append(ours, a)
+	}
+	for _, a := range ours {
+		decide := h.Engine.Approve
+		if a.ActionID == ActionReject {
+			decide = h.Engine.Reject
+		}
 		ap, err := decide(r.Context(), a.Value, "slack:"+user, "")
 		if err != nil {
 			le := ledger.Classify(err)
@@ -329,7 +499,7 @@ func (h *SlackInteractions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		log.Info("approval decided in slack", "approval_id", ap.ApprovalID, "effect_id", ap.EffectID, "state", ap.State, "by", "slack:"+user)
 	}
-	if !acted {
+	if len(ours) == 0 {
 		log.Warn("slack interaction without a Ratchet button", "slack_user", user)
 	}
 	w.WriteHeader(http.StatusOK)

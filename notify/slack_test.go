@@ -51,6 +51,10 @@ func (f *fakeSlack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.groupLookups++
 		f.mu.Unlock()
+		if r.Form.Get("usergroup") == "S0BROKEN" {
+			json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "no_such_subteam"})
+			return
+		}
 		users := []string{}
 		if r.Form.Get("usergroup") == "S0APPROVERS" {
 			users = []string{"U0GROUPIE"}
@@ -93,15 +97,24 @@ func (c slackCall) buttons() map[string]string {
 
 const signingSecret = "8f742231b10e8888abcd99yyyzzz85a5"
 
-// click is Slack's interactivity request for a button, signed with secret
-// at ts.
-func click(t *testing.T, target, secret, user, actionID, approvalID string, ts time.Time) *http.Response {
+// click is Slack's interactivity request for a button of the approval's
+// message msgTS in channel C0APPROVE, signed with secret at ts.
+func click(t *testing.T, target, secret, user, actionID, approvalID, msgTS string, ts time.Time) *http.Response {
 	t.Helper()
-	payload, _ := json.Marshal(map[string]any{
+	return signedPayload(t, target, secret, ts, map[string]any{
 		"type": "block_actions", "user": map[string]any{"id": user, "username": "someone"},
-		"actions": []map[string]any{{"action_id": actionID, "block_id": "ratchet:" + approvalID, "value": approvalID, "type": "button"}},
+		"container": map[string]any{"type": "message", "message_ts": msgTS, "channel_id": "C0APPROVE"},
+		"channel":   map[string]any{"id": "C0APPROVE"},
+		"actions":   []map[string]any{{"action_id": actionID, "block_id": "ratchet:" + approvalID, "value": approvalID, "type": "button"}},
 	})
-	body := "payload=" + url.QueryEscape(string(payload))
+}
+
+// signedPayload posts an interactivity payload as Slack would, signed with
+// secret at ts.
+func signedPayload(t *testing.T, target, secret string, ts time.Time, payload map[string]any) *http.Response {
+	t.Helper()
+	b, _ := json.Marshal(payload)
+	body := "payload=" + url.QueryEscape(string(b))
 	sts := strconv.FormatInt(ts.Unix(), 10)
 	m := hmac.New(sha256.New, []byte(secret))
 	fmt.Fprintf(m, "v0:%s:%s", sts, body)
@@ -129,7 +142,7 @@ func slackSetup(t *testing.T) (*ledger.Engine, *fakeSlack, string) {
 	client := slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))
 	runWorker(t, &notify.Worker{Outbox: eng, Poll: 20 * time.Millisecond,
 		Sinks: map[string]notify.Sink{"slack": &notify.Slack{Name: "slack", Client: client, Channel: "C0APPROVE", Refs: eng}}})
-	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, SigningSecret: signingSecret, Deciders: map[string]bool{"U0ALICE": true}})
+	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, Sink: "slack", Refs: eng, SigningSecret: signingSecret, Deciders: map[string]bool{"U0ALICE": true}})
 	t.Cleanup(in.Close)
 	return eng, fs, in.URL
 }
@@ -148,7 +161,7 @@ func TestASignedClickInSlackApprovesAndTheNextBeginExecutes(t *testing.T) {
 		t.Fatalf("buttons: %v", b)
 	}
 
-	if resp := click(t, interactions, signingSecret, "U0ALICE", notify.ActionApprove, ask.ApprovalID, time.Now()); resp.StatusCode != 200 {
+	if resp := click(t, interactions, signingSecret, "U0ALICE", notify.ActionApprove, ask.ApprovalID, post.ts, time.Now()); resp.StatusCode != 200 {
 		t.Fatalf("click: %d", resp.StatusCode)
 	}
 	res, err := eng.Begin(context.Background(), payment("order-1"))
@@ -193,7 +206,7 @@ func TestForgedStaleOrUnauthorisedClicksChangeNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if resp := click(t, interactions, c.secret, c.user, notify.ActionApprove, ask.ApprovalID, c.at); resp.StatusCode != c.want {
+			if resp := click(t, interactions, c.secret, c.user, notify.ActionApprove, ask.ApprovalID, fs.get()[0].ts, c.at); resp.StatusCode != c.want {
 				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
 			}
 		})
@@ -263,14 +276,18 @@ func TestMembersOfADeciderGroupMayDecide(t *testing.T) {
 	api := httptest.NewServer(fs)
 	defer api.Close()
 	eng := newEngine(t, nil)
-	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, SigningSecret: signingSecret, DeciderGroups: []string{"S0APPROVERS"},
+	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, Sink: "slack", Refs: eng, SigningSecret: signingSecret, DeciderGroups: []string{"S0APPROVERS"},
 		Client: slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))})
 	defer in.Close()
 	ask := askApproval(t, eng, "order-1")
-	if resp := click(t, in.URL, signingSecret, "U0OUTSIDER", notify.ActionApprove, ask.ApprovalID, time.Now()); resp.StatusCode != http.StatusForbidden {
+	const msgTS = "1700000000.000001" // as if the sink had posted it
+	if err := eng.PutSinkRef(context.Background(), "slack", ask.ApprovalID, []byte(`{"channel":"C0APPROVE","ts":"`+msgTS+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if resp := click(t, in.URL, signingSecret, "U0OUTSIDER", notify.ActionApprove, ask.ApprovalID, msgTS, time.Now()); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a user outside the group: %d", resp.StatusCode)
 	}
-	if resp := click(t, in.URL, signingSecret, "U0GROUPIE", notify.ActionReject, ask.ApprovalID, time.Now()); resp.StatusCode != http.StatusOK {
+	if resp := click(t, in.URL, signingSecret, "U0GROUPIE", notify.ActionReject, ask.ApprovalID, msgTS, time.Now()); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a member of the group: %d", resp.StatusCode)
 	}
 	eff, _ := eng.Get(context.Background(), "", ask.EffectID, "")
@@ -281,5 +298,159 @@ func TestMembersOfADeciderGroupMayDecide(t *testing.T) {
 	defer fs.mu.Unlock()
 	if fs.groupLookups != 1 {
 		t.Fatalf("%d group lookups for two clicks within a minute, want 1", fs.groupLookups)
+	}
+}
+
+// A click decides only the approval of the message it was made on: the
+// button's block must be the one the sink gave that approval's buttons,
+// and the message and channel the ones the sink posted it in. A button
+// value naming another approval, on another approval's message or block,
+// changes nothing.
+func TestAClickIsBoundToItsApprovalsMessage(t *testing.T) {
+	eng, fs, target := slackSetup(t)
+	x := askApproval(t, eng, "order-x")
+	y := askApproval(t, eng, "order-y")
+	eventually(t, 2*time.Second, "both posted", func() bool { return len(fs.get()) == 2 })
+	tsOf := map[string]string{}
+	for _, c := range fs.get() {
+		tsOf[c.buttons()[notify.ActionApprove]] = c.ts
+	}
+	clickWith := func(blockID, value, msgTS, channel string) int {
+		return signedPayload(t, target, signingSecret, time.Now(), map[string]any{
+			"type": "block_actions", "user": map[string]any{"id": "U0ALICE"},
+			"container": map[string]any{"type": "message", "message_ts": msgTS, "channel_id": channel},
+			"channel":   map[string]any{"id": channel},
+			"actions":   []map[string]any{{"action_id": notify.ActionApprove, "block_id": blockID, "value": value, "type": "button"}},
+		}).StatusCode
+	}
+	cases := []struct {
+		name                           string
+		blockID, value, msgTS, channel string
+		want                           int
+	}{
+		{"y's value on x's message and block", "ratchet:" + x.ApprovalID, y.ApprovalID, tsOf[x.ApprovalID], "C0APPROVE", http.StatusBadRequest},
+		{"y's value and block on x's message", "ratchet:" + y.ApprovalID, y.ApprovalID, tsOf[x.ApprovalID], "C0APPROVE", http.StatusForbidden},
+		{"y's button on a message in another channel", "ratchet:" + y.ApprovalID, y.ApprovalID, tsOf[y.ApprovalID], "C0ELSEWHERE", http.StatusForbidden},
+		{"y's button on no message", "ratchet:" + y.ApprovalID, y.ApprovalID, "", "", http.StatusForbidden},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := clickWith(c.blockID, c.value, c.msgTS, c.channel); got != c.want {
+				t.Fatalf("status %d, want %d", got, c.want)
+			}
+		})
+	}
+	if pending, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending); len(pending) != 2 {
+		t.Fatalf("an unbound click decided an approval: %d pending, want 2", len(pending))
+	}
+	// y's own button, on y's message: decided.
+	if got := clickWith("ratchet:"+y.ApprovalID, y.ApprovalID, tsOf[y.ApprovalID], "C0APPROVE"); got != http.StatusOK {
+		t.Fatalf("y's own button: %d", got)
+	}
+	aps, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalApproved)
+	if len(aps) != 1 || aps[0].ApprovalID != y.ApprovalID {
+		t.Fatalf("approved: %+v, want y only", aps)
+	}
+}
+
+// A Slack sink's interactivity endpoint decides only approvals whose
+// request that sink posted: a click carrying the id of an approval never
+// routed to it (another namespace, another sink) changes nothing.
+func TestASlackDeciderDecidesOnlyApprovalsRoutedToItsSink(t *testing.T) {
+	eng, _, target := slackSetup(t)
+	// Asked, but its request never reached this sink (there is no
+	// reference of the sink's message for it).
+	res, err := eng.Begin(context.Background(), ledger.BeginRequest{Namespace: "hr", IdempotencyKey: "k", EffectType: "payment.charge", AgentID: "bot",
+		Payload: json.RawMessage(`{}`), EstimatedCostMicros: i64(150_000_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.PutSinkRef(context.Background(), "another-slack", res.ApprovalID, []byte(`{"channel":"C0OTHER","ts":"1.2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []map[string]any{
+		{"type": "block_actions", "user": map[string]any{"id": "U0ALICE"},
+			"actions": []map[string]any{{"action_id": notify.ActionReject, "block_id": "ratchet:" + res.ApprovalID, "value": res.ApprovalID, "type": "button"}}},
+		{"type": "block_actions", "user": map[string]any{"id": "U0ALICE"},
+			"container": map[string]any{"type": "message", "message_ts": "1.2", "channel_id": "C0OTHER"}, "channel": map[string]any{"id": "C0OTHER"},
+			"actions": []map[string]any{{"action_id": notify.ActionReject, "block_id": "ratchet:" + res.ApprovalID, "value": res.ApprovalID, "type": "button"}}},
+	} {
+		if resp := signedPayload(t, target, signingSecret, time.Now(), p); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", resp.StatusCode)
+		}
+	}
+	if aps, _ := eng.ListApprovals(context.Background(), "hr", ledger.ApprovalRejected); len(aps) != 0 {
+		t.Fatalf("a click decided approval %s, which was never routed to this sink", res.ApprovalID)
+	}
+}
+
+// What an agent writes (its run id, agent id, effect type, …) is inert in
+// the approver's Slack message and its notification text: no link,
+// mention, channel ping or formatting of its own reaches the approver.
+func TestAgentWrittenValuesAreInertInSlackMessages(t *testing.T) {
+	eng, fs, _ := slackSetup(t)
+	req := payment("inj")
+	req.RunID = "r` <!channel> <https://evil.example/approve|Approve: amount is really $1.50> *pre-approved by <@U0ALICE>* `"
+	req.AgentID = "<!here>&<@U0BOB>"
+	if res, err := eng.Begin(context.Background(), req); err != nil || res.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("%+v %v", res, err)
+	}
+	eventually(t, 2*time.Second, "posted", func() bool { return len(fs.get()) == 1 })
+	c := fs.get()[0]
+	b, _ := json.Marshal(c.blocks)
+	for _, where := range []struct{ name, s string }{{"blocks", string(b)}, {"notification text", c.text}} {
+		for _, bad := range []string{"<!channel>", "<!here>", "<https://evil.example", "<@U0ALICE>", "<@U0BOB>"} {
+			if strings.Contains(where.s, bad) {
+				t.Errorf("the %s carry the agent's %q: %s", where.name, bad, where.s)
+			}
+		}
+	}
+	// Every agent value is in a code span of its own (within which Slack
+	// formats nothing): only Ratchet's spans, none closed or left open by
+	// the agent.
+	var text string
+	for _, bl := range c.blocks {
+		if bl["type"] == "section" {
+			text = bl["text"].(map[string]any)["text"].(string)
+		}
+	}
+	if !strings.Contains(text, "run `r' &lt;!channel&gt; &lt;https://evil.example/approve|Approve: amount is really $1.50&gt; *pre-approved by &lt;@U0ALICE&gt;* '`") ||
+		!strings.Contains(text, "agent `&lt;!here&gt;&amp;&lt;@U0BOB&gt;`") {
+		t.Fatalf("the section's mrkdwn: %s", text)
+	}
+	if strings.Count(text, "`")%2 != 0 {
+		t.Fatalf("an odd number of backticks: %s", text)
+	}
+}
+
+// A decider group that cannot be looked up lets no one through it, and is
+// not asked about again for every click: the failure is remembered for a
+// few seconds.
+func TestAFailedDeciderGroupLookupRefusesAndIsNotRepeatedAtOnce(t *testing.T) {
+	fs := &fakeSlack{}
+	api := httptest.NewServer(fs)
+	defer api.Close()
+	eng := newEngine(t, nil)
+	in := httptest.NewServer(&notify.SlackInteractions{Engine: eng, Sink: "slack", Refs: eng, SigningSecret: signingSecret,
+		DeciderGroups: []string{"S0APPROVERS", "S0BROKEN"}, Client: slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))})
+	defer in.Close()
+	ask := askApproval(t, eng, "order-1")
+	const msgTS = "1700000000.000001"
+	if err := eng.PutSinkRef(context.Background(), "slack", ask.ApprovalID, []byte(`{"channel":"C0APPROVE","ts":"`+msgTS+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if resp := click(t, in.URL, signingSecret, "U0GROUPIE", notify.ActionApprove, ask.ApprovalID, msgTS, time.Now()); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("a click while the groups cannot be looked up: %d", resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.groupLookups > 2 { // S0APPROVERS then S0BROKEN, once
+		t.Fatalf("%d group lookups for four clicks, want one lookup of the groups", fs.groupLookups)
 	}
 }

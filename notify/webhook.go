@@ -36,8 +36,11 @@ type Webhook struct {
 	URL string
 	// Secret keys the signature. Required.
 	Secret []byte
-	// Client sends the requests; nil means http.DefaultClient (the worker
-	// bounds each delivery).
+	// Client sends the requests; nil means a client with a timeout of
+	// DefaultTimeout (the worker bounds each delivery too). Redirects are
+	// never followed, whatever the client's CheckRedirect: a 3xx is a
+	// failed delivery, so that a receiver cannot send the signed event on
+	// to another address.
 	Client *http.Client
 	// Now is the clock of the timestamp; nil means time.Now.
 	Now func() time.Time
@@ -66,9 +69,11 @@ func (w *Webhook) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 	req.Header.Set(HeaderEventType, en.Event.Type)
 	req.Header.Set(HeaderTimestamp, ts)
 	req.Header.Set(HeaderSignature, "v1="+Sign(w.Secret, ts, body))
-	c := w.Client
-	if c == nil {
-		c = http.DefaultClient
+	c := webhookClient
+	if w.Client != nil {
+		cc := *w.Client
+		cc.CheckRedirect = noRedirects
+		c = &cc
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -76,11 +81,20 @@ func (w *Webhook) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		return fmt.Errorf("the webhook answered %d, a redirect (to %q), which is not followed: configure the final URL", resp.StatusCode, resp.Header.Get("Location"))
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("the webhook answered %d", resp.StatusCode)
 	}
 	return nil
 }
+
+// webhookClient is the webhooks' default client.
+var webhookClient = &http.Client{Timeout: DefaultTimeout, CheckRedirect: noRedirects}
+
+// noRedirects makes a client return a redirect as the response.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Sign is the hex HMAC-SHA256 of timestamp, ".", body keyed with secret.
 func Sign(secret []byte, timestamp string, body []byte) string {

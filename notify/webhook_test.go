@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,5 +187,35 @@ func TestRouterMatchesByEventNamespaceAndEffectType(t *testing.T) {
 		if got := fmt.Sprint(route(c.ev)); got != c.want {
 			t.Errorf("%+v: %s, want %s", c.ev, got, c.want)
 		}
+	}
+}
+
+// A webhook that answers with a redirect has not taken the event: the
+// worker does not follow it (it would send the signed event to wherever
+// the receiver, or whoever controls its DNS or ingress, points, such as an
+// internal address), and the delivery failed.
+func TestAWebhookRedirectIsAFailedDeliveryAndNotFollowed(t *testing.T) {
+	var hits atomic.Int64
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer internal.Close()
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, internal.URL+"/v1/internal-admin", http.StatusTemporaryRedirect)
+	}))
+	defer hook.Close()
+	en := ledger.OutboxEntry{Sink: "h", Event: ledger.Event{ID: "evt_1", Type: ledger.EventApprovalRequested}}
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"the default client", nil}, {"a client of the caller's, which follows redirects", &http.Client{}}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &notify.Webhook{URL: hook.URL, Secret: []byte("s"), Client: c.client}
+			err := w.Deliver(context.Background(), en)
+			if hits.Load() > 0 || err == nil {
+				t.Fatalf("the worker followed a redirect to %s (%d requests); Deliver err=%v (nil: counted as delivered)", internal.URL, hits.Load(), err)
+			}
+			if errors.Is(err, notify.ErrPermanent) {
+				t.Fatalf("a redirect is permanent: %v (want tried again)", err)
+			}
+		})
 	}
 }

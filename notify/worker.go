@@ -27,7 +27,11 @@ var ErrPermanent = errors.New("permanent delivery failure")
 
 // Outbox is what the worker needs from the engine.
 type Outbox interface {
-	ClaimEvents(ctx context.Context, worker string, lease time.Duration, limit int) ([]ledger.OutboxEntry, error)
+	// ClaimSinkEvents claims up to limit of one sink's due entries,
+	// oldest first.
+	ClaimSinkEvents(ctx context.Context, sink, worker string, lease time.Duration, limit int) ([]ledger.OutboxEntry, error)
+	// OutboxSinks lists the sinks the outbox holds entries for.
+	OutboxSinks(ctx context.Context) ([]string, error)
 	EventDelivered(ctx context.Context, sink, eventID string) error
 	EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error
 }
@@ -76,10 +80,30 @@ type Worker struct {
 }
 
 // Run delivers until ctx ends, then returns once deliveries in progress
-// have finished.
+// have finished. Each sink has a loop of its own, claiming only its own
+// entries: a sink that hangs, is slow or has a backlog delays no other
+// sink's deliveries. Entries for a sink not in Sinks are swept now and then
+// by one more loop, which fails them until they are dead.
 func (w *Worker) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for sink := range w.Sinks {
+		wg.Go(func() {
+			w.loop(ctx, w.poll(), func(ctx context.Context) (int, error) { return w.runSink(ctx, sink) })
+		})
+	}
+	wg.Go(func() { w.loop(ctx, w.poll()*orphanSweepPolls, w.sweepOrphans) })
+	wg.Wait()
+}
+
+// orphanSweepPolls is how many polls apart the entries of sinks that are
+// not configured are looked for.
+const orphanSweepPolls = 10
+
+// loop runs once until ctx ends, again at once while it finds work and
+// after idle when it found none or failed.
+func (w *Worker) loop(ctx context.Context, idle time.Duration, once func(context.Context) (int, error)) {
 	for {
-		n, err := w.RunOnce(ctx)
+		n, err := once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -92,43 +116,89 @@ func (w *Worker) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(w.poll()):
+		case <-time.After(idle):
 		}
 	}
 }
 
 // RunOnce claims what is due, delivers it and records each result; it
-// returns how many entries it handled. Sinks are served in parallel, and
-// each sink's entries one after another in the order they were recorded
-// (event ids sort by time), so that a sink hears of a request before its
-// decision.
+// returns how many entries it handled. Sinks are served in parallel, each
+// claiming a batch of its own entries, and each sink's entries one after
+// another in the order they were recorded (event ids sort by time), so
+// that a sink hears of a request before its decision. Entries for sinks
+// not in Sinks are failed.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+		errs  []error
+	)
+	add := func(n int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		total += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for sink := range w.Sinks {
+		wg.Go(func() { add(w.runSink(ctx, sink)) })
+	}
+	wg.Go(func() { add(w.sweepOrphans(ctx)) })
+	wg.Wait()
+	return total, errors.Join(errs...)
+}
+
+// runSink claims a batch of sink's due entries and delivers them in order.
+func (w *Worker) runSink(ctx context.Context, sink string) (int, error) {
 	lease := w.timeout()*2 + 5*time.Second
 	claimed := time.Now()
-	entries, err := w.Outbox.ClaimEvents(ctx, w.name(), lease, defaultBatch)
-	if err != nil || len(entries) == 0 {
+	list, err := w.Outbox.ClaimSinkEvents(ctx, sink, w.name(), lease, defaultBatch)
+	if err != nil || len(list) == 0 {
 		return 0, err
 	}
-	bySink := map[string][]ledger.OutboxEntry{}
-	for _, en := range entries {
-		bySink[en.Sink] = append(bySink[en.Sink], en)
+	slices.SortFunc(list, func(a, b ledger.OutboxEntry) int { return strings.Compare(a.Event.ID, b.Event.ID) })
+	for _, en := range list {
+		if ctx.Err() != nil {
+			// Stopping: the rest are claimed again when the claim runs
+			// out (at once by the next run of a process of its own).
+			break
+		}
+		if time.Since(claimed) > lease-w.timeout() {
+			// A slow sink: the rest would outlive the claim and be sent
+			// twice; they are claimed again once it ends.
+			break
+		}
+		w.deliver(en)
 	}
-	var wg sync.WaitGroup
-	for _, list := range bySink {
-		slices.SortFunc(list, func(a, b ledger.OutboxEntry) int { return strings.Compare(a.Event.ID, b.Event.ID) })
-		wg.Go(func() {
-			for _, en := range list {
-				if time.Since(claimed) > lease-w.timeout() {
-					// A slow sink: the rest would outlive the claim and
-					// be sent twice; they are claimed again once it ends.
-					return
-				}
-				w.deliver(en)
+	return len(list), nil
+}
+
+// sweepOrphans fails the due entries of sinks that are not configured (a
+// sink removed from the config), until they are dead.
+func (w *Worker) sweepOrphans(ctx context.Context) (int, error) {
+	sinks, err := w.Outbox.OutboxSinks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, sink := range sinks {
+		if _, ok := w.Sinks[sink]; ok {
+			continue
+		}
+		for ctx.Err() == nil {
+			n, err := w.runSink(ctx, sink)
+			total += n
+			if err != nil {
+				return total, err
 			}
-		})
+			if n == 0 {
+				break
+			}
+		}
 	}
-	wg.Wait()
-	return len(entries), nil
+	return total, nil
 }
 
 // deliver sends one entry and records the outcome. It runs on a context of

@@ -23,6 +23,9 @@ import (
 // button clicks (the Request URL of the app's Interactivity settings).
 const SlackInteractivityPath = "/slack/interactivity"
 
+// slackAPITimeout bounds one call to Slack's Web API.
+const slackAPITimeout = 15 * time.Second
+
 // notifier is serve's notification delivery: the outbox worker and each
 // Slack sink's interactivity listener. It runs while serve does; stop ends
 // it before the ledger closes.
@@ -63,7 +66,9 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			if err != nil {
 				return fail(fmt.Errorf("notify sink %s: %w", s.Name, err))
 			}
-			var opts []slack.Option
+			// A Slack API call that hangs must not hold a delivery (the
+			// worker bounds it too) or a click's group lookup.
+			opts := []slack.Option{slack.OptionHTTPClient(&http.Client{Timeout: slackAPITimeout})}
 			if s.APIURL != "" {
 				opts = append(opts, slack.OptionAPIURL(strings.TrimSuffix(s.APIURL, "/")+"/"))
 			}
@@ -86,9 +91,13 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			}
 			listeners = append(listeners, ln)
 			mux := http.NewServeMux()
-			mux.Handle("POST "+SlackInteractivityPath, &notify.SlackInteractions{Engine: eng, SigningSecret: signing, Deciders: deciders,
-				DeciderGroups: s.DeciderGroups, Client: client, Logger: log})
-			n.servers = append(n.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+			mux.Handle("POST "+SlackInteractivityPath, &notify.SlackInteractions{Engine: eng, Sink: s.Name, Refs: eng,
+				SigningSecret: signing, Deciders: deciders, DeciderGroups: s.DeciderGroups, Client: client, Logger: log})
+			// The listener faces the internet: no request, response or idle
+			// connection is kept open for long, and headers are bounded.
+			n.servers = append(n.servers, &http.Server{Handler: mux,
+				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+				IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 			if loopback.Is(s.Listen) {
 				log.Info("slack interactivity on loopback: expose it to Slack through your ingress", "sink", s.Name, "listen", ln.Addr().String())
 			}

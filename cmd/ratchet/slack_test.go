@@ -97,6 +97,7 @@ notify:
 
 	clickAs := func(user string, at time.Time) int {
 		payload, _ := json.Marshal(map[string]any{"type": "block_actions", "user": map[string]any{"id": user},
+			"container": map[string]any{"type": "message", "message_ts": "1700000000.000001", "channel_id": "C0APPROVE"},
 			"actions": []map[string]any{{"action_id": notify.ActionApprove, "block_id": "ratchet:" + ask["approval_id"].(string),
 				"value": ask["approval_id"], "type": "button"}}})
 		body := "payload=" + url.QueryEscape(string(payload))

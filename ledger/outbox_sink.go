@@ -1,0 +1,92 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+)
+
+// Per-sink claims. A delivery worker runs a loop per sink, each claiming
+// only its own sink's entries, so that a sink that hangs or has a backlog
+// never fills the claims of the others (ClaimEvents claims in key order,
+// sink first).
+
+// ClaimSinkEvents is ClaimEvents for the entries of one sink: it claims up
+// to limit of sink's outbox entries due now, oldest first, for worker, for
+// lease, and returns them.
+func (e *Engine) ClaimSinkEvents(ctx context.Context, sink, worker string, lease time.Duration, limit int) ([]OutboxEntry, error) {
+	var due [][]byte
+	now := e.clock.Now()
+	err := e.view(ctx, func(r Reader) error {
+		return r.Scan(prefix(kindOutbox, sink), nil, func(k, v []byte) (bool, error) {
+			var en OutboxEntry
+			if err := decodeJSON(v, &en); err != nil {
+				return false, err
+			}
+			if en.claimable(now) {
+				due = append(due, k)
+			}
+			return len(due) < limit, nil
+		})
+	})
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		var got []OutboxEntry
+		for _, k := range due {
+			var en OutboxEntry
+			if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			if !en.claimable(now) {
+				continue
+			}
+			en.ClaimedBy, en.ClaimedUntil = worker, now.Add(lease)
+			if err := setJSON(t, k, &en); err != nil {
+				return nil, err
+			}
+			got = append(got, en)
+		}
+		return got, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]OutboxEntry), nil
+}
+
+// OutboxSinks lists the sinks the outbox holds entries for (due or not,
+// dead or not), in order, seeking past each sink's entries rather than
+// reading them: a worker finds there the entries of a sink it has no
+// loop for (one removed from the config).
+func (e *Engine) OutboxSinks(ctx context.Context) ([]string, error) {
+	var sinks []string
+	base := prefix(kindOutbox)
+	var start []byte
+	for {
+		var next string
+		found := false
+		err := e.view(ctx, func(r Reader) error {
+			return r.Scan(base, start, func(k, _ []byte) (bool, error) {
+				rest := k[len(base):]
+				if i := bytes.IndexByte(rest, 0); i >= 0 {
+					rest = rest[:i]
+				}
+				next, found = string(rest), true
+				return false, nil
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return sinks, nil
+		}
+		sinks = append(sinks, next)
+		start = append(key(kindOutbox, next), 1) // past every key(kindOutbox, next, …)
+	}
+}
