@@ -264,3 +264,29 @@ func TestAuditRecordsOutliveTheirEffectsAndThenGo(t *testing.T) {
 		t.Fatalf("what is left: %v", brk)
 	}
 }
+
+// TestEachSinkClaimsOnlyItsOwnEntries: the per-sink claim (one delivery
+// loop a sink, so a slow sink delays no other) takes only that sink's
+// entries, a sink named "a" none of sink "ab"'s, and OutboxSinks lists the
+// sinks that have any.
+func TestEachSinkClaimsOnlyItsOwnEntries(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.eng.Close(context.Background())
+	h.route = func(ledger.Event) []string { return []string{"a", "ab"} }
+	h.open()
+	ctx := context.Background()
+	h.beginWant(pay("sink:1", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
+	sinks, err := h.eng.OutboxSinks(ctx)
+	if err != nil || len(sinks) != 2 || sinks[0] != "a" || sinks[1] != "ab" {
+		t.Fatalf("sinks: %v %v", sinks, err)
+	}
+	for _, sink := range []string{"a", "ab"} {
+		es, err := h.eng.ClaimSinkEvents(ctx, sink, "w", time.Minute, 10)
+		if err != nil || len(es) != 1 || es[0].Sink != sink {
+			t.Fatalf("sink %s claimed %+v %v", sink, es, err)
+		}
+	}
+	if es, _ := h.eng.ClaimSinkEvents(ctx, "a", "w", time.Minute, 10); len(es) != 0 {
+		t.Fatalf("claimed twice: %+v", es)
+	}
+}

@@ -128,6 +128,9 @@ type harness struct {
 	schema string // postgres only
 	// auditRetention is the engine's Options.AuditRetention.
 	auditRetention time.Duration
+	// route, when set, is the engine's Options.Route (default: every
+	// notification to "test-sink").
+	route func(ledger.Event) []string
 	// wrap, when set, wraps the Badger store the next opens use.
 	wrap func(*badgerstore.Store) ledger.Store
 	obs  ledger.Observer // nil: none
@@ -250,7 +253,7 @@ func (h *harness) open() {
 	var err error
 	h.eng, err = ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock,
 		Defaults: h.defs, Logger: h.logger, Observer: h.obs, ReapInterval: -1, PurgeInterval: -1,
-		Audit: true, AuditRetention: h.auditRetention, Route: func(ledger.Event) []string { return []string{"test-sink"} },
+		Audit: true, AuditRetention: h.auditRetention, Route: h.routeOrDefault(),
 		BudgetThresholds: h.thresholds})
 	if err != nil {
 		h.t.Fatal(err)
@@ -326,3 +329,10 @@ func pay(key, counterparty string, cost int64) ledger.BeginRequest {
 }
 
 func itoa(v int64) string { b, _ := json.Marshal(v); return string(b) }
+
+func (h *harness) routeOrDefault() func(ledger.Event) []string {
+	if h.route != nil {
+		return h.route
+	}
+	return func(ledger.Event) []string { return []string{"test-sink"} }
+}
