@@ -422,6 +422,7 @@ func (e *Engine) commit(batch []*op) []*op {
 			if e.cache != nil {
 				e.cache.clear()
 			}
+			e.fired = nil // it may hold what the discarded run wrote
 		}
 		batch = e.take(batch)
 		var err error
@@ -550,6 +551,7 @@ func (e *Engine) fail(batch []*op, err error) {
 	if e.cache != nil {
 		e.cache.clear()
 	}
+	e.fired = nil // it may hold what the batch that was not written wrote
 	e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
 	e.obs.WriteFailed("commit", len(batch))
 	answerAll(batch, &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err})
