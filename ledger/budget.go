@@ -307,6 +307,34 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 	return true, t.Set(u.key, u.rec.encode())
 }
 
+// admitSpent makes room in the ceiling for money already spent (an
+// operator recording that an action happened): like admit, but past the
+// limit if need be. On a shared store the share's grant grows by what it
+// needs, whatever the pool has free, so that every share still counts no
+// more than its grant and the pool's grants cover every share: the pool
+// is then over its limit and every replica refuses until the window frees
+// it. On an exclusive store the counter simply counts past the limit.
+func (u *ceilingUse) admitSpent(t *opTxn, now time.Time) error {
+	if ok, err := u.admit(t, now); err != nil || ok || u.pool == nil {
+		return err
+	}
+	// What this share itself counts (a refused admit left u.counted the
+	// sum over every share).
+	need := satAdd(u.rec.counted(u.c, now), u.amount) - u.rec.Grant
+	if need <= 0 {
+		return nil
+	}
+	u.rec.Grant += need
+	u.pool.Grant += need
+	if !slices.Contains(u.pool.Shares, u.rec.Replica) {
+		u.pool.Shares = append(u.pool.Shares, u.rec.Replica)
+	}
+	if err := t.Set(u.poolKey, u.pool.encode()); err != nil {
+		return err
+	}
+	return t.Set(u.key, u.rec.encode())
+}
+
 // reclaim shrinks the grant of every other share of the pool to what it
 // counts now, forgets shares that are gone, and returns what the ceiling
 // counts in all: the pool's buckets and every share.

@@ -653,3 +653,51 @@ func TestAnAgentWhoseTokenFixesItsIDUnwindsOnlyItsOwnGroups(t *testing.T) {
 		t.Fatalf("the owner's unwind: %+v %v", res, err)
 	}
 }
+
+// TestAnOperatorOverturnsALateFailedReport: the agent reports an attempt
+// failed after its lease ran out (releasing its spend); the operator finds
+// it at the vendor: succeeded counts the spend again (past the limit if
+// need be) and later begins are duplicates. Only an operator, only for
+// such a late word, only while no new attempt began.
+func TestAnOperatorOverturnsALateFailedReport(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	req := pay("late", "acct_1", 90_000_000)
+	req.LeaseSeconds = 10
+	r := h.beginWant(req, ledger.DecisionExecute)
+	h.clock.Advance(time.Minute)
+	h.report(r.EffectID, ledger.OutcomeFailed) // late, and false
+	if got := counted(t, h, "daily-spend"); got != 0 {
+		t.Fatalf("after the late failed report daily-spend counts %d", got)
+	}
+	// Spend what is left of the ceiling meanwhile.
+	for i := range 5 {
+		s := h.beginWant(pay("other:"+itoa(int64(i)), "acct_"+itoa(int64(i+2)), 90_000_000), ledger.DecisionExecute)
+		h.report(s.EffectID, ledger.OutcomeSucceeded)
+	}
+	// The agent cannot overturn it; the operator can.
+	_, err := h.eng.Resolve(ctx, ledger.ResolveRequest{Namespace: "default", EffectID: r.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "agent:bot"})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+	eff, err := h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: r.EffectID, Resolution: ledger.OutcomeSucceeded, VendorReference: "pi_found", ResolvedBy: "admin:alice", Note: "seen in the dashboard"})
+	if err != nil || eff.State != ledger.StateSucceeded {
+		t.Fatalf("the operator's overturn: %+v %v", eff, err)
+	}
+	if got := counted(t, h, "daily-spend"); got != 6*90_000_000 {
+		t.Fatalf("daily-spend counts %d after the overturn, want %d (past the 500000000 limit: it was spent)", got, 6*90_000_000)
+	}
+	if d := h.beginWant(req, ledger.DecisionDuplicate); d.VendorReference != "pi_found" {
+		t.Fatalf("after the overturn: %+v", d)
+	}
+	// The ceiling, over its limit, refuses what comes next.
+	if d := h.beginWant(pay("next", "acct_8", 1), ledger.DecisionDenied); d.Reason != ledger.ReasonBudgetExceeded {
+		t.Fatalf("next: %+v", d)
+	}
+	if w := h.beginWant(email("clean", "bot"), ledger.DecisionExecute).IntegrationWarning; w != nil {
+		t.Fatalf("the mark stayed: %+v", w)
+	}
+	// A timely failed report is the agent's word: no overturn.
+	timely := h.beginWant(email("timely", "bot2"), ledger.DecisionExecute)
+	h.report(timely.EffectID, ledger.OutcomeFailed)
+	_, err = h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: timely.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "admin:alice"})
+	wantCode(t, err, ledger.CodeInvalidStateTransition)
+}

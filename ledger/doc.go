@@ -93,10 +93,11 @@
 //     the effect was settled only clears it. An effect still marked is kept
 //     from retention. The mark counts against the agent whose attempt's
 //     lease ran out, and a report or resolve of a lease that ran out before
-//     the reaper got to it marks it all the same. An operator cannot yet
-//     overturn an agent's late report (a late failed that the vendor shows
-//     succeeded): vendor settlement is where reports meet the vendor's
-//     record.
+//     the reaper got to it marks it all the same. An operator may overturn
+//     an agent's late failed (the vendor shows the action happened): the
+//     effect succeeds and its spend is counted again, past a ceiling's
+//     limit if need be (overturnLateFailure); a timely failed is the
+//     agent's word and stands.
 //   - The group an effect joined at its first begin decides whether a
 //     retry is denied as group_unwinding, whatever group_key the retry
 //     sends.

@@ -147,6 +147,8 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		case settled:
 			v := rec.view(now)
 			return &v, nil // already settled that way: a no-op
+		case operator && rec.State == StateFailed && want == StateSucceeded && !rec.UnreportedAt.IsZero() && rec.Reservations == nil:
+			return e.overturnLateFailure(t, rec, &req, now)
 		case rec.State == StatePending && now.Before(*rec.LeaseExpiresAt):
 			return nil, newErr(CodeInvalidStateTransition, "effect %s is in flight until %s; only an effect whose outcome is unknown can be resolved", rec.EffectID, rec.LeaseExpiresAt.Format(time.RFC3339))
 		case rec.State != StatePending && rec.State != StateIndeterminate:
@@ -176,6 +178,50 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 	eff := v.(*Effect)
 	e.log.Info("resolve", "namespace", eff.Namespace, "effect_id", eff.EffectID, "state", eff.State, "by", eff.ResolvedBy)
 	return eff, nil
+}
+
+// overturnLateFailure records an operator's finding that an attempt its
+// agent reported (or resolved) failed only after its lease had run out did
+// happen: the vendor shows it. The agent's late word released its spend and
+// freed the key; the operator's succeeded counts the spend again, now, in
+// every ceiling that applies (past its limit if need be: the money is
+// spent, and the ceiling then refuses what comes next), and makes later
+// begins duplicates. Only while the effect is still that failed attempt (no
+// new attempt began, nothing holds a reservation) and still marked as an
+// unreported expiry: a timely report is the agent's to make.
+func (e *Engine) overturnLateFailure(t *opTxn, rec *effectRec, req *ResolveRequest, now time.Time) (*Effect, error) {
+	in := &beginInput{req: BeginRequest{Namespace: rec.Namespace, EffectType: rec.EffectType, AgentID: rec.owner(),
+		RunID: rec.RunID, EstimatedCostMicros: rec.EstimatedCostMicros}, dims: rec.Dimensions,
+		pol: e.policy.forType(rec.EffectType), replica: e.replica}
+	if rec.ActualCostMicros != nil {
+		in.req.EstimatedCostMicros = rec.ActualCostMicros
+	}
+	uses, err := ceilingsFor(t, in, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range uses {
+		if err := u.admitSpent(t, now); err != nil {
+			return nil, err
+		}
+	}
+	if rec.Reservations, err = reserve(t, uses, now); err != nil {
+		return nil, err
+	}
+	if err := e.clearUnreported(t, rec); err != nil {
+		return nil, err
+	}
+	rec.State, rec.Error = StateSucceeded, ""
+	rec.ResolvedBy, rec.ResolutionNote = req.ResolvedBy, req.Note
+	rec.Result, rec.VendorReference, rec.CompletedAt = req.Result, req.VendorReference, &now
+	if err := e.putEffect(t, rec, now); err != nil {
+		return nil, err
+	}
+	ev := effectEvent(EventEffectResolved, rec)
+	ev.Actor, ev.Reason, ev.CostMicros = rec.ResolvedBy, "overturned a late failed report", in.req.EstimatedCostMicros
+	t.emit(ev)
+	v := rec.view(now)
+	return &v, nil
 }
 
 // byOperator reports whether the resolve comes from an operator (the admin
