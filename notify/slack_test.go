@@ -152,6 +152,7 @@ func TestASignedClickInSlackApprovesAndTheNextBeginExecutes(t *testing.T) {
 	start := time.Now()
 	ask := askApproval(t, eng, "order-1")
 	eventually(t, time.Second, "the request reaches Slack", func() bool { return len(fs.get()) == 1 })
+	posted(t, eng, ask.ApprovalID)
 	post := fs.get()[0]
 	t.Logf("reached Slack in %v", post.at.Sub(start))
 	if post.method != "chat.postMessage" || post.channel != "C0APPROVE" || !strings.Contains(post.text, "payment.charge") {
@@ -195,6 +196,7 @@ func TestForgedStaleOrUnauthorisedClicksChangeNothing(t *testing.T) {
 	eng, fs, interactions := slackSetup(t)
 	ask := askApproval(t, eng, "order-1")
 	eventually(t, time.Second, "the request reaches Slack", func() bool { return len(fs.get()) == 1 })
+	posted(t, eng, ask.ApprovalID)
 	cases := []struct {
 		name, secret, user string
 		at                 time.Time
@@ -453,4 +455,16 @@ func TestAFailedDeciderGroupLookupRefusesAndIsNotRepeatedAtOnce(t *testing.T) {
 	if fs.groupLookups > 2 { // S0APPROVERS then S0BROKEN, once
 		t.Fatalf("%d group lookups for four clicks, want one lookup of the groups", fs.groupLookups)
 	}
+}
+
+// posted waits until the sink has recorded the message it posted for an
+// approval, which it does right after Slack answers the post: a click
+// before that cannot be bound to its message and is refused (403), so a
+// test that clicks as soon as the fake Slack saw the post would race it.
+func posted(t *testing.T, eng *ledger.Engine, approvalID string) {
+	t.Helper()
+	eventually(t, time.Second, "the posted message is recorded", func() bool {
+		_, err := eng.SinkRef(context.Background(), "slack", approvalID)
+		return err == nil
+	})
 }
