@@ -24,12 +24,16 @@ import (
 // the effect id and the vendor's status: never the path (it may hold a
 // customer's id), the body or a header's value.
 
-var tracer = otel.Tracer("github.com/ratchet-mcp/ratchet/proxy")
+// tracer is the global provider's tracer, asked for at each span: one kept
+// from package initialisation would stay bound to the first provider ever
+// set (otel's global delegation), and a later Setup (a test's second run)
+// would never see the proxy's spans.
+func tracer() trace.Tracer { return otel.Tracer("github.com/ratchet-mcp/ratchet/proxy") }
 
 // startSpan starts the span of one vendor request and returns r with it.
 func startSpan(r *http.Request, vendor string) (*http.Request, trace.Span) {
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := tracer.Start(ctx, "proxy "+vendor, trace.WithSpanKind(trace.SpanKindServer),
+	ctx, span := tracer().Start(ctx, "proxy "+vendor, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("vendor", vendor), attribute.String("http.request.method", r.Method)))
 	return r.WithContext(ctx), span
 }
@@ -52,7 +56,7 @@ func traced(rt http.RoundTripper, vendor string) http.RoundTripper {
 }
 
 func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, span := tracer.Start(req.Context(), t.vendor+" "+req.Method, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := tracer().Start(req.Context(), t.vendor+" "+req.Method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("vendor", t.vendor), attribute.String("http.request.method", req.Method)))
 	defer span.End()
 	if !span.SpanContext().IsValid() { // traces off: the caller's traceparent, if any, goes on as it came

@@ -219,7 +219,14 @@ func TestSocketOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if uid, ok := socketOwner(c.LocalAddr()); !ok || uid != os.Geteuid() {
+		// The kernel's socket table can lag a connection just made (in a
+		// sandboxed kernel especially): look for a moment.
+		uid, ok := socketOwner(c.LocalAddr())
+		for deadline := time.Now().Add(time.Second); !ok && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			uid, ok = socketOwner(c.LocalAddr())
+		}
+		if !ok || uid != os.Geteuid() {
 			t.Errorf("%s: the socket %v is owned by %d (found %v), want %d", network, c.LocalAddr(), uid, ok, os.Geteuid())
 		}
 		if _, ok := socketOwner(&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}); ok {
