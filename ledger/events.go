@@ -362,10 +362,17 @@ type OutboxEntry struct {
 // claimed by a live claim) for worker, for lease, and returns them. Claims
 // go through the writer, so of several replicas' workers one gets each.
 func (e *Engine) ClaimEvents(ctx context.Context, worker string, lease time.Duration, limit int) ([]OutboxEntry, error) {
+	return e.claimOutbox(ctx, prefix(kindOutbox), worker, lease, limit)
+}
+
+// claimOutbox claims up to limit due entries under pfx (the whole outbox,
+// or one sink's) for worker: found in a snapshot, then claimed through the
+// writer, where each is checked again.
+func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lease time.Duration, limit int) ([]OutboxEntry, error) {
 	var due [][]byte
 	now := e.clock.Now()
 	err := e.view(ctx, func(r Reader) error {
-		return r.Scan(prefix(kindOutbox), nil, func(k, v []byte) (bool, error) {
+		return r.Scan(pfx, nil, func(k, v []byte) (bool, error) {
 			var en OutboxEntry
 			if err := decodeJSON(v, &en); err != nil {
 				return false, err

@@ -3,7 +3,6 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"errors"
 	"time"
 )
 
@@ -16,47 +15,7 @@ import (
 // to limit of sink's outbox entries due now, oldest first, for worker, for
 // lease, and returns them.
 func (e *Engine) ClaimSinkEvents(ctx context.Context, sink, worker string, lease time.Duration, limit int) ([]OutboxEntry, error) {
-	var due [][]byte
-	now := e.clock.Now()
-	err := e.view(ctx, func(r Reader) error {
-		return r.Scan(prefix(kindOutbox, sink), nil, func(k, v []byte) (bool, error) {
-			var en OutboxEntry
-			if err := decodeJSON(v, &en); err != nil {
-				return false, err
-			}
-			if en.claimable(now) {
-				due = append(due, k)
-			}
-			return len(due) < limit, nil
-		})
-	})
-	if err != nil || len(due) == 0 {
-		return nil, err
-	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
-		var got []OutboxEntry
-		for _, k := range due {
-			var en OutboxEntry
-			if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
-				continue
-			} else if err != nil {
-				return nil, err
-			}
-			if !en.claimable(now) {
-				continue
-			}
-			en.ClaimedBy, en.ClaimedUntil = worker, now.Add(lease)
-			if err := setJSON(t, k, &en); err != nil {
-				return nil, err
-			}
-			got = append(got, en)
-		}
-		return got, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]OutboxEntry), nil
+	return e.claimOutbox(ctx, prefix(kindOutbox, sink), worker, lease, limit)
 }
 
 // OutboxSinks lists the sinks the outbox holds entries for (due or not,
