@@ -7,29 +7,12 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
+	"github.com/ratchet-mcp/ratchet/internal/tracingtest"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
-
-func inMemoryTraces(t *testing.T) *tracetest.InMemoryExporter {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	stop, err := tracing.Setup(context.Background(), tracing.Options{Exporter: exp, Syncer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stop(context.Background())
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	})
-	return exp
-}
 
 // traceparentHeader sends the agent's trace context on every HTTP request.
 type traceparentHeader struct{ tp string }
@@ -45,7 +28,7 @@ func (h traceparentHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 // call is a span "tools/call <tool>" in the caller's trace, the engine's
 // decision span is its child, and neither holds the arguments.
 func TestAToolCallIsASpanInTheCallersTrace(t *testing.T) {
-	exp := inMemoryTraces(t)
+	exp := tracingtest.InMemory(t)
 	eng := tracing.Engine{Engine: newEngine(t, &clock{})}
 	const trace1, trace2 = "0af7651916cd43dd8448eb211c80319c", "1bf7651916cd43dd8448eb211c80319d"
 	url := serveHTTP(t, eng, nil)
@@ -94,7 +77,7 @@ func TestAToolCallIsASpanInTheCallersTrace(t *testing.T) {
 // TestTheBridgePassesTheTraceOn: a call through the stdio bridge with a
 // traceparent in _meta is traced by the sidecar in the caller's trace.
 func TestTheBridgePassesTheTraceOn(t *testing.T) {
-	exp := inMemoryTraces(t)
+	exp := tracingtest.InMemory(t)
 	url := serveHTTP(t, tracing.Engine{Engine: newEngine(t, &clock{})}, nil)
 	srv, closeRemote, err := mcp.Bridge(context.Background(), func(ctx context.Context) (*sdk.ClientSession, error) {
 		return mcp.Connect(ctx, url, "", "test")

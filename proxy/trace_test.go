@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,35 +9,16 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
+	"github.com/ratchet-mcp/ratchet/internal/tracingtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
-
-// inMemoryTraces turns traces on for the test with the SDK's in-memory
-// exporter, and off again after it.
-func inMemoryTraces(t *testing.T) *tracetest.InMemoryExporter {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	stop, err := tracing.Setup(context.Background(), tracing.Options{Exporter: exp, Syncer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stop(context.Background())
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	})
-	return exp
-}
 
 // headerLog keeps the traceparent of every request sent upstream.
 type headerLog struct {
@@ -79,7 +59,7 @@ const (
 // call's span as parent, and no span attribute holds a payload or a
 // dimension value.
 func TestAProxiedStripeCallIsOneTraceFromAgentToVendor(t *testing.T) {
-	exp := inMemoryTraces(t)
+	exp := tracingtest.InMemory(t)
 	mock := stripemock.Start(t)
 	dir := t.TempDir()
 	eng := enginetest.Open(t, dir, ledger.Options{})

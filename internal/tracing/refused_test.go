@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
+	"github.com/ratchet-mcp/ratchet/internal/tracingtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -16,13 +15,7 @@ import (
 // the engine accepted, so what a caller puts in a refused field (any text,
 // any length) never reaches the trace backend.
 func TestARefusedRequestsFieldsNeverReachSpans(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	on := true
-	shutdown, err := tracing.Setup(context.Background(), tracing.Options{Enabled: &on, Exporter: exp, Syncer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
+	exp := tracingtest.InMemory(t)
 	dir := t.TempDir()
 	eng := enginetest.Open(t, dir, ledger.Options{})
 	te := tracing.Engine{Engine: eng}

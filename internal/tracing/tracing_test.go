@@ -7,14 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
+	"github.com/ratchet-mcp/ratchet/internal/tracingtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
@@ -74,16 +71,7 @@ func TestTheDecisionLogLineCarriesTheTraceID(t *testing.T) {
 }
 
 func TestIdempotencyKeysAreOnSpansOnlyWhenAskedFor(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	stop, err := tracing.Setup(context.Background(), tracing.Options{Exporter: exp, Syncer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stop(context.Background())
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	}()
+	exp := tracingtest.InMemory(t)
 	dir := t.TempDir()
 	st, _ := badgerstore.Open(dir, nil)
 	secret, _ := ledger.LoadOrCreateSecret(dir + "/hmac.key")
