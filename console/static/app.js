@@ -334,6 +334,14 @@ views.attention = () => {
 const STATES = ['', 'pending', 'succeeded', 'failed', 'indeterminate', 'awaiting_approval', 'approved', 'rejected', 'compensated'];
 const FIELDS = [['key', 'Idempotency key or effect id'], ['namespace', 'Namespace'], ['run_id', 'Run'], ['group_key', 'Group'], ['agent_id', 'Agent'], ['effect_type', 'Effect type (glob)']];
 
+// search navigates to path with a search form's filled fields as its query.
+function search(ev, form, path) {
+  ev.preventDefault();
+  const q = new URLSearchParams();
+  for (const el of form.elements) if (el.name && el.value) q.set(el.name, el.value);
+  navigate(path + (q.size ? '?' + q : ''));
+}
+
 views.effects = () => {
   let t, more, form, cursor;
   const params = () => new URLSearchParams(location.search);
@@ -342,12 +350,7 @@ views.effects = () => {
     title: 'Effects',
     mount(root) {
       const p = params();
-      form = h('form', { class: 'search', onsubmit: (ev) => {
-        ev.preventDefault();
-        const q = new URLSearchParams();
-        for (const el of form.elements) if (el.name && el.value) q.set(el.name, el.value);
-        navigate('/effects' + (q.size ? '?' + q : ''));
-      } },
+      form = h('form', { class: 'search', onsubmit: (ev) => search(ev, form, '/effects') },
       FIELDS.map(([name, label]) => h('label', null, label, h('input', { name, value: p.get(name) ?? '', type: 'search' }))),
       h('label', null, 'State', h('select', { name: 'state' }, STATES.map((s) => h('option', { value: s, selected: p.get('state') === s }, s || 'any')))),
       h('button', { type: 'submit' }, 'Search'));
@@ -500,12 +503,7 @@ views.groups = () => {
     title: 'Groups',
     mount(root) {
       const p = params();
-      form = h('form', { class: 'search', onsubmit: (ev) => {
-        ev.preventDefault();
-        const q = new URLSearchParams();
-        for (const el of form.elements) if (el.name && el.value) q.set(el.name, el.value);
-        navigate('/groups' + (q.size ? '?' + q : ''));
-      } },
+      form = h('form', { class: 'search', onsubmit: (ev) => search(ev, form, '/groups') },
       h('label', null, 'Namespace', h('input', { name: 'namespace', value: p.get('namespace') ?? '', type: 'search', placeholder: 'default' })),
       h('label', null, 'Group key', h('input', { name: 'group_key', value: p.get('group_key') ?? '', type: 'search' })),
       h('button', { type: 'submit' }, 'Show'));
