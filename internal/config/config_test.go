@@ -44,27 +44,37 @@ func problems(t *testing.T, file string) []Problem {
 	return ce.Problems
 }
 
+// wantProblem is a problem a broken file must report: its line, its path
+// and part of its message.
+type wantProblem struct {
+	line int
+	path string
+	msg  string
+}
+
+// wantProblems checks probs are exactly want, in order.
+func wantProblems(t *testing.T, probs []Problem, want []wantProblem) {
+	t.Helper()
+	if len(probs) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%+v", len(probs), len(want), probs)
+	}
+	for i, w := range want {
+		p := probs[i]
+		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
+			t.Errorf("problem %d: got %d %s %q, want %d %s %q", i, p.Line, p.Path, p.Message, w.line, w.path, w.msg)
+		}
+	}
+}
+
 func TestErrorsNameTheLine(t *testing.T) {
 	probs := problems(t, "testdata/broken.yaml")
-	want := []struct {
-		line int
-		path string
-		msg  string
-	}{
+	want := []wantProblem{
 		{5, "policies[0].ceilings[0].limit_micros", "must be >= 0"},
 		{6, "policies[0].ceilings[1].window", "not a duration"},
 		{7, "policies[0].ceilings[2].per", "must be global, agent, run or dimension:<name>"},
 		{8, "policies[1].match", "not a valid glob"},
 	}
-	if len(probs) != len(want) {
-		t.Fatalf("got %d problems: %+v", len(probs), probs)
-	}
-	for i, w := range want {
-		p := probs[i]
-		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
-			t.Errorf("problem %d = %+v, want line %d %s %q", i, p, w.line, w.path, w.msg)
-		}
-	}
+	wantProblems(t, probs, want)
 	err := (&Error{File: "broken.yaml", Problems: probs}).Error()
 	if !strings.HasPrefix(err, "broken.yaml:5: policies[0].ceilings[0].limit_micros: must be >= 0") {
 		t.Fatalf("message: %s", err)

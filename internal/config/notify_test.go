@@ -2,7 +2,6 @@ package config
 
 import (
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -30,11 +29,7 @@ func TestANotifyBlockLoads(t *testing.T) {
 
 func TestNotifyProblemsNameTheLine(t *testing.T) {
 	probs := problems(t, "testdata/notify_broken.yaml")
-	want := []struct {
-		line int
-		path string
-		msg  string
-	}{
+	want := []wantProblem{
 		{2, "notify.max_attempts", "at least 1"},
 		{19, "notify.budget_thresholds[1]", "at most 1"},
 		{6, "notify.sinks[0].url", "not an http(s) URL"},
@@ -49,15 +44,7 @@ func TestNotifyProblemsNameTheLine(t *testing.T) {
 		{17, "notify.routes[0].sinks[1]", "not the name of a sink"},
 		{18, "notify.routes[0].events[0]", "not a notification event"},
 	}
-	if len(probs) != len(want) {
-		t.Fatalf("got %d problems, want %d:\n%+v", len(probs), len(want), probs)
-	}
-	for i, w := range want {
-		p := probs[i]
-		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
-			t.Errorf("problem %d: got %d %s %q, want %d %s %q", i, p.Line, p.Path, p.Message, w.line, w.path, w.msg)
-		}
-	}
+	wantProblems(t, probs, want)
 }
 
 func TestReadSecretFromAFileOrTheEnvironment(t *testing.T) {

@@ -30,11 +30,7 @@ func TestAWebhooksBlockLoads(t *testing.T) {
 
 func TestWebhooksProblemsNameTheLine(t *testing.T) {
 	probs := problems(t, "testdata/webhooks_broken.yaml")
-	want := []struct {
-		line int
-		path string
-		msg  string
-	}{
+	want := []wantProblem{
 		{1, "webhooks.listen", "is required with a vendor"},
 		{2, "webhooks.tolerance", "not a positive duration"},
 		{3, "webhooks.stripe", "both secret_file and secret_env"},
@@ -48,15 +44,7 @@ func TestWebhooksProblemsNameTheLine(t *testing.T) {
 		{16, "recovery.vendors[3]", "listed twice"},
 		{17, "recovery.interval", "not a positive duration"},
 	}
-	if len(probs) != len(want) {
-		t.Fatalf("got %d problems, want %d:\n%+v", len(probs), len(want), probs)
-	}
-	for i, w := range want {
-		p := probs[i]
-		if p.Line != w.line || p.Path != w.path || !strings.Contains(p.Message, w.msg) {
-			t.Errorf("problem %d: got %d %s %q, want %d %s %q", i, p.Line, p.Path, p.Message, w.line, w.path, w.msg)
-		}
-	}
+	wantProblems(t, probs, want)
 }
 
 func TestReadSecretsOneALine(t *testing.T) {
