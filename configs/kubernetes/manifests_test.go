@@ -5,14 +5,11 @@
 package kubernetes_test
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net"
-	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -85,21 +82,7 @@ func mib(t *testing.T, q string) int {
 }
 
 func TestSidecarManifests(t *testing.T) {
-	b, err := os.ReadFile("ratchet-sidecar.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := map[string]obj{}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	for {
-		var d obj
-		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		docs[str(d["kind"])+"/"+str(get(d, "metadata", "name"))] = d
-	}
+	docs := readDocs(t, "ratchet-sidecar.yaml")
 	secret, cm, pvc := docs["Secret/ratchet-secrets"], docs["ConfigMap/ratchet-config"], docs["PersistentVolumeClaim/ratchet-ledger"]
 	dep := docs["Deployment/checkout-agent"]
 	if secret == nil || cm == nil || pvc == nil || dep == nil {
@@ -138,7 +121,7 @@ func TestSidecarManifests(t *testing.T) {
 	raw := str(get(cm, "data", path.Base(cfgPath)))
 	// As shipped, the token hashes are placeholders that refuse to start,
 	// each saying how to make the real one; nothing else is wrong.
-	_, err = config.Parse(strings.NewReader(raw), "configmap ratchet.yaml")
+	_, err := config.Parse(strings.NewReader(raw), "configmap ratchet.yaml")
 	var ce *config.Error
 	if !errors.As(err, &ce) || len(ce.Problems) != 2 {
 		t.Fatalf("the embedded config as shipped must fail on its two token placeholders: %v", err)
