@@ -391,9 +391,10 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 func (r *counterRec) money() bool { return r.Unit == "micros" }
 
 // settle replaces what each money reservation holds with actual (report
-// succeeded with actual_cost_micros); count reservations are unchanged.
-func settle(t *opTxn, rec *effectRec, actual int64) error {
-	return adjustReservations(t, rec, func(r *reservation, c *counterRec) (int64, int64) {
+// succeeded with actual_cost_micros, or a vendor's record); count
+// reservations are unchanged.
+func settle(t *opTxn, p *policy, rec *effectRec, actual int64, now time.Time) error {
+	return adjustReservations(t, p, rec, now, func(r *reservation, c *counterRec) (int64, int64) {
 		if !c.money() {
 			return 0, 0
 		}
@@ -404,15 +405,15 @@ func settle(t *opTxn, rec *effectRec, actual int64) error {
 }
 
 // release gives back everything the effect holds (failed, resolved failed).
-func release(t *opTxn, rec *effectRec) error {
-	err := adjustReservations(t, rec, func(r *reservation, _ *counterRec) (int64, int64) {
+func release(t *opTxn, p *policy, rec *effectRec, now time.Time) error {
+	err := adjustReservations(t, p, rec, now, func(r *reservation, _ *counterRec) (int64, int64) {
 		return -r.Amount, -r.Count
 	})
 	rec.Reservations = nil
 	return err
 }
 
-func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterRec) (int64, int64)) error {
+func adjustReservations(t *opTxn, p *policy, rec *effectRec, now time.Time, f func(*reservation, *counterRec) (int64, int64)) error {
 	for i := range rec.Reservations {
 		r := &rec.Reservations[i]
 		k := []byte(r.Counter)
@@ -428,11 +429,73 @@ func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterR
 			continue
 		}
 		c.adjust(r.Bucket, da, dc)
+		if da > 0 || dc > 0 {
+			if err := cover(t, p, k, &c, now); err != nil {
+				return err
+			}
+		}
 		if err := t.Set(k, c.encode()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cover keeps the promise of "Shares" once a settlement made the counter c,
+// stored at k, count more than it did when its units were granted (an
+// effect that cost more than its estimate, or that reserved nothing and was
+// settled by the vendor's record): every unit counted anywhere must be
+// covered by the pool's grants, or the other replicas would go on granting
+// within grants the limit no longer has room for. A share's grant grows to
+// what it counts, and the pool's with it; when the pool then grants more
+// than its limit leaves, every other share gives back what it does not
+// count (reclaim), so that each replica's next begin asks the pool and is
+// decided on the exact sum, as one engine decides. An exclusive store's
+// counter is exact already. The caller writes c.
+func cover(t *opTxn, p *policy, k []byte, c *counterRec, now time.Time) error {
+	if c.Replica == "" && c.Grant == 0 && len(c.Shares) == 0 {
+		return nil // an exclusive store's counter (or a pool that granted nothing)
+	}
+	cc := c.ceiling(p)
+	u := &ceilingUse{c: cc, key: k, rec: c, pool: c, poolKey: k}
+	if c.Replica == "" {
+		// A pool counting buckets of its own (a ledger written before
+		// shares): no share of its own takes part in reclaim.
+		u.rec = &counterRec{}
+	} else {
+		counted := c.counted(cc, now)
+		if counted <= c.Grant {
+			return nil
+		}
+		u.poolKey, u.pool, u.counted = c.poolKey(k), &counterRec{}, counted
+		if err := getCounter(t, u.poolKey, u.pool); errors.Is(err, ErrNotFound) {
+			// A share whose begins reserved nothing never asked a pool.
+			*u.pool = counterRec{Namespace: c.Namespace, Ceiling: c.Ceiling, Per: c.Per, Scope: c.Scope, RunID: c.RunID,
+				Unit: c.Unit, Limit: c.Limit, Window: c.Window}
+		} else if err != nil {
+			return err
+		}
+		u.pool.Grant = satAdd(u.pool.Grant, counted-c.Grant)
+		c.Grant = counted
+		if !slices.Contains(u.pool.Shares, c.Replica) {
+			u.pool.Shares = append(u.pool.Shares, c.Replica)
+		}
+	}
+	if satAdd(u.pool.counted(cc, now), u.pool.Grant) <= cc.limit {
+		return t.Set(u.poolKey, u.pool.encode())
+	}
+	_, err := u.reclaim(t, now)
+	return err
+}
+
+// ceiling returns the policy's ceiling the counter counts for, or, one no
+// longer in the policy, the ceiling as the counter recorded it.
+func (r *counterRec) ceiling(p *policy) *ceiling {
+	if c, ok := p.ceiling(r.Ceiling); ok {
+		return c
+	}
+	w, _ := parseWindow(r.Window)
+	return &ceiling{Ceiling: Ceiling{Name: r.Ceiling, Per: r.Per, Window: r.Window}, window: w, limit: r.Limit, money: r.money()}
 }
 
 // Counters are the hottest records (every begin reads and writes each
