@@ -114,7 +114,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		h, e := fleet(t, globalCeiling(100, "1h"), 2)
 		a := fleetBeginWant(t, e[0], spend("a", "bot", "x", 10), ledger.DecisionExecute)
 		fleetBeginWant(t, e[1], spend("b", "bot", "x", 5), ledger.DecisionExecute) // its share takes more than 5
-		fleetReport(t, e[1], a, ledger.OutcomeSucceeded, i64(90))                 // reported through the other one
+		fleetReport(t, e[1], a, ledger.OutcomeSucceeded, i64(90))                  // reported through the other one
 		fleetBeginWant(t, e[1], spend("c", "bot", "x", 6), ledger.DecisionDenied)  // 90 + 5 + 6 > 100
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 6), ledger.DecisionDenied)
 		fleetBeginWant(t, e[1], spend("e", "bot", "x", 5), ledger.DecisionExecute)
