@@ -159,6 +159,46 @@ func (d *Doc) walk(prose func(n int, line string), code func(s Snippet)) {
 	}
 }
 
+var (
+	blockStartRe = regexp.MustCompile(`^\s*([-*+] |\d+\. |\||#|>)`)
+	oneLineRe    = regexp.MustCompile(`^\s*(\||#)`)
+)
+
+// paragraphs calls fn for each paragraph of prose (a list item, a table
+// row and a heading are each one), with the line it starts on and its
+// text, lines joined by spaces: a code span or a link may wrap. at turns
+// an offset in text back into a line.
+func (d *Doc) paragraphs(fn func(text string, at func(off int) int)) {
+	var start int
+	var lines []string
+	flush := func() {
+		if len(lines) == 0 {
+			return
+		}
+		joined := strings.Join(lines, "\n")
+		first := start
+		fn(strings.ReplaceAll(joined, "\n", " "), func(off int) int { return first + strings.Count(joined[:off], "\n") })
+		lines = nil
+	}
+	last := -1
+	d.walk(func(n int, line string) {
+		if strings.TrimSpace(line) == "" || n != last+1 || blockStartRe.MatchString(line) {
+			flush()
+		}
+		if strings.TrimSpace(line) != "" {
+			if len(lines) == 0 {
+				start = n
+			}
+			lines = append(lines, line)
+		}
+		if oneLineRe.MatchString(line) {
+			flush() // a heading or table row is a paragraph of its own
+		}
+		last = n
+	}, nil)
+	flush()
+}
+
 // Snippets returns the fenced code blocks.
 func (d *Doc) Snippets() []Snippet {
 	var out []Snippet
@@ -168,15 +208,15 @@ func (d *Doc) Snippets() []Snippet {
 
 var codeSpanRe = regexp.MustCompile("(`+)(.+?)(`+)")
 
-// codeSpans returns the code spans of one line of prose.
-func codeSpans(line string) []string {
-	var out []string
-	for _, m := range codeSpanRe.FindAllStringSubmatch(line, -1) {
-		if len(m[1]) == len(m[3]) {
-			out = append(out, strings.TrimSpace(m[2]))
+// codeSpans returns the code spans of prose text, each with its offset.
+func codeSpans(text string) (spans []string, offs []int) {
+	for _, m := range codeSpanRe.FindAllStringSubmatchIndex(text, -1) {
+		if m[3]-m[2] == m[7]-m[6] {
+			spans = append(spans, strings.TrimSpace(text[m[4]:m[5]]))
+			offs = append(offs, m[0])
 		}
 	}
-	return out
+	return spans, offs
 }
 
 // Commands returns every `ratchet …` invocation: in shell code blocks (sh,
@@ -185,11 +225,13 @@ func codeSpans(line string) []string {
 // whose server's "command" is "ratchet").
 func (d *Doc) Commands() []Command {
 	var out []Command
-	d.walk(func(n int, line string) {
-		for _, span := range codeSpans(line) {
-			out = append(out, commandsIn(Pos{d.Path, n}, span)...)
+	d.paragraphs(func(text string, at func(int) int) {
+		spans, offs := codeSpans(text)
+		for i, span := range spans {
+			out = append(out, commandsIn(Pos{d.Path, at(offs[i])}, span)...)
 		}
-	}, func(s Snippet) {
+	})
+	d.walk(nil, func(s Snippet) {
 		switch s.Lang {
 		case "json", "jsonc":
 			out = append(out, jsonCommands(s)...)
@@ -199,6 +241,7 @@ func (d *Doc) Commands() []Command {
 			}
 		}
 	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
 }
 
@@ -378,12 +421,12 @@ var linkRe = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 // Links returns the link and image targets outside code.
 func (d *Doc) Links() []Link {
 	var out []Link
-	d.walk(func(n int, line string) {
-		line = codeSpanRe.ReplaceAllString(line, "")
-		for _, m := range linkRe.FindAllStringSubmatch(line, -1) {
-			out = append(out, Link{Pos: Pos{d.Path, n}, Target: m[1]})
+	d.paragraphs(func(text string, at func(int) int) {
+		text = codeSpanRe.ReplaceAllStringFunc(text, func(c string) string { return strings.Repeat(" ", len(c)) })
+		for _, m := range linkRe.FindAllStringSubmatchIndex(text, -1) {
+			out = append(out, Link{Pos: Pos{d.Path, at(m[0])}, Target: text[m[2]:m[3]]})
 		}
-	}, nil)
+	})
 	return out
 }
 
@@ -440,8 +483,10 @@ var dottedRe = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*(\[\])?)+:?
 // "auth.agents[].namespace").
 func (d *Doc) ConfigRefs(roots map[string]bool) []Ref {
 	var out []Ref
-	d.walk(func(n int, line string) {
-		for _, span := range codeSpans(line) {
+	d.paragraphs(func(text string, at func(int) int) {
+		spans, offs := codeSpans(text)
+		for i, span := range spans {
+			n := at(offs[i])
 			span = strings.ReplaceAll(span, "[]", "")
 			if !dottedRe.MatchString(span) {
 				continue
@@ -451,7 +496,7 @@ func (d *Doc) ConfigRefs(roots map[string]bool) []Ref {
 				out = append(out, Ref{Pos: Pos{d.Path, n}, Key: span})
 			}
 		}
-	}, nil)
+	})
 	return out
 }
 

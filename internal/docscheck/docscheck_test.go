@@ -126,6 +126,9 @@ func TestCommandsAreReadAsAReaderTypesThem(t *testing.T) {
 		`{"mcpServers": {"ratchet": {"command": "ratchet", "args": ["mcp", "--stdio", "--namespace", "shop"]}}}`,
 		"```",
 		"`ratchet audit export/verify`",
+		"A span may wrap: `ratchet", // 12
+		"effects list --state S`, and so may [a",
+		"link](x.md).",
 	}, "\n"))
 	type cmd struct {
 		Line int
@@ -144,9 +147,13 @@ func TestCommandsAreReadAsAReaderTypesThem(t *testing.T) {
 		{6, "grants list [--all] -o json"},
 		{8, "mcp --stdio --namespace shop"},
 		{11, "audit export/verify"},
+		{12, "effects list --state S"},
 	}
 	if d := diff(want, got); d != "" {
 		t.Errorf("commands (want, got):\n%s", d)
+	}
+	if ls := d.Links(); len(ls) != 1 || ls[0].Target != "x.md" || ls[0].Line != 13 {
+		t.Errorf("links = %+v; want x.md at line 13", ls)
 	}
 	c := Command{Args: []string{"grants", "list", "[--all]", "-o", "json", "--since=24h"}}
 	if d := diff([]string{"all", "o", "since"}, c.Flags()); d != "" {
