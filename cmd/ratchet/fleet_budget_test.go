@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/admin"
-	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 )
 
 // TestAFleetOfProcessesCountsWhatEffectsSettleAt: three "ratchet serve"
@@ -17,18 +14,8 @@ import (
 // refused, as one process refuses it, and the last $10 goes through the
 // third. The operator's listing counts $100.
 func TestAFleetOfProcessesCountsWhatEffectsSettleAt(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn, "fleet_")
-	t.Setenv("RATCHET_PG_DSN", dsn)
-	shared := t.TempDir()
-	extra := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
-		"secrets: {hmac_key_file: '" + filepath.Join(shared, "hmac.key") + "'}\n" +
-		"policies:\n  - match: 'fleet.*'\n    ceilings:\n" +
-		"      - {name: fleet-spend, limit_micros: 100000000, window: 24h, per: global}\n"
-	var servers []*server
-	for i := range 3 {
-		servers = append(servers, startServe(t, filepath.Join(t.TempDir(), fmt.Sprint("data", i)), extra))
-	}
+	servers := startFleet(t, 3, "policies:\n  - match: 'fleet.*'\n    ceilings:\n"+
+		"      - {name: fleet-spend, limit_micros: 100000000, window: 24h, per: global}\n")
 	charge := func(s *server, key string, cost int64) map[string]any {
 		t.Helper()
 		return callTool(t, connect(t, s.mcp), "ratchet_begin_effect", map[string]any{
