@@ -70,6 +70,14 @@ func fleetReport(t *testing.T, eng *ledger.Engine, res *ledger.BeginResult, o le
 	}
 }
 
+// wantCounted checks what the operator's listing counts for a ceiling.
+func wantCounted(t *testing.T, h *harness, name string, want int64) {
+	t.Helper()
+	if got := counted(t, h, name); got != want {
+		t.Errorf("%s counts %d, want %d", name, got, want)
+	}
+}
+
 func globalCeiling(limit int64, window string) []ledger.Rule {
 	return []ledger.Rule{{Match: "fleet.*", Ceilings: []ledger.Ceiling{{Name: "fleet", LimitMicros: i64(limit), Window: window, Per: "global"}}}}
 }
@@ -90,9 +98,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		}
 		fleetBeginWant(t, e[1], spend("c", "bot", "x", 10), ledger.DecisionExecute)
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 1), ledger.DecisionDenied)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 	t.Run("a vendor's record settling an effect that reserved nothing", func(t *testing.T) {
 		// A proxied Stripe confirm has no amount: it reserves 0, and the
@@ -106,9 +112,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		fleetBeginWant(t, e[1], spend("b", "bot", "x", 80), ledger.DecisionDenied)
 		fleetBeginWant(t, e[0], spend("c", "bot", "x", 6), ledger.DecisionDenied)
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 5), ledger.DecisionExecute)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 	t.Run("another replica holding an unused grant", func(t *testing.T) {
 		h, e := fleet(t, globalCeiling(100, "1h"), 2)
@@ -118,9 +122,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		fleetBeginWant(t, e[1], spend("c", "bot", "x", 6), ledger.DecisionDenied)  // 90 + 5 + 6 > 100
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 6), ledger.DecisionDenied)
 		fleetBeginWant(t, e[1], spend("e", "bot", "x", 5), ledger.DecisionExecute)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 	t.Run("a report below the estimate frees the rest everywhere", func(t *testing.T) {
 		h, e := fleet(t, globalCeiling(100, "1h"), 2)
@@ -129,9 +131,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		fleetReport(t, e[0], a, ledger.OutcomeSucceeded, i64(10))
 		fleetBeginWant(t, e[1], spend("c", "bot", "x", 90), ledger.DecisionExecute)
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 1), ledger.DecisionDenied)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 	t.Run("a failed effect frees everything everywhere", func(t *testing.T) {
 		h, e := fleet(t, globalCeiling(100, "1h"), 2)
@@ -142,9 +142,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		fleetReport(t, e[1], b, ledger.OutcomeFailed, nil)
 		fleetBeginWant(t, e[1], spend("d", "bot", "x", 40), ledger.DecisionExecute)
 		fleetBeginWant(t, e[0], spend("e", "bot", "x", 1), ledger.DecisionDenied)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 	t.Run("per-agent and per-counterparty ceilings", func(t *testing.T) {
 		h, e := fleet(t, []ledger.Rule{{Match: "fleet.*", Ceilings: []ledger.Ceiling{
@@ -178,9 +176,7 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		d := fleetBeginWant(t, e[0], spend("e", "bot", "x", 5), ledger.DecisionExecute)
 		fleetReport(t, e[1], d, ledger.OutcomeSucceeded, i64(90))
 		fleetBeginWant(t, e[1], spend("f", "bot", "x", 1), ledger.DecisionDenied)
-		if got := counted(t, h, "fleet"); got != 100 {
-			t.Errorf("counted %d, want 100", got)
-		}
+		wantCounted(t, h, "fleet", 100)
 	})
 }
 
