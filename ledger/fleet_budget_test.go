@@ -105,8 +105,9 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		// signed payment_intent.succeeded settles it at the full amount.
 		h, e := fleet(t, globalCeiling(100, "1h"), 2)
 		a := fleetBeginWant(t, e[0], spend("pi_confirm", "bot", "x", 0), ledger.DecisionExecute)
-		if _, err := e[1].Settle(ctx, ledger.SettleRequest{EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded,
-			ActualCostMicros: i64(95), Source: "webhook:stripe", EventID: "evt_1"}); err != nil {
+		// The event echoes the key Ratchet handed out (request.idempotency_key).
+		if _, err := e[1].Settle(ctx, ledger.SettleRequest{Vendor: "stripe", VendorKey: a.VendorIdempotencyKey.Value,
+			Outcome: ledger.OutcomeSucceeded, ActualCostMicros: i64(95), Source: "webhook:stripe", EventID: "evt_1"}); err != nil {
 			t.Fatal(err)
 		}
 		fleetBeginWant(t, e[1], spend("b", "bot", "x", 80), ledger.DecisionDenied)
