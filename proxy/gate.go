@@ -39,6 +39,14 @@ type call struct {
 func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
 	r, span := startSpan(r, v.Name()) // trace.go
 	defer span.End()
+	if !standardMethod(r.Method) {
+		p.log.Warn("proxy request refused: not a standard method", "vendor", v.Name(), "method", printable(r.Method, 32))
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_method_not_allowed", "Ratchet: the method "+strconv.Quote(printable(r.Method, 32))+
+			" is not an HTTP method as RFC 9110 (or RFC 5789, PATCH) spells it, and a vendor may read it as one Ratchet's rules do not see; "+
+			"send it in upper case; nothing was sent or recorded")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -136,6 +144,22 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		}
 		p.write(w, v, status, code, msg)
 	}
+}
+
+// standardMethod reports whether method is one of RFC 9110's methods, or
+// RFC 5789's PATCH (PayPal and Adyen use it), exactly as written. Methods
+// are case-sensitive (RFC 9110 9.1), but a vendor's server may read
+// "post" as POST, while vendors' rules (vendors.Request) match only the
+// upper-case name: such a request would pass ungated, unstamped and
+// unrecorded. It is refused instead, as is any method of no RFC, in every
+// mode (all reach vendor). A vendor API has no use for either.
+func standardMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch:
+		return true
+	}
+	return false
 }
 
 // lease is how long a proxied call holds its key: the upstream timeout and

@@ -61,7 +61,11 @@
 // refused), and a request the vendor could read otherwise than Ratchet (a
 // repeated account header, credential or key, a repeated form field, a
 // duplicate JSON key, a body that does not parse) is refused with 400 in
-// the vendor's shape (vendors.Effect.Refuse), never sent or recorded.
+// the vendor's shape (vendors.Effect.Refuse), never sent or recorded. So
+// is a method that is not RFC 9110's (or PATCH) exactly as written
+// ("post", "PROPFIND"; gate.go, standardMethod): vendors' rules name
+// upper-case methods, and a server that reads "post" as POST would act on
+// a request Ratchet never gated.
 //
 // The caller's vendor key is never forwarded: Ratchet's replaces it, a new
 // one per attempt.
