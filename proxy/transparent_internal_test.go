@@ -271,7 +271,9 @@ func TestNonStandardMethodsAreRefusedTransparently(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := p.Transparent()
-	tp.origDst = func(net.Conn) (*net.TCPAddr, error) { return &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 443}, nil }
+	tp.origDst = func(net.Conn) (*net.TCPAddr, error) {
+		return &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 443}, nil
+	}
 	tp.owner = func(net.Addr) (int, bool) { return 0, false }
 	go tp.Serve(ln)
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
