@@ -109,7 +109,8 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	if res.Reason != "" {
 		h.Set(HeaderReason, res.Reason)
 	}
-	p.log.Info("proxy decision", "vendor", v.Name(), "effect_type", e.EffectType, "decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt)
+	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "decision", res.Decision,
+		"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
 	switch res.Decision {
 	case ledger.DecisionExecute:
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
@@ -160,6 +161,19 @@ func standardMethod(method string) bool {
 		return true
 	}
 	return false
+}
+
+// labels are the caller's Ratchet-Agent-Id and Ratchet-Run-Id, for the
+// decision's log line: what the caller says it is, named as labels, never
+// as the agent or run (see "Identity" in proxy.go).
+func labels(r *http.Request) []any {
+	var out []any
+	for _, l := range []struct{ name, header string }{{"label_agent_id", HeaderAgentID}, {"label_run_id", HeaderRunID}} {
+		if v := r.Header.Get(l.header); v != "" {
+			out = append(out, l.name, printable(v, ledger.MaxIDLen))
+		}
+	}
+	return out
 }
 
 // lease is how long a proxied call holds its key: the upstream timeout and
@@ -218,7 +232,7 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 	}
 	req := ledger.BeginRequest{
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
-		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
+		Payload: content, AgentID: p.opts.AgentID, // never a header's (see "Identity" in proxy.go)
 		GroupKey: r.Header.Get(HeaderGroupKey), SameAs: same, SameWithin: p.opts.DedupeWindow,
 	}
 	if e.Counterparty != "" {

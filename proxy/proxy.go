@@ -70,6 +70,23 @@
 // The caller's vendor key is never forwarded: Ratchet's replaces it, a new
 // one per attempt.
 //
+// Identity: the proxy is unauthenticated (legacy callers present nothing
+// but the vendor's credential), so nothing a request says is whose call it
+// is. Every gated request is begun as Options.AgentID (proxy.agent_id,
+// which the operator configured) with no run: grants cover it only when
+// granted to that agent (a run-scoped grant never does), per-agent
+// ceilings count every proxied call as that one agent, per-run ceilings as
+// one run, and a lapsed lease is that agent's unreported expiry. The
+// Ratchet-Agent-Id and Ratchet-Run-Id headers are labels: logged with the
+// decision as label_agent_id and label_run_id, never given to the engine,
+// never stored as the effect's agent or run (which the console, the admin
+// API and the audit log show as identities), and never sent upstream.
+// Before, they were the begin's agent and run: any local process could
+// name an agent to use its grant, rotate them to dodge per-agent and
+// per-run ceilings, and push a token-fixed MCP agent over max_unreported.
+// Ratchet-Group-Key still joins a group (package ledger's rules for
+// groups apply).
+//
 // Decisions recorded here, where the spec is silent:
 //   - The payload hashed into the fingerprint is the same canonical content,
 //     so a Ratchet-Idempotency-Key reused for different content is refused
@@ -136,6 +153,11 @@ type Options struct {
 	Upstreams map[string]string
 	// Namespace is the tenant of every request (default "default").
 	Namespace string
+	// AgentID is the agent every gated request is begun as (proxy.agent_id):
+	// whose grants cover it, whose per-agent ceilings count it, whose
+	// unreported expiries it adds to. Empty is no agent, the empty scope.
+	// Never a header: see "Identity" in the package doc.
+	AgentID string
 	// DedupeWindow buckets content-derived keys (default 24h).
 	DedupeWindow time.Duration
 	// UpstreamTimeout bounds a vendor call (default 60s).

@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -163,6 +165,14 @@ type Proxy struct {
 	// Namespace is the tenant of every request through the proxy
 	// (default "default").
 	Namespace string `yaml:"namespace"`
+	// AgentID is the agent every proxied call is begun as: grants for it
+	// cover proxied calls, its per-agent ceilings count them, a lapsed
+	// lease is its unreported expiry. Empty: no agent (the scope shared by
+	// every call without one). The proxy is unauthenticated, so the
+	// Ratchet-Agent-Id and Ratchet-Run-Id headers are only labels; it may
+	// not be an agent that a token of auth.agents fixes in the same
+	// namespace (any local process would then act as that agent).
+	AgentID string `yaml:"agent_id"`
 	// UpstreamTimeout bounds a vendor call (default 60s); a call that runs
 	// out is reported unknown.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
@@ -564,6 +574,7 @@ func (c *Config) problems() []Problem {
 	if msg := namespaceProblem(c.Proxy.Namespace); msg != "" {
 		add("proxy.namespace", "%s", msg)
 	}
+	c.proxyAgentProblems(add)
 	for i, a := range c.Auth.Admins {
 		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
 	}
@@ -580,6 +591,34 @@ func (c *Config) problems() []Problem {
 		add("ledger.backend", "%q must be badger or postgres", c.Ledger.Backend)
 	}
 	return probs
+}
+
+// proxyAgentProblems checks proxy.agent_id: an id the engine accepts, and
+// not an agent whose token fixes it in the proxy's namespace. The proxy
+// asks no credential, so a proxy acting as such an agent would let any
+// local process use that agent's grants and add to its unreported
+// expiries, which its token exists to keep its own.
+func (c *Config) proxyAgentProblems(add func(path, format string, args ...any)) {
+	id := c.Proxy.AgentID
+	switch {
+	case id == "":
+		return
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		add("proxy.agent_id", "must be valid UTF-8 without control characters")
+	case utf8.RuneCountInString(id) > ledger.MaxIDLen:
+		add("proxy.agent_id", "is %d characters; the limit is %d", utf8.RuneCountInString(id), ledger.MaxIDLen)
+	}
+	ns := c.Proxy.Namespace
+	if ns == "" {
+		ns = ledger.DefaultNamespace
+	}
+	for i, a := range c.Auth.Agents {
+		if a.AgentID == id && a.Namespace == ns {
+			add("proxy.agent_id", "%q is the agent auth.agents[%d]'s token fixes in namespace %q: the proxy asks for no credential, "+
+				"so any local process would use that agent's grants and count against its limits; give the proxy an agent id of its own", id, i, ns)
+			return
+		}
+	}
 }
 
 // namespaceProblem says what is wrong with a namespace in the engine's own
