@@ -86,7 +86,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		if len(agents) == 0 {
 			log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
-		} // with agents, the config's warning below says the API is read-only
+		} // with agents, the config's warning below says the API is closed
 	}
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: "+w.Path+": "+w.Message, "line", w.Line)

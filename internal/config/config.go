@@ -395,15 +395,16 @@ func Parse(r io.Reader, name string) (*Config, error) {
 // with the lines of a parsed file (line 0 for a config built in code).
 // "ratchet config validate" prints them and serve logs them.
 //
-// Agents without admins is a warning, not an error: the admin API is then
-// read-only (see package admin), which is safe, and a deployment that
-// uses no approvals and resolves nothing by hand keeps working.
+// Agents without admins is a warning, not an error: the admin API and the
+// console are then closed (see package admin), which is safe, and a
+// deployment that uses no approvals and resolves nothing by hand keeps
+// working.
 func (c *Config) Warnings() []Problem {
 	var warns []Problem
 	if len(c.Auth.Agents) > 0 && len(c.Auth.Admins) == 0 {
-		msg := "agents are configured and auth.admins are not, so the admin API is read-only: approve, reject and resolve " +
-			"answer 403 admin_auth_required (an agent shares the sidecar's loopback and must not approve its own actions); " +
-			"add auth.admins with tokens of their own to decide approvals"
+		msg := "agents are configured and auth.admins are not, so the admin API and the console answer no one: every /v1 call, " +
+			"read or change, answers 403 admin_auth_required (an agent shares the sidecar's loopback and must neither approve its own " +
+			"actions nor read other namespaces by leaving its token off); add auth.admins with tokens of their own to read and decide"
 		for i, r := range c.Policies {
 			if r.ApprovalThresholdMicros != nil {
 				msg += fmt.Sprintf("; until then nobody can approve what policies[%d] (%s) sends for approval", i, r.Match)
@@ -418,6 +419,38 @@ func (c *Config) Warnings() []Problem {
 		}
 	}
 	return warns
+}
+
+// Open says, one line per listener, what answers without a credential and
+// to whom: "ratchet config validate" prints it, so an operator reads what
+// a local process (or anything that reaches a listener) may do without a
+// token. Package admin's doc holds the rules it describes.
+func (c *Config) Open() []string {
+	var out []string
+	if len(c.Auth.Agents) == 0 {
+		out = append(out, fmt.Sprintf("MCP (%s): no auth.agents, so unauthenticated: any caller is in namespace default and names its own agent_id", c.Listen.MCP))
+	} else {
+		out = append(out, fmt.Sprintf("MCP (%s): a token of auth.agents is required; each fixes its namespace (and agent_id, where set)", c.Listen.MCP))
+	}
+	switch {
+	case len(c.Auth.Admins) > 0:
+		out = append(out, fmt.Sprintf("admin API and console (%s): every read and change needs an admin token (auth.admins)", c.Listen.Admin))
+	case len(c.Auth.Agents) > 0:
+		out = append(out, fmt.Sprintf("admin API and console (%s): closed: agents are configured and admins are not, so every /v1 call answers 403 admin_auth_required", c.Listen.Admin))
+	default:
+		out = append(out, fmt.Sprintf("admin API and console (%s): no tokens at all, so open to every process on this machine (loopback only): it reads every namespace and approves", c.Listen.Admin))
+	}
+	out = append(out, fmt.Sprintf("%s/healthz, /readyz and /metrics: no token in any mode (counts by effect type, vendor and outcome, spend per namespace and ceiling; no effect ids, keys or agents)", c.Listen.Admin))
+	agent := "no agent (the scope every call without one shares)"
+	if c.Proxy.AgentID != "" {
+		agent = "agent " + strconv.Quote(c.Proxy.AgentID)
+	}
+	out = append(out, fmt.Sprintf("proxy (%s): asks no credential: every process that reaches it is begun in namespace %s as %s, in no run; "+
+		"Ratchet-Agent-Id and Ratchet-Run-Id are labels only", c.Listen.Proxy, c.Proxy.Namespace, agent))
+	if c.Listen.Transparent != "" {
+		out = append(out, fmt.Sprintf("transparent proxy (%s): the same as the proxy, for the connections the rules redirect", c.Listen.Transparent))
+	}
+	return out
 }
 
 // yamlError turns yaml.v3's messages into Problems with lines.

@@ -31,3 +31,51 @@ func TestProxyAgentIDIsNotATokenFixedAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSaysWhatAnswersWithoutACredential: for each way the tokens can
+// be configured, Open names every listener and what it gives a caller
+// with no credential: the MCP rule, the admin API's and console's mode,
+// the probes and /metrics (open in every mode), and the proxy's identity.
+func TestOpenSaysWhatAnswersWithoutACredential(t *testing.T) {
+	const tok = "3a6eb0790f39ac87c94f3856b2dd2c5d110e6811602261a9a923d3bb23adc8b7"
+	agent := "  agents: [{token_sha256: " + tok + ", namespace: shop, agent_id: bot}]\n"
+	adminTok := "  admins: [{token_sha256: " + strings.Repeat("ab", 32) + ", name: alice}]\n"
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"no tokens", "", []string{
+			"MCP (127.0.0.1:8787): no auth.agents, so unauthenticated",
+			"admin API and console (127.0.0.1:8788): no tokens at all, so open to every process on this machine",
+			"/healthz, /readyz and /metrics: no token in any mode",
+			"proxy (127.0.0.1:8789): asks no credential: every process that reaches it is begun in namespace default as no agent",
+		}},
+		{"agents, no admins", "auth:\n" + agent, []string{
+			"MCP (127.0.0.1:8787): a token of auth.agents is required",
+			"admin API and console (127.0.0.1:8788): closed: agents are configured and admins are not, so every /v1 call answers 403 admin_auth_required",
+			"/healthz, /readyz and /metrics: no token in any mode",
+			"proxy (127.0.0.1:8789): asks no credential",
+		}},
+		{"agents and admins, a proxy agent", "auth:\n" + agent + adminTok + "proxy:\n  agent_id: legacy-billing\n", []string{
+			"MCP (127.0.0.1:8787): a token of auth.agents is required",
+			"admin API and console (127.0.0.1:8788): every read and change needs an admin token",
+			"/healthz, /readyz and /metrics: no token in any mode",
+			`begun in namespace default as agent "legacy-billing", in no run; Ratchet-Agent-Id and Ratchet-Run-Id are labels only`,
+		}},
+	} {
+		cfg, err := Parse(strings.NewReader(c.yaml), "t.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := cfg.Open()
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %d lines, want %d:\n%s", c.name, len(got), len(c.want), strings.Join(got, "\n"))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: line %d is %q, want it to say %q", c.name, i, got[i], w)
+			}
+		}
+	}
+}
