@@ -413,9 +413,42 @@ func (c *Config) Warnings() []Problem {
 		}
 		warns = append(warns, Problem{Path: "auth.agents", Message: msg})
 	}
+	warns = append(warns, c.proxyRunWarnings()...)
 	if c.root != nil {
 		for i := range warns {
 			warns[i].Line = lineOf(c.root, warns[i].Path)
+		}
+	}
+	return warns
+}
+
+// proxyRunWarnings: proxied calls have no run (the proxy's Ratchet-Run-Id
+// header is a label, never an identity), so a ceiling per run, or over a
+// run's lifetime, counts every proxied call as one run, the lifetime one
+// for good. That is the safe reading, and it is what such a ceiling now
+// does to a vendor's calls: said once per ceiling whose rule can match a
+// proxied vendor's effect types ("*", or the vendor's name and a dot).
+func (c *Config) proxyRunWarnings() []Problem {
+	var warns []Problem
+	for i, r := range c.Policies {
+		vendor := ""
+		for _, v := range sortedKeys(c.Proxy.Upstreams) {
+			if r.Match == "*" || strings.HasPrefix(r.Match, v+".") {
+				vendor = v
+				break
+			}
+		}
+		if vendor == "" {
+			continue
+		}
+		for j, ce := range r.Ceilings {
+			if ce.Per != "run" && ce.Window != "run" {
+				continue
+			}
+			warns = append(warns, Problem{Path: fmt.Sprintf("policies[%d].ceilings[%d]", i, j), Message: fmt.Sprintf(
+				"%q counts per run, and calls through the proxy to %s have no run: the Ratchet-Run-Id header is a label, never an identity, "+
+					"so every proxied call counts as one run%s; use per: agent with proxy.agent_id, or per: global, for proxied calls",
+				ce.Name, vendor, map[bool]string{true: " and, over a run's lifetime, never starts again", false: ""}[ce.Window == "run"])})
 		}
 	}
 	return warns

@@ -79,3 +79,22 @@ func TestOpenSaysWhatAnswersWithoutACredential(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCeilingsOverProxiedCallsWarn: a ceiling per run (or over a run's
+// lifetime) whose rule matches a proxied vendor's calls counts them all as
+// one run, since the proxy's run header is a label: config validate says
+// so at the ceiling's line; a rule no proxied call matches says nothing.
+func TestRunCeilingsOverProxiedCallsWarn(t *testing.T) {
+	cfg, err := Parse(strings.NewReader("policies:\n"+
+		"  - match: 'stripe.*'\n    ceilings: [{name: per-run, limit_micros: 100, window: 24h, per: run}]\n"+
+		"  - match: 'payment.*'\n    ceilings: [{name: agents-run, limit_micros: 100, window: run, per: global}]\n"+
+		"  - match: '*'\n    ceilings:\n      - {name: daily, limit_micros: 100, window: 24h, per: global}\n"+
+		"      - {name: lifetime, limit_micros: 100, window: run, per: global}\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblems(t, cfg.Warnings(), []wantProblem{
+		{3, "policies[0].ceilings[0]", `"per-run" counts per run, and calls through the proxy to stripe have no run`},
+		{9, "policies[2].ceilings[1]", "never starts again"},
+	})
+}
