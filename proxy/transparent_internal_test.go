@@ -167,11 +167,7 @@ func TestTransparentRefusesADirectConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := p.Transparent()
+	tp, ln := listenTransparent(t, p)
 	done := make(chan error)
 	go func() { done <- tp.Serve(ln) }()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -193,6 +189,17 @@ func TestTransparentRefusesADirectConnection(t *testing.T) {
 	if obs.get(NoVendor+"/refused") != 1 || !strings.Contains(logs.String(), "transparent connection refused") {
 		t.Fatalf("counted %v, logged %s", obs.n, logs.String())
 	}
+}
+
+// listenTransparent returns p's transparent handler and a loopback
+// listener for it to serve.
+func listenTransparent(t *testing.T, p *Proxy) (*Transparent, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Transparent(), ln
 }
 
 type syncBuf struct {
@@ -266,11 +273,7 @@ func TestNonStandardMethodsAreRefusedTransparently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := p.Transparent()
+	tp, ln := listenTransparent(t, p)
 	tp.origDst = func(net.Conn) (*net.TCPAddr, error) {
 		return &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 443}, nil
 	}
