@@ -219,6 +219,7 @@ func (t *tools) register(s *sdk.Server) {
 			return nil, "", err
 		}
 		in.Namespace, in.AgentID = id.Namespace, agent
+		in.AgentClaimed = id.AgentID == "" // a label, not a principal
 		res, err := t.eng.Begin(ctx, *in)
 		if err != nil {
 			return nil, "", err
