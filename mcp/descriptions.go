@@ -30,14 +30,14 @@ If budget_warning is present, a spend ceiling exists but counted nothing because
 
 Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
-		"idempotency_key":       {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
-		"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
-		"run_id":                {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
-		"agent_id":              {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
-		"vendor":                {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
-		"payload":               {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
-		"group_key":             {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
-		"dimensions":            {maxProps: ledger.MaxDimensions, valuesMax: ledger.MaxDimValueLen, desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
+		"idempotency_key": {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
+		"effect_type":     {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
+		"run_id":          {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
+		"agent_id":        {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
+		"vendor":          {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
+		"payload":         {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
+		"group_key":       {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
+		"dimensions":      {maxProps: ledger.MaxDimensions, valuesMax: ledger.MaxDimValueLen, desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
 		"compensation": {desc: "How to undo this step if its group is rolled back. Declare it now, while you know what undoing means; it is stored as given and shown to approvers. Steps without one are permanent.", props: map[string]field{
 			"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen},
 			"vendor":                {max: ledger.MaxVendorNameLen},
