@@ -441,12 +441,15 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 		return nil, &Error{Code: CodeUnauthorized, Field: "compensates_effect_id", Message: fmt.Sprintf(
 			"effect %s was performed by another agent; your credentials may begin only the compensations of your own steps", target.EffectID)}
 	}
-	// A compensation joins no group but its step's: a pending undo is
-	// listed by the unwind of the group it is in, so one begun into
-	// another group would hold that group back.
+	// A compensation is a member of its step's group, whether or not it
+	// names it (an unwind's entry does not): the group's listing shows the
+	// undo, and its unwind lists it while its outcome is unknown. It joins
+	// no other group: one begun into another group would hold that group
+	// back.
 	if req.GroupKey != "" && req.GroupKey != target.GroupKey {
-		return nil, invalidArg("group_key", "a compensation is in its step's group (%q) or none; omit group_key", truncate(target.GroupKey, 64))
+		return nil, invalidArg("group_key", "a compensation is in its step's group (%q); omit group_key", truncate(target.GroupKey, 64))
 	}
+	req.GroupKey = target.GroupKey
 	switch {
 	case target.CompensatesEffectID != "":
 		return nil, invalidArg("compensates_effect_id", "effect %s is itself a compensation and cannot be compensated", target.EffectID)
