@@ -546,6 +546,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	}
 	ev := effectEvent(EventApprovalRequested, rec)
 	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
+	ev.Compensation = rec.Compensation.withoutPayload()
 	t.emit(ev)
 	return e.approvalAnswer(rec, now), nil
 }
