@@ -397,18 +397,6 @@ func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
 	return cost != nil && *cost <= a.EstimatedCostMicros
 }
 
-// cost is what an effect counts in its ceilings: its actual cost once
-// reported, else its estimate, else nothing.
-func (r *effectRec) cost() int64 {
-	switch {
-	case r.ActualCostMicros != nil:
-		return *r.ActualCostMicros
-	case r.EstimatedCostMicros != nil:
-		return *r.EstimatedCostMicros
-	}
-	return 0
-}
-
 // noNull is a canonical payload with null as no payload.
 func noNull(p []byte) []byte {
 	if string(p) == "null" {
