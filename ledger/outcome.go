@@ -43,8 +43,10 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		// An id cut short would name another object: it is left out.
 		req.VendorReference, refNote = "", fmt.Sprintf("vendor_reference was %d characters, over the limit of %d: Ratchet did not keep it.", n, MaxIDLen)
 	}
-	if err = checkText("vendor_reference", req.VendorReference, MaxIDLen, false); err != nil {
-		return nil, err
+	if bad := checkText("vendor_reference", req.VendorReference, MaxIDLen, false); bad != nil {
+		// An id changed would name another object, and a refusal would
+		// leave the effect to lapse: it is left out, as one too long.
+		req.VendorReference, refNote = "", "Ratchet did not keep vendor_reference: it "+bad.Message+"."
 	}
 	if req.Error, errorNote, err = keepNote("error", req.Error); err != nil {
 		return nil, err

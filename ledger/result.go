@@ -35,19 +35,37 @@ var firstFields = []string{"id", "object", "status", "state", "type"}
 // where N and the SHA-256 are of its canonical JSON and <fields> are its
 // top-level members (when it is an object) whose values are numbers,
 // booleans or strings of at most 256 characters, id, object, status, state
-// and type first, within 4 KiB. note says what was kept ("" when all of
-// it). Only a result that is not JSON is refused.
+// and type first, within 4 KiB. JSON that cannot be made canonical
+// (deeper than maxJSONDepth, a repeated member name, a number beyond
+// float64) is summarised the same way from its bytes as sent. note says
+// what was kept ("" when all of it). Only a result that is not JSON is
+// refused.
 func keepResult(field string, raw []byte) (kept []byte, note string, _ *Error) {
 	if len(raw) == 0 {
 		return nil, "", nil
 	}
 	c, err := canonicalJSON(raw)
 	if err != nil {
-		return nil, "", invalidArg(field, "must be one JSON value: %v", err)
+		// JSON that Ratchet does not make canonical (nested deeper than
+		// maxJSONDepth, a member name repeated, a number beyond float64)
+		// is still what the vendor answered: the action happened, so it is
+		// summarised from its bytes as sent rather than refused. Only what
+		// is not JSON at all is refused (no JSON transport delivers that).
+		if !json.Valid(raw) {
+			return nil, "", invalidArg(field, "must be one JSON value: %v", err)
+		}
+		return summarise(field, raw, fmt.Sprintf("%s is JSON that Ratchet does not keep (%v)", field, err))
 	}
 	if len(c) <= MaxResultBytes {
 		return c, "", nil
 	}
+	return summarise(field, c, fmt.Sprintf("%s was %d bytes, over the %d-byte limit", field, len(c), MaxResultBytes))
+}
+
+// summarise is keepResult's summary of c (canonical JSON, or JSON as sent
+// when it could not be made canonical), and the note saying why (why) and
+// what was kept.
+func summarise(field string, c []byte, why string) (kept []byte, note string, _ *Error) {
 	sum := sha256.Sum256(c)
 	summary := map[string]any{"result_omitted": map[string]any{"bytes": len(c), "sha256": hex.EncodeToString(sum[:]), "limit": MaxResultBytes}}
 	var members map[string]json.RawMessage
@@ -72,19 +90,20 @@ func keepResult(field string, raw []byte) (kept []byte, note string, _ *Error) {
 	var keptNames []string
 	budget := summaryFieldsBytes
 	for _, name := range names {
-		v := members[name]
-		if name == "result_omitted" || !scalar(v) || len(name)+len(v) > budget {
+		v, err := canonicalJSON(members[name]) // a number beyond float64 is not kept
+		if err != nil || name == "result_omitted" || !scalar(v) || len(name)+len(v) > budget {
 			continue
 		}
 		budget -= len(name) + len(v)
-		summary[name] = v
+		summary[name] = json.RawMessage(v)
 		keptNames = append(keptNames, name)
 	}
 	kept, _ = json.Marshal(summary)
-	if kept, err = canonicalJSON(kept); err != nil {
-		return nil, "", invalidArg(field, "could not be summarised: %v", err) // cannot happen: it was JSON
+	kept, err := canonicalJSON(kept)
+	if err != nil {
+		return nil, "", invalidArg(field, "could not be summarised: %v", err) // cannot happen: every part is canonical
 	}
-	note = fmt.Sprintf("%s was %d bytes, over the %d-byte limit: Ratchet kept its size and SHA-256", field, len(c), MaxResultBytes)
+	note = why + ": Ratchet kept its size and SHA-256"
 	if len(keptNames) > 0 {
 		note += " and its top-level fields " + strings.Join(keptNames, ", ")
 	}
@@ -106,15 +125,29 @@ func scalar(v json.RawMessage) bool {
 	return v[0] == '-' || v[0] >= '0' && v[0] <= '9'
 }
 
-// keepNote bounds free text reported after the fact (a report's error):
-// text over MaxTextLen characters is cut there, and note says so. Other
-// problems (control characters) are still refused by checkNote.
+// keepNote bounds free text reported after the fact (a report's error), so
+// that it never refuses a report: invalid UTF-8 and control characters
+// other than newline and tab (a vendor's "\r\n", a terminal escape) become
+// U+FFFD and spaces, text over MaxTextLen characters is cut there, and note
+// says what was changed.
 func keepNote(field, s string) (string, string, *Error) {
-	n := utf8.RuneCountInString(s)
-	if n <= MaxTextLen {
-		return s, "", checkNote(field, s)
+	var notes []string
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+		notes = append(notes, fmt.Sprintf("%s was not valid UTF-8: Ratchet replaced the invalid bytes with U+FFFD.", field))
 	}
-	cut := []rune(s)[:MaxTextLen-1]
-	s = string(cut) + "…"
-	return s, fmt.Sprintf("%s was %d characters: Ratchet kept the first %d.", field, n, MaxTextLen-1), checkNote(field, s)
+	if strings.IndexFunc(s, noteControl) >= 0 {
+		s = strings.Map(func(r rune) rune {
+			if noteControl(r) {
+				return ' '
+			}
+			return r
+		}, s)
+		notes = append(notes, fmt.Sprintf("%s had control characters other than newline and tab: Ratchet replaced them with spaces.", field))
+	}
+	if n := utf8.RuneCountInString(s); n > MaxTextLen {
+		s = string([]rune(s)[:MaxTextLen-1]) + "…"
+		notes = append(notes, fmt.Sprintf("%s was %d characters: Ratchet kept the first %d.", field, n, MaxTextLen-1))
+	}
+	return s, strings.Join(notes, " "), checkNote(field, s)
 }

@@ -82,11 +82,14 @@ func checkNote(field, s string) *Error {
 	if n := utf8.RuneCountInString(s); n > MaxTextLen {
 		return invalidArg(field, "is %d characters; the limit is %d", n, MaxTextLen)
 	}
-	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) >= 0 {
+	if strings.IndexFunc(s, noteControl) >= 0 {
 		return invalidArg(field, "must not contain control characters other than newline and tab")
 	}
 	return nil
 }
+
+// noteControl reports whether checkNote refuses r.
+func noteControl(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
 
 // CheckNamespace returns an invalid_argument *Error when ns is not a
 // namespace the engine accepts (empty means the default namespace), so that

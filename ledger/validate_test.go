@@ -98,7 +98,6 @@ func TestBadReportInput(t *testing.T) {
 		"bad outcome":      {EffectID: a.EffectID, Outcome: "done"},
 		"result not json":  {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, Result: json.RawMessage(`nope`)},
 		"negative actual":  {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, ActualCostMicros: i64(-1)},
-		"control in ref":   {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, VendorReference: "pi_1\n"},
 		"negative attempt": {EffectID: a.EffectID, Outcome: ledger.OutcomeSucceeded, Attempt: -1},
 	}
 	for name, req := range cases {
