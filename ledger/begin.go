@@ -424,10 +424,17 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 	}
 	// An undo is its step's owner's to perform (and so to report: a report
 	// is its attempt's agent's): another agent's "compensation", reported
-	// succeeded, would mark the step compensated with nothing undone.
+	// succeeded, would mark the step compensated with nothing undone. The
+	// group's owner may undo every step of its group too: one a caller
+	// fixing no agent added under another label is in the owner's work.
 	if !req.AgentClaimed && req.AgentID != target.owner() {
-		return nil, &Error{Code: CodeUnauthorized, Field: "compensates_effect_id", Message: fmt.Sprintf(
-			"effect %s was performed by another agent; your credentials may begin only the compensations of your own steps", target.EffectID)}
+		if ok, err := e.ownsGroup(t, target, req.AgentID); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			return nil, &Error{Code: CodeUnauthorized, Field: "compensates_effect_id", Message: fmt.Sprintf(
+				"effect %s was performed by another agent; your credentials may begin only the compensations of your own steps", target.EffectID)}
+		}
 	}
 	// A compensation is a member of its step's group, whether or not it
 	// names it (an unwind's entry does not): the group's listing shows the

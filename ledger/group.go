@@ -129,6 +129,22 @@ func (e *Engine) groupOwner(t *opTxn, ns, group string, g *groupRec) (owner stri
 	return owner, true, setJSON(t, key(kindGroup, ns, group), g)
 }
 
+// ownsGroup reports whether agent owns the group of step rec.
+func (e *Engine) ownsGroup(t *opTxn, rec *effectRec, agent string) (bool, error) {
+	if rec.GroupKey == "" {
+		return false, nil
+	}
+	var g groupRec
+	if err := getJSON(t, key(kindGroup, rec.Namespace, rec.GroupKey), &g); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	owner, known, err := e.groupOwner(t, rec.Namespace, rec.GroupKey, &g)
+	return known && owner == agent, err
+}
+
 // undoKey is the idempotency key a step's compensation is begun with:
 // deterministic (every unwind hands out the same one) and derived with the
 // server secret from the step's namespace and effect id, so that no one
@@ -225,31 +241,28 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 }
 
 // checkGroupOwner refuses an unwind by a caller whose credentials fix an
-// agent when another agent began one of the group's steps: rolling a group
+// agent when the group is not that agent's (groupOwner): rolling a group
 // back denies its next steps and hands out their compensations, so an
-// agent may roll back only its own work. Compensations that are members
-// (an undo someone already performed) do not count.
+// agent may roll back only its own work. The owner decides, not the steps'
+// labels: a step that a caller fixing no agent (a namespace token) added
+// under another label does not make the owner's own unwind unauthorized.
 func (e *Engine) checkGroupOwner(t *opTxn, ns, group, agent string) error {
-	var other string
-	err := t.Scan(prefix(kindGroupMember, ns, group), nil, func(k, _ []byte) (bool, error) {
-		rec, err := e.effectByID(t, ns, lastPart(k))
-		if err != nil {
-			return false, err
+	var g groupRec
+	if err := getJSON(t, key(kindGroup, ns, group), &g); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil // Unwind answers group_not_found
 		}
-		if rec.CompensatesEffectID == "" && rec.AgentID != agent {
-			other = rec.EffectID
-			return false, nil
-		}
-		return true, nil
-	})
+		return err
+	}
+	owner, known, err := e.groupOwner(t, ns, group, &g)
 	if err != nil {
 		return err
 	}
-	if other != "" {
-		return &Error{Code: CodeUnauthorized, Field: "group_key", Message: fmt.Sprintf(
-			"step %s of group %q was begun by another agent; your credentials may unwind only groups of your own steps", other, truncate(group, 64))}
+	if known && owner == agent {
+		return nil
 	}
-	return nil
+	return &Error{Code: CodeUnauthorized, Field: "group_key", Message: fmt.Sprintf(
+		"group %q belongs to another agent (the one that began its first step); your credentials may unwind only your own groups", truncate(group, 64))}
 }
 
 func unwindMessage(r *UnwindResult) string {
