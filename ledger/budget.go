@@ -65,7 +65,11 @@ import (
 // makes it count more: cover then grows the share's grant and the pool's,
 // and reclaims the others' unused grants if the pool is then over its
 // limit, in the settlement's transaction, so that the next begin on any
-// replica that cannot stay within its grant decides on the exact sum. A
+// replica that cannot stay within its grant decides on the exact sum. While
+// the pool has granted more than its limit leaves (such spend took the
+// ceiling past it), no grant promises room: a share whose own spend left
+// the window must not spend that grant again while the others' still
+// counts, so every begin asks the pool (overGranted). A
 // clock set back can make a share count more than its grant too (past
 // spend back in the window): so when a begin asks the pool, it counts
 // every other share at its grant or what it counts, whichever is more
@@ -374,7 +378,7 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return satAdd(u.counted, u.amount) <= u.c.limit, nil
 	}
 	need := satAdd(u.counted, u.amount) - u.rec.Grant
-	if need <= 0 && !u.rec.behind(now) {
+	if need <= 0 && !u.rec.behind(now) && !u.pool.overGranted(u.c, now) {
 		return true, nil
 	}
 	held, err := u.othersHold(t, now)
@@ -407,6 +411,16 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return false, err
 	}
 	return true, t.Set(u.key, u.rec.encode())
+}
+
+// overGranted reports whether the pool p has granted more than its limit
+// leaves beside what it counts itself: a settlement above an estimate, or
+// an operator's record of spend, took the ceiling past its limit (cover,
+// admitSpent). A share's grant then no longer promises room: its own
+// spend leaving the window frees nothing while the others' still counts,
+// so every begin asks the pool and is decided on the exact sum.
+func (p *counterRec) overGranted(c *ceiling, now time.Time) bool {
+	return satAdd(p.counted(c, now), p.Grant) > c.limit
 }
 
 // othersHold returns the most the pool's other shares can count: each
