@@ -44,7 +44,7 @@ func TestAFleetStaysUnderItsCeilingAfterSpendPassedIt(t *testing.T) {
 			fleetReport(t, e[1], b, ledger.OutcomeSucceeded, nil)
 			h.clock.Advance(30 * time.Minute)
 			tc.pass(t, h, e)
-			wantCounted(t, h, "fleet", 110) // past the limit: it was spent
+			wantCounted(t, h, "fleet", 110)   // past the limit: it was spent
 			h.clock.Advance(32 * time.Minute) // b's 50 has left the window, the other 60 has not
 			res := fleetBeginWant(t, e[1], spend("c", "bot", "x", 45), ledger.DecisionDenied)
 			if res.Ceiling == nil || res.Ceiling.Counted != 60 {
