@@ -56,3 +56,38 @@ func TestAFleetStaysUnderItsCeilingAfterSpendPassedIt(t *testing.T) {
 		})
 	}
 }
+
+// TestAReplicaThatSawNoClockJumpSpendsNoGrantPastTheCeiling: two
+// replicas on PostgreSQL, each reading a clock of its own. Replica 1
+// holds an unused part of its grant. Replica 0's clock jumps two hours
+// ahead: on that reading the hour has passed, and it spends its grant
+// again (a wrong reading may let spend go on it). Replica 1, whose clock
+// never moved, must then decide on everything counted, as one engine
+// would: refused, both while replica 0 is ahead and after its correction,
+// before replica 0 begins anything again.
+func TestAReplicaThatSawNoClockJumpSpendsNoGrantPastTheCeiling(t *testing.T) {
+	if testBackend != "postgres" {
+		t.Skip("only a shared store (PostgreSQL) has several engines")
+	}
+	h := newHarness(t, globalCeiling(1000, "1h"))
+	jumpy, steady := newClock(), newClock()
+	a, b := fleetEngine(t, h, jumpy), fleetEngine(t, h, steady)
+	r := fleetBeginWant(t, b, spend("b1", "bot", "x", 100), ledger.DecisionExecute) // b's share takes more than 100
+	fleetReport(t, b, r, ledger.OutcomeSucceeded, nil)
+	r = fleetBeginWant(t, a, spend("a1", "bot", "x", 800), ledger.DecisionExecute)
+	fleetReport(t, a, r, ledger.OutcomeSucceeded, nil)
+	fleetBeginWant(t, b, spend("b2", "bot", "x", 1), ledger.DecisionExecute) // within b's grant
+	jumpy.Advance(2 * time.Hour)
+	fleetBeginWant(t, a, spend("a2", "bot", "x", 800), ledger.DecisionExecute) // on the wrong reading
+	res := fleetBeginWant(t, b, spend("b3", "bot", "x", 1), ledger.DecisionDenied)
+	if res.Ceiling == nil || res.Ceiling.Counted != 1701 {
+		t.Errorf("b3 refused with %+v, want 1701 counted", res.Ceiling)
+	}
+	jumpy.Advance(-2 * time.Hour) // corrected
+	res = fleetBeginWant(t, b, spend("b4", "bot", "x", 1), ledger.DecisionDenied)
+	if res.Ceiling == nil || res.Ceiling.Counted != 1701 {
+		t.Errorf("b4 refused with %+v, want 1701 counted", res.Ceiling)
+	}
+	fleetBeginWant(t, a, spend("a3", "bot", "x", 1), ledger.DecisionDenied)
+	wantCounted(t, h, "fleet", 1701)
+}
