@@ -19,6 +19,7 @@ type tools struct {
 	eng      Engine
 	fallback Identity
 	leases   ledger.Defaults // for the lease bounds in the begin schema
+	reserved map[Identity]bool // Options.Reserved
 }
 
 // field documents and bounds one input property.
@@ -201,9 +202,12 @@ func unauthorized(format string, args ...any) error {
 }
 
 // agentFor returns the agent_id a call acts as: the one its token fixes, or
-// the one it names.
-func agentFor(id Identity, claimed string) (string, error) {
+// the one it names, unless a credential fixes that one (Options.Reserved).
+func (t *tools) agentFor(id Identity, claimed string) (string, error) {
 	switch {
+	case id.AgentID == "" && t.reserved[Identity{Namespace: id.Namespace, AgentID: claimed}]:
+		return "", unauthorized("agent_id %q is fixed by a credential (an agent token, or the proxy's proxy.agent_id), and yours fixes no agent: "+
+			"name an agent_id of your own", claimed)
 	case id.AgentID == "":
 		return claimed, nil
 	case claimed == "" || claimed == id.AgentID:
@@ -214,7 +218,7 @@ func agentFor(id Identity, claimed string) (string, error) {
 
 func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
-		agent, err := agentFor(id, in.AgentID)
+		agent, err := t.agentFor(id, in.AgentID)
 		if err != nil {
 			return nil, "", err
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // identityPolicy: Stripe calls over $100 need approval and hold their key
@@ -39,7 +41,8 @@ const identityPolicy = `policies:
 `
 
 // identityServe starts "ratchet serve" on backend with an admin, a
-// token-fixed agent "trusted-bot", the identity policy and extra config,
+// token-fixed agent "trusted-bot", a token "ns-tok" that fixes no agent
+// (both in namespace default), the identity policy and extra config,
 // its Stripe upstream stripe-mock behind a front that holds a request
 // carrying X-Test-Slow for three seconds (a vendor that answers late).
 func identityServe(t *testing.T, backend, extra string) *server {
@@ -54,7 +57,8 @@ func identityServe(t *testing.T, backend, extra string) *server {
 	}))
 	t.Cleanup(front.Close)
 	cfg := "auth:\n  admins: [{token_sha256: '" + sha("admin-tok") + "', name: ops}]\n" +
-		"  agents: [{token_sha256: '" + sha("bot-tok") + "', namespace: default, agent_id: trusted-bot}]\n" +
+		"  agents: [{token_sha256: '" + sha("bot-tok") + "', namespace: default, agent_id: trusted-bot},\n" +
+		"           {token_sha256: '" + sha("ns-tok") + "', namespace: default}]\n" +
 		"proxy:\n  upstreams: {stripe: '" + front.URL + "'}\n" + extra + identityPolicy
 	if backend == "postgres" {
 		dsn := pgtest.DSN(t)
@@ -265,4 +269,54 @@ func TestProxyAgentIDIsTheProxysIdentity(t *testing.T) {
 	waitFor(t, 5*time.Second, "the decision's log line with its labels", func() bool {
 		return strings.Contains(s.stderr.String(), "label_agent_id=trusted-bot label_run_id=run-9")
 	})
+}
+
+// TestATokenThatFixesNoAgentCannotActAsACredentialsAgent: an MCP token
+// that fixes no agent names its agent_id in each call, but not the agent a
+// credential fixes: proxy.agent_id (whose grants cover the proxy's
+// callers) or an agent another token fixes. Through a real "ratchet
+// serve" with grants made through the admin API, on both backends, such a
+// begin is unauthorized and no grant is charged; any other agent_id is
+// still the caller's to name. It used to be taken as named: a token for
+// namespace default alone spent the proxy's grant and trusted-bot's.
+func TestATokenThatFixesNoAgentCannotActAsACredentialsAgent(t *testing.T) {
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			s := identityServe(t, backend, "  agent_id: legacy-billing\n")
+			ctx := context.Background()
+			ops := &admin.Client{URL: s.admin, Token: "admin-tok"}
+			for _, agent := range []string{"legacy-billing", "trusted-bot"} {
+				if _, err := ops.CreateGrant(ctx, admin.GrantBody{Namespace: "default", EffectType: "stripe.*", AgentID: agent,
+					MaxCostMicros: ptr(1_000_000_000), TTL: "1h"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cs := connect(t, s.mcp, "ns-tok")
+			for _, agent := range []string{"legacy-billing", "trusted-bot"} {
+				res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+					"idempotency_key": "claim:" + agent, "effect_type": "stripe.payment_intents.create", "vendor": "stripe",
+					"estimated_cost_micros": 600_000_000, "agent_id": agent}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+					t.Errorf("ns-tok begins as %s: %v %+v, want unauthorized", agent, got, res.StructuredContent)
+				}
+			}
+			grants, err := ops.Grants(ctx, "default", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range grants {
+				if g.UsedCostMicros != 0 || g.UsedEffects != 0 {
+					t.Errorf("%s's grant was charged %d micros, %d effects by a token that fixes no agent", g.AgentID, g.UsedCostMicros, g.UsedEffects)
+				}
+			}
+			got := callTool(t, cs, "ratchet_begin_effect", map[string]any{"idempotency_key": "own", "effect_type": "stripe.payment_intents.create",
+				"vendor": "stripe", "estimated_cost_micros": 600_000_000, "agent_id": "helper-7"})
+			if got["decision"] != "approval_required" {
+				t.Errorf("ns-tok begins as helper-7 (no grant): %v, want approval_required", got)
+			}
+		})
+	}
 }
