@@ -18,7 +18,7 @@ import (
 type tools struct {
 	eng      Engine
 	fallback Identity
-	leases   ledger.Defaults // for the lease bounds in the begin schema
+	leases   ledger.Defaults   // for the lease bounds in the begin schema
 	reserved map[Identity]bool // Options.Reserved
 }
 
