@@ -245,6 +245,22 @@ func (t *tools) agentFor(id Identity, claimed string) (string, error) {
 	return "", unauthorized("agent_id %q does not match the agent your credentials belong to (%q); omit agent_id or send your own", claimed, id.AgentID)
 }
 
+// reservedIn returns, for a caller whose identity fixes no agent, the
+// agents a credential fixes in its namespace (Options.Reserved), whose
+// attempts it may not report or resolve; else nil.
+func (t *tools) reservedIn(id Identity) []string {
+	if id.AgentID != "" {
+		return nil
+	}
+	var out []string
+	for r := range t.reserved {
+		if r.Namespace == id.Namespace {
+			out = append(out, r.AgentID)
+		}
+	}
+	return out
+}
+
 func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
 		agent, err := t.agentFor(id, in.AgentID)
@@ -261,11 +277,13 @@ func (t *tools) register(s *sdk.Server) {
 	})
 	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
+		in.NotAgents = t.reservedIn(id)                     // and one that fixes none, no credential's
 		eff, err := t.eng.Report(ctx, *in)
 		return eff, effectSummary(eff), err
 	})
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
+		in.NotAgents = t.reservedIn(id)
 		in.ResolvedBy = "agent:" + id.AgentID
 		eff, err := t.eng.Resolve(ctx, *in)
 		return eff, effectSummary(eff), err

@@ -320,3 +320,60 @@ func TestATokenThatFixesNoAgentCannotActAsACredentialsAgent(t *testing.T) {
 		})
 	}
 }
+
+// TestATokenThatFixesNoAgentCannotSettleACredentialsAttempts: a token
+// that fixes no agent reports and resolves the attempts of agents it may
+// name, but not those of an agent a credential fixes. Through a real
+// "ratchet serve", on both backends: it cannot report token-fixed
+// trusted-bot's executing e-mail failed, nor resolve as failed a proxied
+// call whose lease lapsed while the vendor is still answering (which
+// would free the key for a second charge); each is unauthorized and the
+// effect is left as it was. Both used to be applied.
+func TestATokenThatFixesNoAgentCannotSettleACredentialsAttempts(t *testing.T) {
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			s := identityServe(t, backend, "  agent_id: legacy-billing\n")
+			ctx := context.Background()
+			ops := &admin.Client{URL: s.admin, Token: "admin-tok"}
+			ns := connect(t, s.mcp, "ns-tok")
+			mine := callTool(t, connect(t, s.mcp, "bot-tok"), "ratchet_begin_effect", map[string]any{"idempotency_key": "mail:own", "effect_type": "email.send"})
+			res, err := ns.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
+				"effect_id": mine["effect_id"], "attempt": 1, "outcome": "failed"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+				t.Errorf("ns-tok reports trusted-bot's attempt failed: %v, want unauthorized", got)
+			}
+
+			// A proxied $1 call the vendor answers after 3 s, its lease 1 s.
+			done := make(chan proxied, 1)
+			go func() { done <- paymentIntent(t, stripeVia(s), 100, map[string]string{"X-Test-Slow": "1"}) }()
+			var id string
+			waitFor(t, 10*time.Second, "the slow proxied call to be begun", func() bool {
+				page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", AgentID: "legacy-billing"})
+				if err != nil || len(page.Effects) == 0 {
+					return false
+				}
+				id = page.Effects[0].EffectID
+				return true
+			})
+			time.Sleep(1500 * time.Millisecond) // past its lease, the vendor not yet answered
+			res, err = ns.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_resolve_effect", Arguments: map[string]any{
+				"effect_id": id, "attempt": 1, "resolution": "failed"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+				t.Errorf("ns-tok resolves the proxied call failed while the vendor is answering: %v, want unauthorized", got)
+			}
+			if got := <-done; got.decision != "execute" {
+				t.Fatalf("the slow call: %+v", got)
+			}
+			waitFor(t, 10*time.Second, "the proxy's late report to settle its call", func() bool {
+				e, err := ops.Effect(ctx, id)
+				return err == nil && e.State == ledger.StateSucceeded
+			})
+		})
+	}
+}
