@@ -9,7 +9,8 @@
 // namespace and optionally an agent_id. An agent whose token names an
 // agent_id cannot act as another one (unauthorized), and a token that
 // names none cannot act as an agent a credential fixes (Options.Reserved:
-// another token's agent, the proxy's). Over stdio and in tests,
+// another token's agent, the proxy's), nor report or resolve the attempts
+// such an agent began. Over stdio and in tests,
 // the identity is fixed by Options. The namespace never comes from tool
 // arguments.
 //
