@@ -214,6 +214,11 @@ type ReportRequest struct {
 	// agent, limits the report to effects whose current attempt that agent
 	// began.
 	AgentID string `json:"-"`
+	// NotAgents, set by an adapter when the caller's credentials fix no
+	// agent, are the agents a credential fixes (an agent token's, the
+	// proxy's): the report is refused for an effect whose current attempt
+	// one of them began, which only its own credential settles.
+	NotAgents []string `json:"-"`
 }
 
 // ResolveRequest settles an indeterminate effect after checking at the vendor.
@@ -237,6 +242,11 @@ type ResolveRequest struct {
 	// agent, limits the resolve to effects whose current attempt that agent
 	// began.
 	AgentID string `json:"-"`
+	// NotAgents, set by an adapter when the caller's credentials fix no
+	// agent, are the agents a credential fixes (an agent token's, the
+	// proxy's): the resolve is refused for an effect whose current attempt
+	// one of them began, which only its own credential settles.
+	NotAgents []string `json:"-"`
 }
 
 // Approval is an operator's view of an approval request.

@@ -7,7 +7,10 @@
 // Identity. Over HTTP, bearer tokens are checked by the SDK's auth
 // middleware against the SHA-256 hashes in the config; a token maps to a
 // namespace and optionally an agent_id. An agent whose token names an
-// agent_id cannot act as another one (unauthorized). Over stdio and in tests,
+// agent_id cannot act as another one (unauthorized), and a token that
+// names none cannot act as an agent a credential fixes (Options.Reserved:
+// another token's agent, the proxy's), nor report or resolve the attempts
+// such an agent began. Over stdio and in tests,
 // the identity is fixed by Options. The namespace never comes from tool
 // arguments.
 //
@@ -78,6 +81,14 @@ type Options struct {
 	// lease bounds the begin tool's schema states; zero fields take the
 	// engine's own defaults.
 	Defaults ledger.Defaults
+	// Reserved are the agents a credential fixes, each in its namespace:
+	// a token's agent_id, and the proxy's proxy.agent_id. A caller whose
+	// identity fixes no agent names its agent_id per call, but never one
+	// of these (unauthorized): it would spend that agent's grants, count
+	// against its per-agent ceilings and add to its unreported expiries,
+	// which its credential exists to keep its own. An empty Namespace is
+	// "default".
+	Reserved []Identity
 }
 
 // New returns an MCP server with Ratchet's six tools.
@@ -95,9 +106,17 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
-	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults}
+	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{}}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
+	}
+	for _, id := range opts.Reserved {
+		if id.Namespace == "" {
+			id.Namespace = ledger.DefaultNamespace
+		}
+		if id.AgentID != "" {
+			t.reserved[id] = true
+		}
 	}
 	t.register(s)
 	return s

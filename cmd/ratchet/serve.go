@@ -120,7 +120,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 
-	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults()})
+	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
@@ -244,6 +244,17 @@ func agentsOf(cfg *config.Config) mcp.Agents {
 		agents[a.TokenSHA256] = mcp.Identity{Namespace: a.Namespace, AgentID: a.AgentID}
 	}
 	return agents
+}
+
+// reservedAgents are the agents a credential fixes: each token's agent_id
+// and proxy.agent_id, in their namespaces. No MCP token that fixes no
+// agent may act as one (mcp.Options.Reserved).
+func reservedAgents(cfg *config.Config) []mcp.Identity {
+	out := []mcp.Identity{{Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID}}
+	for _, a := range cfg.Auth.Agents {
+		out = append(out, mcp.Identity{Namespace: a.Namespace, AgentID: a.AgentID})
+	}
+	return out
 }
 
 // inflight counts requests in progress other than GETs (which are MCP's
