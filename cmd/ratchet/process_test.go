@@ -259,7 +259,47 @@ func TestStdioBridge(t *testing.T) {
 	// Without the token the sidecar refuses the bridge.
 	bad := exec.Command(binary, "mcp", "--stdio", "--server", s.mcp)
 	bad.Stdin = strings.NewReader("")
-	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "connecting to") {
-		t.Fatalf("bridge without token: %v\n%s", err, out)
+	out, err := bad.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the bridge started without a token:\n%s", out)
+	}
+	for _, want := range []string{"connecting to", "no bearer token", "RATCHET_TOKEN is not set"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("bridge without token does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// A desktop MCP client ends its stdio server with SIGTERM: that is a normal
+// end (exit 0), and no ERROR line goes to the client's log.
+func TestStdioSIGTERMIsQuiet(t *testing.T) {
+	data := t.TempDir()
+	cmd := exec.Command(binary, "mcp", "--stdio", "--data-dir", data)
+	var stderr strings.Builder // read after Wait, when the copy has ended
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.Contains(line, `"serverInfo"`) {
+		t.Fatalf("initialize: %q %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if strings.Contains(stderr.String(), "level=ERROR") {
+		t.Errorf("an ERROR line on SIGTERM:\n%s", stderr.String())
 	}
 }
