@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -135,7 +136,7 @@ func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stder
 	return usageErr(approvalsUsage)
 }
 
-const effectsUsage = "ratchet effects list [--state S] [--run-id R] [--group-key G] [--agent-id A] [--namespace N] [--limit N] | show ID | resolve ID --resolution succeeded|failed [--note TEXT]"
+const effectsUsage = "ratchet effects list [--state S] [--key K] [--run-id R] [--group-key G] [--agent-id A] [--namespace N] [--limit N] | show ID | resolve ID --resolution succeeded|failed [--note TEXT]"
 
 // runEffects is "ratchet effects".
 func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -147,8 +148,9 @@ func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	o.register(fs)
 	switch args[0] {
 	case "list":
-		var f ledger.Filter
+		var f admin.EffectFilter
 		state := fs.String("state", "", "only effects in this state")
+		fs.StringVar(&f.IdempotencyKey, "key", "", "only the effect of this idempotency key")
 		fs.StringVar(&f.RunID, "run-id", "", "only this run")
 		fs.StringVar(&f.GroupKey, "group-key", "", "only this group")
 		fs.StringVar(&f.AgentID, "agent-id", "", "only this agent")
@@ -186,9 +188,19 @@ func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 				{"attempt", fmt.Sprint(e.Attempt)}, {"namespace", e.Namespace}, {"key", e.IdempotencyKey},
 				{"type", e.EffectType}, {"vendor", dash(e.Vendor)}, {"agent", dash(e.AgentID)}, {"run", dash(e.RunID)},
 				{"group", dash(e.GroupKey)}, {"estimated (µUSD)", money(e.EstimatedCostMicros)},
-				{"actual (µUSD)", money(e.ActualCostMicros)}, {"vendor reference", dash(e.VendorReference)},
+				{"actual (µUSD)", money(e.ActualCostMicros)}, {"vendor reference (last report)", dash(e.VendorReference)},
 				{"lease expires", ts(e.LeaseExpiresAt)}, {"completed", ts(e.CompletedAt)},
 				{"resolved by", dash(e.ResolvedBy)}, {"created", ts(&e.CreatedAt)}, {"updated", ts(&e.UpdatedAt)}}
+			// What to search the vendor by, to learn whether an attempt
+			// whose outcome is unknown happened.
+			for _, a := range e.Attempts {
+				k := a.VendorIdempotencyKey
+				where := "no key location known for " + e.Vendor
+				if k.Location != "" {
+					where = fmt.Sprintf("%s %s", k.Location, k.Name)
+				}
+				rows = append(rows, [2]string{fmt.Sprintf("attempt %d vendor key", a.Attempt), k.Value + " (" + where + ")"})
+			}
 			for _, r := range rows {
 				fmt.Fprintf(w, "%s\t%s\n", r[0], r[1])
 			}
@@ -214,17 +226,45 @@ func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	return usageErr(effectsUsage)
 }
 
-// runBudgets is "ratchet budgets".
+const budgetsUsage = "ratchet budgets [--namespace N] [--dimension NAME --value VALUE]"
+
+// runBudgets is "ratchet budgets". A dimension's scope is the keyed hash
+// of its value, shown as "hash:…"; with --dimension and --value, the
+// server hashes the value (it is neither stored nor logged) and only that
+// scope's ceilings are listed, under the value.
 func runBudgets(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgets", flag.ContinueOnError)
 	var o opFlags
 	o.register(fs)
+	ns := fs.String("namespace", "", "only this namespace")
+	dim := fs.String("dimension", "", "look a scope up by value: the dimension's name (lowercase, as in per: dimension:NAME)")
+	value := fs.String("value", "", "the dimension value to look up (with --dimension)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	list, err := o.client().Budgets(ctx)
-	if err != nil {
-		return err
+	if (*dim == "") != (*value == "") {
+		return usageErr(budgetsUsage + ": --dimension and --value go together")
+	}
+	var list []ledger.Budget
+	label := func(b ledger.Budget) string { return scopeLabel(b.Per, b.Scope) }
+	if *dim != "" {
+		ans, err := o.client().LookupScope(ctx, *ns, *dim, *value)
+		if err != nil {
+			return err
+		}
+		if o.output == "json" {
+			return o.print(stdout, ans, nil)
+		}
+		list = ans.Budgets
+		label = func(ledger.Budget) string { return *dim + "=" + *value }
+		if len(list) == 0 {
+			fmt.Fprintf(stderr, "no live ceiling counts %s=%s (scope hash:%s)\n", *dim, *value, short(ans.Scope))
+		}
+	} else {
+		var err error
+		if list, err = o.client().Budgets(ctx, *ns); err != nil {
+			return err
+		}
 	}
 	return o.print(stdout, list, func(w *tabwriter.Writer) {
 		// Ceilings of observed rules (mode: observe) count but never
@@ -242,14 +282,33 @@ func runBudgets(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 					fmt.Fprintln(w, "NAMESPACE\tCEILING\tPER\tSCOPE\tUNIT\tLIMIT\tCOUNTED\tREMAINING\tWINDOW")
 					head = true
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", b.Namespace, b.Name, b.Per, dash(short(b.Scope)),
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", b.Namespace, b.Name, b.Per, label(b),
 					b.Unit, b.Limit, b.Counted, b.Remaining, b.Window)
 			}
 			if !head && !observed {
 				fmt.Fprintln(w, "NAMESPACE\tCEILING\tPER\tSCOPE\tUNIT\tLIMIT\tCOUNTED\tREMAINING\tWINDOW")
 			}
 		}
+		if *dim == "" && slices.ContainsFunc(list, func(b ledger.Budget) bool { return strings.HasPrefix(b.Per, "dimension:") }) {
+			fmt.Fprintln(w, "(hash: a dimension value's keyed hash; look one up with --dimension NAME --value VALUE)")
+		}
 	})
+}
+
+// scopeLabel is a budget's scope for tables: a dimension's hash is
+// labelled as one and abbreviated.
+func scopeLabel(per, scope string) string {
+	if scope == "" {
+		return "-"
+	}
+	if strings.HasPrefix(per, "dimension:") {
+		h, run, _ := strings.Cut(scope, " ")
+		if run != "" {
+			run = " " + run
+		}
+		return "hash:" + short(h) + run
+	}
+	return scope
 }
 
 func dash(s string) string {
