@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -136,10 +139,10 @@ func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stder
 	return usageErr(approvalsUsage)
 }
 
-const effectsUsage = "ratchet effects list [--state S] [--key K] [--run-id R] [--group-key G] [--agent-id A] [--namespace N] [--limit N] | show ID | resolve ID --resolution succeeded|failed [--note TEXT]"
+const effectsUsage = "ratchet effects list [--state S] [--key K] [--run-id R] [--group-key G] [--agent-id A] [--namespace N] [--limit N] | show ID | resolve ID --resolution succeeded|failed [--note TEXT] [--yes]"
 
 // runEffects is "ratchet effects".
-func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+func runEffects(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr(effectsUsage)
 	}
@@ -208,12 +211,18 @@ func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	case "resolve":
 		resolution := fs.String("resolution", "", "succeeded or failed, as the vendor shows it")
 		note := fs.String("note", "", "how it was checked")
+		yes := fs.Bool("yes", false, "resolve without asking (scripts); the consequence is yours")
 		id, err := parseWithID(fs, args[1:], stderr, true)
 		if err != nil {
 			return err
 		}
 		if *resolution == "" {
 			return usageErr(effectsUsage)
+		}
+		if !*yes {
+			if err := confirmResolve(stdin, stderr, id, ledger.Outcome(*resolution)); err != nil {
+				return err
+			}
 		}
 		e, err := o.client().Resolve(ctx, id, ledger.Outcome(*resolution), *note)
 		if err != nil {
@@ -227,6 +236,46 @@ func runEffects(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 }
 
 const budgetsUsage = "ratchet budgets [--namespace N] [--dimension NAME --value VALUE]"
+
+// resolveConsequence is what resolving as o does, in the words the
+// operator confirms (the console shows the same).
+func resolveConsequence(id string, o ledger.Outcome) string {
+	switch o {
+	case ledger.OutcomeFailed:
+		return "Resolving " + id + " as failed frees its idempotency key: the agent's next begin executes the action again. " +
+			"If it did happen at the vendor, that is a second charge or a second email."
+	case ledger.OutcomeSucceeded:
+		return "Resolving " + id + " as succeeded records the action as done: a retry is answered duplicate and never executes. " +
+			"If it did not happen at the vendor, it never will through Ratchet."
+	}
+	return "" // the server refuses any other resolution with its own message
+}
+
+// stdinIsTerminal says whether the CLI may ask a question on stdin (a
+// variable, so tests can answer one).
+var stdinIsTerminal = func(stdin io.Reader) bool {
+	f, ok := stdin.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd())) // /dev/null is a character device, not a terminal
+}
+
+// confirmResolve asks the operator to confirm a resolution, naming its
+// consequence; without a terminal to ask on, it refuses and names --yes.
+func confirmResolve(stdin io.Reader, stderr io.Writer, id string, o ledger.Outcome) error {
+	what := resolveConsequence(id, o)
+	if what == "" {
+		return nil
+	}
+	if !stdinIsTerminal(stdin) {
+		return &exitError{code: 2, err: fmt.Errorf("not resolved: %s Check at the vendor, then run again with --yes to confirm "+
+			"(stdin is not a terminal, so there is no one to ask)", what)}
+	}
+	fmt.Fprintf(stderr, "%s\nType yes to resolve %s as %s: ", what, id, o)
+	line, _ := bufio.NewReader(io.LimitReader(stdin, 1024)).ReadString('\n')
+	if strings.TrimSpace(line) != "yes" {
+		return &exitError{code: 1, err: errors.New("not resolved: the answer was not yes")}
+	}
+	return nil
+}
 
 // runBudgets is "ratchet budgets". A dimension's scope is the keyed hash
 // of its value, shown as "hash:…"; with --dimension and --value, the
