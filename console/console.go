@@ -470,7 +470,10 @@ func (c *console) withSession(h func(http.ResponseWriter, *http.Request, *sessio
 // forward passes /console/api/v1/... to the admin API as /v1/..., with the
 // session's token in place of the cookie.
 func (c *console) forward(w http.ResponseWriter, r *http.Request, s *session) {
-	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+	// A lookup of a budget scope by value is a read sent as a POST (the
+	// value stays out of URLs); every other POST changes state.
+	lookup := r.Method == http.MethodPost && r.URL.Path == "/console/api/v1/budgets/lookup"
+	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead && !lookup {
 		// The admin API refuses it too; the console does not rely on that.
 		writeError(w, http.StatusForbidden, CodeReadOnly, "the console is read-only: auth.agents are configured and auth.admins are not, "+
 			"and an agent on this host must not approve its own actions; configure auth.admins to approve, reject or resolve")
