@@ -67,7 +67,16 @@ func TestServeRefusesOpenUnauthenticatedListener(t *testing.T) {
 
 func TestCAExport(t *testing.T) {
 	dir := t.TempDir()
+	// Without a CA in the data dir (not the server's), nothing is created:
+	// the error names the flag that points at the server's.
 	code, out, errs := runArgs(t, "", "ca", "export", "--data-dir", dir)
+	if code != 1 || out != "" || !strings.Contains(errs, "no proxy CA in") || !strings.Contains(errs, "--config") {
+		t.Errorf("export without a CA: exit %d, out %q, err %q; want exit 1 naming --config", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca")); !os.IsNotExist(err) {
+		t.Errorf("export without a CA created %s: %v", filepath.Join(dir, "ca"), err)
+	}
+	code, out, errs = runArgs(t, "", "ca", "export", "--data-dir", dir, "--create")
 	if code != 0 || !strings.HasPrefix(out, "-----BEGIN CERTIFICATE-----") {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
