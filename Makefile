@@ -19,17 +19,25 @@ run:
 #   go test -run XXX -fuzz FuzzCanonicalJSON -fuzztime 1m ./ledger
 # Then the interop suite when Node.js is here (CI sets RATCHET_REQUIRE_INTEROP
 # so that it is never skipped there), and the console's browser test when
-# Chromium is too (RATCHET_REQUIRE_CONSOLE in CI).
+# Chromium is too (RATCHET_REQUIRE_CONSOLE in CI). Last, one line per
+# optional suite (PostgreSQL, interop, console browser, netns): ran, or
+# skipped and why. go test drops passing packages' output, so each suite
+# notes its fate in $(SUITES) (internal/suites).
+SUITES = $(CURDIR)/bin/suites.txt
+test: export RATCHET_SUITES_FILE = $(SUITES)
 test:
+	@mkdir -p bin && rm -f $(SUITES)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
-	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop; \
+	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop && printf 'interop\tran\n' >> $(SUITES); \
 	elif [ -n "$$RATCHET_REQUIRE_INTEROP" ]; then echo "Node.js is required for the interop suite" >&2; exit 1; \
-	else echo "Node.js not found: the interop suite (make interop) did not run"; fi
+	else echo "Node.js not found: the interop suite (make interop) did not run"; printf 'interop\tskipped\tNode.js not found\n' >> $(SUITES); fi
 	@if command -v node >/dev/null 2>&1 && { [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null 2>&1; }; then \
-		$(MAKE) --no-print-directory console-test; \
+		$(MAKE) --no-print-directory console-test && printf 'console browser\tran\n' >> $(SUITES); \
 	elif [ -n "$$RATCHET_REQUIRE_CONSOLE" ]; then echo "Node.js and Chromium are required for the console's browser test" >&2; exit 1; \
-	else echo "Node.js or Chromium not found: the console's browser test (make console-test) did not run"; fi
+	else echo "Node.js or Chromium not found: the console's browser test (make console-test) did not run"; \
+		printf 'console browser\tskipped\tNode.js or Chromium not found\n' >> $(SUITES); fi
+	@$(GO) run ./internal/suites/summary $(SUITES)
 
 test-short:
 	$(GO) test -count=1 ./...
