@@ -160,3 +160,34 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("limit %d with GOMEMLIMIT set", got)
 	}
 }
+
+// The help lines up every command's description, however long its name,
+// and the operator commands' usage names the environment they read.
+func TestHelpAlignsAndNamesTheAdminEnvironment(t *testing.T) {
+	_, _, help := runArgs(t, "", "--help")
+	col := -1
+	for _, l := range strings.Split(help, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(l, "  "), " ")
+		if !strings.HasPrefix(l, "  ") || !ok || strings.HasPrefix(name, "RATCHET_") {
+			continue
+		}
+		at := len(l) - len(strings.TrimLeft(rest, " "))
+		if col == -1 {
+			col = at
+		}
+		if at != col {
+			t.Errorf("%q: description at column %d, the others at %d", l, at, col)
+		}
+	}
+	if col == -1 {
+		t.Fatalf("no command lines in the help:\n%s", help)
+	}
+	for _, args := range [][]string{{"--help"}, {"approvals"}, {"effects", "nope"}, {"grants"}, {"audit"}, {"budgets", "-h"}} {
+		_, _, errs := runArgs(t, "", args...)
+		for _, want := range []string{"RATCHET_ADMIN_URL", "RATCHET_ADMIN_TOKEN"} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("ratchet %v does not name %s:\n%s", args, want, errs)
+			}
+		}
+	}
+}

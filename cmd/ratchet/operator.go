@@ -33,7 +33,22 @@ func (o *opFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&o.admin, "admin", def, "admin API base URL (default $RATCHET_ADMIN_URL)")
 	fs.StringVar(&o.output, "o", "table", "output: table or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of ratchet %s:\n", fs.Name())
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nenvironment:\n"+adminEnvVars+"\n")
+	}
 }
+
+// adminEnvVars is the environment of the commands that talk to the admin
+// API, which their usage names.
+const adminEnvVars = `  RATCHET_ADMIN_URL    the admin API's base URL (default http://127.0.0.1:8788; --admin overrides it)
+  RATCHET_ADMIN_TOKEN  an admin token (auth.admins); a token is never a flag, which ps would show`
+
+const adminEnv = "\n\nenvironment:\n" + adminEnvVars
+
+// opUsageErr is usageErr for the commands that talk to the admin API.
+func opUsageErr(usage string) error { return usageErr(usage + adminEnv) }
 
 func (o *opFlags) client() *admin.Client {
 	return &admin.Client{URL: o.admin, Token: os.Getenv("RATCHET_ADMIN_TOKEN")}
@@ -97,7 +112,7 @@ const approvalsUsage = "ratchet approvals list [--state pending|approved|rejecte
 // runApprovals is "ratchet approvals".
 func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr(approvalsUsage)
+		return opUsageErr(approvalsUsage)
 	}
 	fs := flag.NewFlagSet("approvals "+args[0], flag.ContinueOnError)
 	var o opFlags
@@ -136,7 +151,7 @@ func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stder
 			fmt.Fprintf(w, "%s\t%s by %s\n", a.ApprovalID, a.State, a.DecidedBy)
 		})
 	}
-	return usageErr(approvalsUsage)
+	return opUsageErr(approvalsUsage)
 }
 
 const effectsUsage = "ratchet effects list [--state S] [--key K] [--run-id R] [--group-key G] [--agent-id A] [--namespace N] [--limit N] | show ID | resolve ID --resolution succeeded|failed [--note TEXT] [--yes]"
@@ -144,7 +159,7 @@ const effectsUsage = "ratchet effects list [--state S] [--key K] [--run-id R] [-
 // runEffects is "ratchet effects".
 func runEffects(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr(effectsUsage)
+		return opUsageErr(effectsUsage)
 	}
 	fs := flag.NewFlagSet("effects "+args[0], flag.ContinueOnError)
 	var o opFlags
@@ -217,7 +232,7 @@ func runEffects(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			return err
 		}
 		if *resolution == "" {
-			return usageErr(effectsUsage)
+			return opUsageErr(effectsUsage)
 		}
 		if !*yes {
 			if err := confirmResolve(stdin, stderr, id, ledger.Outcome(*resolution)); err != nil {
@@ -232,7 +247,7 @@ func runEffects(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			fmt.Fprintf(w, "%s\t%s\tresolved by %s\n", e.EffectID, e.State, e.ResolvedBy)
 		})
 	}
-	return usageErr(effectsUsage)
+	return opUsageErr(effectsUsage)
 }
 
 const budgetsUsage = "ratchet budgets [--namespace N] [--dimension NAME --value VALUE]"
@@ -292,7 +307,7 @@ func runBudgets(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return err
 	}
 	if (*dim == "") != (*value == "") {
-		return usageErr(budgetsUsage + ": --dimension and --value go together")
+		return opUsageErr(budgetsUsage + ": --dimension and --value go together")
 	}
 	var list []ledger.Budget
 	label := func(b ledger.Budget) string { return scopeLabel(b.Per, b.Scope) }
