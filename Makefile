@@ -10,9 +10,11 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ratchet ./cmd/ratchet
 
 # Run Ratchet on the embedded default: built-in config, ledger in ./data,
-# MCP at http://127.0.0.1:8787/mcp, probes on 127.0.0.1:8788.
-run:
-	$(GO) run ./cmd/ratchet serve --data-dir ./data
+# MCP at http://127.0.0.1:8787/mcp, probes on 127.0.0.1:8788. The built
+# binary, not go run: go run exits 1 on Ctrl-C (make: *** Error 1), serve
+# exits 0.
+run: build
+	./bin/ratchet serve --data-dir ./data
 
 # Every test, with the race detector (the engine is concurrent by design).
 # Fuzz tests run their seed corpus here; run one for longer with e.g.

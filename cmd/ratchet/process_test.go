@@ -303,3 +303,30 @@ func TestStdioSIGTERMIsQuiet(t *testing.T) {
 		t.Errorf("an ERROR line on SIGTERM:\n%s", stderr.String())
 	}
 }
+
+// Ctrl-C on "make run" ends it cleanly: serve exits 0 on SIGINT, and make
+// runs the built binary itself (go run answered a Ctrl-C with exit status
+// 1, which make reported as "make: *** [run] Error 1").
+func TestCtrlCOnMakeRunIsACleanEnd(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "")
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("exit after SIGINT: %v\n%s", err, s.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGINT")
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipe, _ := strings.Cut(string(mk), "\nrun:")
+	recipe, _, _ = strings.Cut(recipe, "\n\n")
+	if strings.Contains(recipe, "go run") || strings.Contains(recipe, "$(GO) run") || !strings.Contains(recipe, "./bin/ratchet serve") {
+		t.Errorf("make run's recipe must run ./bin/ratchet, not go run:%s", recipe)
+	}
+}
