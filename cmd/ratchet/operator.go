@@ -34,7 +34,7 @@ func (o *opFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.admin, "admin", def, "admin API base URL (default $RATCHET_ADMIN_URL)")
 	fs.StringVar(&o.output, "o", "table", "output: table or json")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage of ratchet %s:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name()) // as the flag package says it
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\nenvironment:\n"+adminEnvVars+"\n")
 	}
