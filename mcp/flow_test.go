@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -223,6 +224,16 @@ func TestHTTPAuthAndIsolation(t *testing.T) {
 		t.Fatalf("identity not applied: %v", eff)
 	}
 	toolErr(t, blog, "ratchet_get_effect", map[string]any{"effect_id": a["effect_id"]}, "effect_not_found")
+	// Each attempt's vendor key is the operators' (admin API): no tool
+	// answers it, not even to the effect's own namespace.
+	charged := decision(t, shop, map[string]any{"idempotency_key": "vk", "effect_type": "email.send", "vendor": "stripe"}, "execute")
+	got, _ := call(t, shop, "ratchet_get_effect", map[string]any{"effect_id": charged["effect_id"]})
+	if _, ok := got["attempts"]; ok {
+		t.Errorf("ratchet_get_effect answered the attempts' vendor keys: %v", got["attempts"])
+	}
+	if key := charged["vendor_idempotency_key"].(map[string]any)["value"].(string); strings.Contains(fmt.Sprint(got), key) {
+		t.Errorf("ratchet_get_effect shows the vendor key %s: %v", key, got)
+	}
 	toolErr(t, blog, "ratchet_report_effect", map[string]any{"effect_id": a["effect_id"], "outcome": "failed"}, "effect_not_found")
 	l, _ := call(t, blog, "ratchet_list_effects", map[string]any{})
 	if len(l["effects"].([]any)) != 1 {
