@@ -599,9 +599,11 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 // vendorKey derives the vendor's idempotency key for the current attempt:
 // deterministic in namespace, key, attempt and vendor, unguessable without
 // the server secret, and new for every attempt. It is made from the
-// digest's bytes (122 random bits in the UUID). It is derived once, when the
-// attempt is granted, and handed out then; no later answer derives it again,
-// so a change to the derivation only ever applies to new attempts.
+// digest's bytes (122 random bits in the UUID). It is handed out when the
+// attempt is granted; no later answer to an agent derives it again. The
+// operator's view of an effect (AttemptKeys) and the purge derive it again
+// for past attempts, so a change to the derivation must keep the old one
+// for attempts granted before it.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
 	return vendors.ShapeKey(rec.Vendor, digest)

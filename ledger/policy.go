@@ -157,8 +157,15 @@ func checkPer(p string) error {
 	case "":
 		return fmt.Errorf("is required: global, agent, run or dimension:<name>")
 	}
-	if name, ok := strings.CutPrefix(p, "dimension:"); ok && dimNameRe.MatchString(name) {
-		return nil
+	if name, ok := strings.CutPrefix(p, "dimension:"); ok {
+		if dimNameRe.MatchString(name) {
+			return nil
+		}
+		hint := ""
+		if low := strings.ToLower(name); low != name && dimNameRe.MatchString(low) {
+			hint = fmt.Sprintf(" (did you mean dimension:%s?)", low)
+		}
+		return fmt.Errorf("%q: a dimension name is lowercase letters, digits and _ (at most 63), as agents send it%s", p, hint)
 	}
 	return fmt.Errorf("%q must be global, agent, run or dimension:<name>", p)
 }

@@ -4,8 +4,9 @@
 // engine, and shapes the answer (structured content, a one-line summary, and
 // the JSON for clients that only read text).
 //
-// Identity. Over HTTP, bearer tokens are checked by the SDK's auth
-// middleware against the SHA-256 hashes in the config; a token maps to a
+// Identity. Over HTTP, bearer tokens are checked against the SHA-256 hashes
+// in the config (auth.go: a refused token is a 401 whose JSON-RPC error says
+// what to fix); a token maps to a
 // namespace and optionally an agent_id. An agent whose token names an
 // agent_id cannot act as another one (unauthorized), and a token that
 // names none cannot act as an agent a credential fixes (Options.Reserved:
@@ -37,14 +38,10 @@ package mcp
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -195,16 +192,7 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	if len(opts.Agents) == 0 {
 		return h
 	}
-	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		sum := sha256.Sum256([]byte(token))
-		id, ok := opts.Agents[hex.EncodeToString(sum[:])]
-		if !ok {
-			return nil, fmt.Errorf("unknown bearer token: %w", auth.ErrInvalidToken)
-		}
-		return &auth.TokenInfo{UserID: id.Namespace + "/" + id.AgentID,
-			Extra: map[string]any{"namespace": id.Namespace, "agent_id": id.AgentID}}, nil
-	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return requireToken(opts.Agents, maxBody, h)
 }
 
 // statelessProtocol is the first protocol version without sessions, which

@@ -261,6 +261,17 @@ func (t *tools) reservedIn(id Identity) []string {
 	return out
 }
 
+// resolvedBy is what an agent's resolution records as its author: the
+// agent_id its credentials fix or, when they fix none (a token without
+// agent_id, stdio, unauthenticated loopback), the namespace, the one thing
+// known of the caller ("agent:" alone said nothing).
+func resolvedBy(id Identity) string {
+	if id.AgentID != "" {
+		return "agent:" + id.AgentID
+	}
+	return "agent:namespace=" + id.Namespace
+}
+
 func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
 		agent, err := t.agentFor(id, in.AgentID)
@@ -284,7 +295,7 @@ func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
 		in.NotAgents = t.reservedIn(id)
-		in.ResolvedBy = "agent:" + id.AgentID
+		in.ResolvedBy = resolvedBy(id)
 		eff, err := t.eng.Resolve(ctx, *in)
 		return eff, effectSummary(eff), err
 	})

@@ -97,8 +97,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ratchet <command> [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: ratchet <command> [flags]   (ratchet <command> -h for its flags)\n\ncommands:")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.usage)
+		width = max(width, len(c.name))
 	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.usage)
+	}
+	fmt.Fprintln(w, "\nthe commands marked (admin API) read the environment:\n"+adminEnvVars)
 }

@@ -211,7 +211,7 @@ func TestProxyHeadersAreNotAnIdentity(t *testing.T) {
 				t.Fatalf("the slow $1 call: %+v", got)
 			}
 			waitFor(t, 10*time.Second, "the slow call's lease to be expired by the reaper", func() bool {
-				page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", Limit: 500})
+				page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", Limit: 500}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -259,7 +259,7 @@ func TestProxyAgentIDIsTheProxysIdentity(t *testing.T) {
 	if g := grants[0]; g.UsedCostMicros != 600_000_000 || g.UsedEffects != 1 {
 		t.Errorf("the grant counted %d micros, %d effects; want 600000000, 1", g.UsedCostMicros, g.UsedEffects)
 	}
-	page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", State: ledger.StateSucceeded})
+	page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", State: ledger.StateSucceeded}})
 	if err != nil || len(page.Effects) != 1 {
 		t.Fatalf("succeeded effects: %v %v", page, err)
 	}

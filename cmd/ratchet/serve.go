@@ -128,10 +128,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
+	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
+		Metrics: m.Handler(), Logger: log})
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
-		Namespaces: consoleNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
+		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	servers := []*http.Server{
 		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
@@ -209,9 +210,9 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 	})
 }
 
-// consoleNamespaces are the namespaces the console looks an idempotency
-// key up in: the agents', the proxy's and the default.
-func consoleNamespaces(cfg *config.Config) []string {
+// keyNamespaces are the namespaces the console and the admin API look an
+// idempotency key up in: the agents', the proxy's and the default.
+func keyNamespaces(cfg *config.Config) []string {
 	out := []string{"default"}
 	if !slices.Contains(out, cfg.Proxy.Namespace) {
 		out = append(out, cfg.Proxy.Namespace)
