@@ -97,6 +97,21 @@ type Event struct {
 	Vendor string `json:"vendor,omitempty"`
 	HaltID string `json:"halt_id,omitempty"`
 	Note   string `json:"note,omitempty"`
+	// Compensation is the undo an approval request's step declared,
+	// without its payload: approving the step lets that undo skip the
+	// threshold and ceilings up to the step's estimate, so the approver
+	// is shown what it is.
+	Compensation *Compensation `json:"compensation,omitempty"`
+}
+
+// withoutPayload is c for an event, which keeps no payload (nil for nil).
+func (c *Compensation) withoutPayload() *Compensation {
+	if c == nil {
+		return nil
+	}
+	v := *c
+	v.Payload = nil
+	return &v
 }
 
 // emit records an event of this op; the writer journals it if the op
