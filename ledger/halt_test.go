@@ -355,3 +355,35 @@ func TestAHaltStopsEveryReplicaOfAFleetAtOnce(t *testing.T) {
 		t.Errorf("no begin ran before the halt: the test shows nothing")
 	}
 }
+
+func TestACeilingWithOnThresholdHaltHaltsItsRuleWhenItsLastThresholdFires(t *testing.T) {
+	rules := []ledger.Rule{
+		{Match: "spend.*", Ceilings: []ledger.Ceiling{{Name: "total", LimitMicros: i64(100), Window: "24h", Per: "agent", OnThreshold: ledger.OnThresholdHalt}}},
+		{Match: "email.*"},
+	}
+	h := newHarness(t, rules)
+	withThresholds(h, 0.5, 1.0)
+	spend := func(k, agent string, cost int64) ledger.BeginRequest {
+		return ledger.BeginRequest{IdempotencyKey: k, EffectType: "spend.x", AgentID: agent, EstimatedCostMicros: i64(cost)}
+	}
+	h.beginWant(spend("s:1", "bot", 60), ledger.DecisionExecute) // 0.5 fires: an alert, no halt
+	if hs, _ := h.eng.ListHalts(context.Background()); len(hs) != 0 {
+		t.Fatalf("halted at the first threshold: %+v", hs)
+	}
+	h.beginWant(spend("s:2", "bot", 40), ledger.DecisionExecute) // 1.0 fires: halted in the same write
+	hs, err := h.eng.ListHalts(context.Background())
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("halts after the last threshold: %+v %v", hs, err)
+	}
+	want := ledger.HaltScope{Namespace: "default", EffectType: "spend.*", AgentID: "bot"}
+	if hs[0].HaltScope != want || hs[0].CreatedBy != "budget:total" || !strings.Contains(hs[0].Note, "total") {
+		t.Errorf("halt %+v, want scope %+v by budget:total", hs[0], want)
+	}
+	wantHalted(t, h.begin(spend("s:3", "bot", 0)), &hs[0])
+	h.beginWant(spend("s:4", "other-bot", 1), ledger.DecisionExecute)
+	h.beginWant(ledger.BeginRequest{IdempotencyKey: "e:1", EffectType: "email.send", AgentID: "bot"}, ledger.DecisionExecute)
+	errs := ledger.ValidatePolicies([]ledger.Rule{{Match: "x.*", Ceilings: []ledger.Ceiling{{Name: "c", LimitCount: i64(1), Window: "1h", Per: "global", OnThreshold: "page"}}}})
+	if len(errs) != 1 || errs[0].Path != "policies[0].ceilings[0].on_threshold" {
+		t.Errorf("on_threshold: page: %v", errs)
+	}
+}
