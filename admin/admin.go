@@ -96,6 +96,7 @@ type Engine interface {
 	CreateGrant(ctx context.Context, req ledger.GrantRequest) (*ledger.Grant, error)
 	RevokeGrant(ctx context.Context, grantID, by string) (*ledger.Grant, error)
 	Outbox(ctx context.Context, deadOnly bool) ([]ledger.OutboxEntry, error)
+	Halter // halts.go
 }
 
 // Options configures Handler.
@@ -143,6 +144,9 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("POST /v1/grants", a.auth(params(a.createGrant)))
 	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(params(a.revokeGrant)))
 	mux.Handle("GET /v1/outbox", a.auth(params(a.outbox, "dead")))
+	mux.Handle("GET /v1/halts", a.auth(params(a.listHalts)))
+	mux.Handle("POST /v1/halts", a.auth(params(a.createHalt)))
+	mux.Handle("POST /v1/halts/{id}/lift", a.auth(params(a.liftHalt)))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}))

@@ -54,6 +54,7 @@ const (
 	ReasonApprovalRejected = "approval_rejected"
 	ReasonGroupUnwinding   = "group_unwinding"
 	ReasonUnreported       = "unreported_effects"
+	ReasonHalted           = "halted" // an operator halted the scope (halt.go)
 )
 
 // Outcome is what an agent reports after acting.
@@ -187,6 +188,10 @@ type BeginResult struct {
 	// GrantID, on an execute, is the grant (a scoped approval) that let
 	// it through without a request of its own.
 	GrantID string `json:"grant_id,omitempty"`
+
+	// HaltID, on a denial with reason halted, is the operator's halt
+	// (halt.go); the message carries its note.
+	HaltID string `json:"halt_id,omitempty"`
 
 	// Message says in one sentence what the agent must do now.
 	Message string `json:"message"`

@@ -98,6 +98,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	m.Watch(eng)
 	m.WatchOutbox(eng)
+	m.WatchHalts(eng)
 	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
 	if err != nil {
 		eng.Close(context.Background())

@@ -403,6 +403,31 @@ test('a link fills in only the scope of a grant; a malformed deep link is not fo
   }
 });
 
+test('while anything is halted every page shows a banner, and the agent is denied with the note', async () => {
+  const admin = (path, body) => fetch(serve.admin + path, {
+    method: body ? 'POST' : 'GET',
+    headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' },
+    body: body ? JSON.stringify(body) : undefined,
+  }).then(async (r) => ({ status: r.status, body: await r.json() }));
+  const halted = await admin('/v1/halts', { namespace: 'shop', effect_type: 'payment.*', note: 'chargebacks <b>spiking</b>' });
+  assert.equal(halted.status, 201, JSON.stringify(halted.body));
+  await page.goto(serve.admin + '/budgets');
+  const banner = page.locator('#halts');
+  await banner.getByText('chargebacks <b>spiking</b>').waitFor({ timeout: 4000 });
+  assert.match(await banner.textContent(), /Halted: namespace=shop effect_type=payment\.\*.*admin:ops-oncall/);
+  assert.match(await banner.textContent(), new RegExp(`ratchet resume ${halted.body.halt_id}`));
+  await open('Approvals');
+  assert.equal(await banner.isVisible(), true, 'the banner stays on every page');
+  const denied = await begin(charge('order-halt-1', 5, 'initech', 'run-h1'));
+  assert.equal(denied.decision, 'denied');
+  assert.equal(denied.reason, 'halted');
+  assert.match(denied.message, /chargebacks <b>spiking<\/b>/);
+  const lifted = await admin(`/v1/halts/${halted.body.halt_id}/lift`, {});
+  assert.equal(lifted.status, 200, JSON.stringify(lifted.body));
+  await banner.waitFor({ state: 'hidden', timeout: 4000 });
+  assert.equal((await begin(charge('order-halt-1', 5, 'initech', 'run-h1'))).decision, 'execute');
+});
+
 test('without admin tokens the page takes its session with a POST; a GET makes none', async () => {
   const open = await startServe({ open: true });
   const ctx = await browser.newContext(); // its own cookies: cookies ignore ports

@@ -738,12 +738,30 @@ views.grants = () => {
 // ---- counts in the navigation -----------------------------------------
 
 async function counts() {
-  if (!S.session?.signed_in || document.hidden) return;
+  if (!S.session?.signed_in || document.hidden) {
+    if (!S.session?.signed_in) $('halts').hidden = true;
+    return;
+  }
   try {
-    const [{ approvals }, { effects }] = await Promise.all([v1('/approvals?state=pending'), v1('/effects?state=indeterminate&limit=500')]);
+    const [{ approvals }, { effects }, { halts }] = await Promise.all([v1('/approvals?state=pending'), v1('/effects?state=indeterminate&limit=500'), v1('/halts')]);
     $('count-approvals').textContent = approvals.length ? String(approvals.length) : '';
     $('count-attention').textContent = effects.length ? (effects.length >= 500 ? '500+' : String(effects.length)) : '';
+    haltBanner(halts);
   } catch { /* the view shows errors */ }
+}
+
+/** haltBanner shows every active halt (ledger/halt.go) while there is one:
+ * what it stops, who halted it, the note, and how to lift it. */
+function haltBanner(halts) {
+  const el = $('halts');
+  el.hidden = !halts.length;
+  el.replaceChildren(...halts.map((x) => {
+    const scope = [['namespace', x.namespace], ['effect_type', x.effect_type], ['agent_id', x.agent_id], ['vendor', x.vendor]]
+      .filter(([, v]) => v).map(([k, v]) => `${k}=${v}`).join(' ') || 'everything';
+    return h('p', { class: 'halt', 'data-halt': x.halt_id }, h('strong', null, 'Halted: '), scope,
+      ` (since ${new Date(x.created_at).toLocaleString()} by ${x.created_by || 'an operator'}): `, x.note,
+      '. New begins in this scope are denied. Lift it with ', h('code', null, `ratchet resume ${x.halt_id}`), '.');
+  }));
 }
 
 // ---- sign-in, routing, polling ----------------------------------------
