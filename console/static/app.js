@@ -151,7 +151,7 @@ function decideForm(actions) {
     },
   }, a.label));
   if (!S.session?.can_decide) {
-    return h('div', { class: 'decide muted' }, 'read-only');
+    return h('div', { class: 'decide muted' }, 'cannot decide here');
   }
   return h('div', { class: 'decide' }, note, buttons);
 }
@@ -282,6 +282,7 @@ views.approval = (id) => {
           ['Run', a.run_id || '—'],
           ['Estimated cost', money(a.estimated_cost_micros)],
           ['Threshold', money(a.threshold_micros)],
+          ['Undo declared', undoDeclared(a.compensation)],
           ['Requested', when(a.requested_at)],
           ['Expires', when(a.expires_at)],
           a.decided_by && ['Decided by', a.decided_by],
@@ -293,6 +294,14 @@ views.approval = (id) => {
     },
   };
 };
+
+// The undo a step declared: approving the step lets it run without
+// approval or ceilings up to the step's estimate, so the approver sees it.
+function undoDeclared(c) {
+  if (!c) return 'none: the step is permanent';
+  return h('span', { class: 'undo' }, h('code', null, c.effect_type), c.vendor ? ` at ${c.vendor}` : '',
+    c.estimated_cost_micros != null ? ` for ${money(c.estimated_cost_micros)}` : '', c.description ? `: ${c.description}` : '');
+}
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
@@ -738,9 +747,9 @@ function header() {
   const banner = $('banner');
   $('nav').hidden = !s?.signed_in;
   banner.hidden = true;
-  if (s?.mode === 'read_only') {
+  if (s?.mode === 'admin_required') {
     banner.hidden = false;
-    banner.textContent = 'Read-only: agent tokens are configured and admin tokens are not, so nothing can be approved or resolved here (an agent on this host must not approve its own actions). Configure auth.admins to decide.';
+    banner.textContent = 'Closed: agent tokens are configured and admin tokens are not, so the console shows and decides nothing (an agent on this host must neither approve its own actions nor read other namespaces). Configure auth.admins and sign in with an admin token.';
   }
   if (!s?.signed_in) {
     who.replaceChildren();
@@ -748,7 +757,7 @@ function header() {
     who.replaceChildren(h('span', null, 'Signed in as ', h('strong', null, s.name)), ' ',
       h('button', { type: 'button', class: 'link', onclick: signOut }, 'Sign out'));
   } else {
-    who.replaceChildren(h('span', { class: 'muted' }, s.mode === 'open' ? 'No admin tokens: open on loopback' : 'Read-only'));
+    who.replaceChildren(h('span', { class: 'muted' }, 'No admin tokens: open on loopback'));
   }
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('here', a.dataset.page === S.route?.page);
 }
@@ -765,6 +774,13 @@ function render() {
   clearInterval(S.timer);
   const root = $('view');
   root.replaceChildren();
+  if (S.session?.mode === 'admin_required') {
+    S.route = null;
+    header();
+    document.title = 'Closed · Ratchet';
+    root.append(h('h1', null, 'Closed'), h('p', null, 'Configure auth.admins (ratchet token hash < token-file) and restart Ratchet to sign in.'));
+    return;
+  }
   if (!S.session?.signed_in) {
     S.route = null;
     header();
@@ -838,7 +854,7 @@ async function start() {
     // Without admin tokens there is no sign-in: the page asks for its
     // tokenless session (for its CSRF token) with a POST, as a GET never
     // makes one.
-    if (!S.session.signed_in && S.session.mode !== 'sign_in') {
+    if (!S.session.signed_in && S.session.mode === 'open') {
       S.session = await api('/console/session', { method: 'POST', body: {} });
     }
   } catch (err) {
