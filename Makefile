@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short interop console-test console-screenshots bench lint fmt clean
+.PHONY: all build run test test-short cross interop console-test console-screenshots bench lint fmt clean
 
 all: lint test
 
@@ -43,6 +43,15 @@ test:
 
 test-short:
 	$(GO) test -count=1 ./...
+
+# Ratchet builds and vets for macOS and Windows too (`ratchet mcp --stdio`
+# on a laptop): platform code lives in _linux.go, _darwin.go, _windows.go
+# files with a portable fallback (CI runs this).
+CROSS = darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+cross:
+	@set -e; for t in $(CROSS); do echo "GOOS=$${t%/*} GOARCH=$${t#*/}"; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./...; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) vet ./...; done
 
 # The official TypeScript MCP clients and the Inspector CLI against a real
 # ratchet over HTTP, stdio and the bridge (interop/, under a minute).

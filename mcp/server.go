@@ -37,10 +37,12 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -158,7 +160,19 @@ type HTTPOptions struct {
 	MaxBodyBytes int64
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
+	// SessionIdle closes a session that has had no request for this long
+	// (an agent that vanished without closing it: a crashed pod, a
+	// closed laptop); zero means DefaultSessionIdle, negative never.
+	SessionIdle time.Duration
 }
+
+// DefaultSessionIdle is how long an idle MCP session is kept. A client
+// that comes back later with its session id gets 404 Not Found, as the
+// streamable HTTP transport specifies for a terminated session, and the
+// SDKs then start a new session. Half an hour outlasts an agent's pause
+// to think or to wait for an approval (it keeps no state in the session
+// that the ledger does not hold), and bounds what vanished agents leave.
+const DefaultSessionIdle = 30 * time.Minute
 
 // DefaultMaxBodyBytes bounds an HTTP request's body when
 // HTTPOptions.MaxBodyBytes is zero.
@@ -173,9 +187,13 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	if maxBody == 0 {
 		maxBody = DefaultMaxBodyBytes
 	}
+	idle := cmp.Or(opts.SessionIdle, DefaultSessionIdle)
+	if idle < 0 {
+		idle = 0 // the SDK's "never"
+	}
 	server := func(*http.Request) *sdk.Server { return s }
 	sessions := sdk.NewStreamableHTTPHandler(server,
-		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody})
+		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, SessionTimeout: idle})
 	stateless := sdk.NewStreamableHTTPHandler(server,
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, Stateless: true})
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

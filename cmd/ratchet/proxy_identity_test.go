@@ -351,7 +351,7 @@ func TestATokenThatFixesNoAgentCannotSettleACredentialsAttempts(t *testing.T) {
 			go func() { done <- paymentIntent(t, stripeVia(s), 100, map[string]string{"X-Test-Slow": "1"}) }()
 			var id string
 			waitFor(t, 10*time.Second, "the slow proxied call to be begun", func() bool {
-				page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", AgentID: "legacy-billing"})
+				page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", AgentID: "legacy-billing"}})
 				if err != nil || len(page.Effects) == 0 {
 					return false
 				}

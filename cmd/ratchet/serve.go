@@ -134,10 +134,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
+	m.WatchSessions(func() int {
+		n := 0
+		for range mcpServer.Sessions() {
+			n++
+		}
+		return n
+	})
+	// An idle keep-alive connection is closed after listenerIdle, so that
+	// agents that vanish leave no connections open (MCP sessions expire
+	// after mcp.DefaultSessionIdle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -285,3 +295,9 @@ func (c *inflight) wait(ctx context.Context) {
 		}
 	}
 }
+
+// listenerIdle is how long the MCP, admin and proxy listeners keep a
+// keep-alive connection with no request on it: longer than an agent's or
+// an SDK's pause between calls (their pools reconnect after it), short
+// enough that connections of agents that vanished do not pile up.
+const listenerIdle = 2 * time.Minute
