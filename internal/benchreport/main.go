@@ -22,12 +22,19 @@ func main() {
 	dur := flag.Duration("d", 4*time.Second, "how long each configuration runs")
 	scaleN := flag.Int("scale", 1_000_000, "effects preloaded for the scale section (0 skips it)")
 	out := flag.String("out", "BENCHMARKS.md", "report file")
-	only := flag.String("only", "", "run only this section (engine, peers, mcp, proxy, pg or scale), print it and write no report")
+	only := flag.String("only", "", "run only this section (engine, peers, mcp, proxy, pg, scale or cpu), print it and write no report")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	worker := flag.String("pg-worker", "", "internal: run one of the PostgreSQL section's worker processes")
+	cpuW := flag.String("cpu-worker", "", "internal: run one workload of the CPU section (under callgrind)")
 	flag.Parse()
 	if *worker != "" {
 		if err := pgWorker(*worker); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *cpuW != "" {
+		if err := cpuWorker(*cpuW); err != nil {
 			fail(err)
 		}
 		return
@@ -157,6 +164,10 @@ func main() {
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 2 ms |\n", ms(sr.loaded.p99))
 		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed); peak %.0f MiB | < 512 MiB |\n", serveMemLimit, sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file, sr.mem.peak)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
+	}
+	if run("cpu") {
+		figs, err := benchCPU(filepath.Join(dir, "cpu"))
+		writeCPU(w, figs, err)
 	}
 	if *only != "" {
 		return
