@@ -535,7 +535,7 @@ func benchPeers(dir string, callers int, d time.Duration) (peerResults, error) {
 }
 
 // writePeers measures and writes section 1's peer table.
-func writePeers(w func(string, ...any), dir string, d time.Duration) {
+func writePeers(w func(string, ...any), dir string, d time.Duration) peerResults {
 	const callers = 64
 	w("### Against the designs a user would build instead\n\n")
 	w("%d callers, the same workload, each design measured alternately with Ratchet's engine, twice each, best run of each shown. "+
@@ -561,6 +561,7 @@ func writePeers(w func(string, ...any), dir string, d time.Duration) {
 	row("Badger, group commit of the key and counters", pr.floor, "≥ 0.5")
 	row("Badger, one transaction per call", pr.txn, "≥ 10")
 	w("\n")
+	return pr
 }
 
 // redisVersion names the redis-server used, or "not installed".
