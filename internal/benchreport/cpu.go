@@ -23,7 +23,7 @@ import (
 // shared with other work, CPU per engine pair measured 276-350 µs in five
 // runs of one commit, as batches shrink and grow); callgrind counts the
 // instructions this process executes in user space, which two runs of one
-// commit agree on within about 2%. It leaves out the kernel's share (the
+// commit agree on within about 4% (docs/design.md). It leaves out the kernel's share (the
 // fdatasyncs, the network), which getrusage's figures in sections 1-3 keep.
 //
 // Each workload runs in a child process (this program with -cpu-worker)
@@ -162,7 +162,7 @@ func cpuWorker(arg string) error {
 func writeCPU(w func(string, ...any), figs []cpuFigure, err error) {
 	w("CPU per operation, for A/Bs\n\n")
 	w("Instructions executed in user space per operation, counted by valgrind's callgrind (`go run ./internal/benchreport -only cpu`): each workload runs in a child process under callgrind with n and with 2n operations, and the figure is the difference over n (setup and warm-up left out). " +
-		"Two runs of one commit agree within about 2%%, whatever else the machine runs, where rates and getrusage's CPU time move by a quarter on a busy 2-core machine: compare commits with this table. " +
+		"Two runs of one commit agreed within 4%% (docs/design.md), whatever else the machine runs, where rates and getrusage's CPU time move by a quarter on a busy 2-core machine: compare commits with this table. " +
 		"It leaves out the kernel's work (fdatasyncs, loopback networking), which the CPU per pair of sections 1-3 includes; under callgrind a process runs one thread at a time, so batches are not those of a native run.\n\n")
 	if err != nil {
 		w("Skipped: %v\n\n", err)
