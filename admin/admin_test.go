@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -183,5 +184,46 @@ func TestACancelledOrShutDownCallIsUnavailableNotAnInternalError(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"unavailable"`) {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestTheApprovalJSONShowsTheDeclaredCompensation: the admin API's pending
+// approval, as raw JSON, names the undo its step declared (approving the
+// step lets that undo skip approval up to the step's estimate).
+func TestTheApprovalJSONShowsTheDeclaredCompensation(t *testing.T) {
+	eng, url := setup(t)
+	ctx := context.Background()
+	big, _ := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "p2", EffectType: "payment.charge", AgentID: "bot", GroupKey: "order:2",
+		EstimatedCostMicros: i64(500), Compensation: &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe",
+			EstimatedCostMicros: i64(500), Description: "charge acct_other"}})
+	if big.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("setup: %+v", big)
+	}
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/approvals?state=pending", nil)
+	req.Header.Set("Authorization", "Bearer admin-tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Approvals []struct {
+			Compensation *struct {
+				EffectType          string `json:"effect_type"`
+				Vendor              string `json:"vendor"`
+				EstimatedCostMicros int64  `json:"estimated_cost_micros"`
+				Description         string `json:"description"`
+			} `json:"compensation"`
+		} `json:"approvals"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Approvals) != 1 {
+		t.Fatalf("approvals: %+v %v", body, err)
+	}
+	c := body.Approvals[0].Compensation
+	if c == nil {
+		t.Fatal("the approval JSON has no compensation")
+	}
+	if c.EffectType != "payment.charge" || c.Vendor != "stripe" || c.EstimatedCostMicros != 500 || c.Description != "charge acct_other" {
+		t.Errorf("compensation %+v, want the declared payment.charge at stripe for 500", *c)
 	}
 }

@@ -230,10 +230,11 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	compensation := req.CompensatesEffectID != ""
 	// undo: a compensation that skips approval thresholds and ceiling
 	// checks (SPEC section 4, "undo must always be possible"). Only one an
-	// unwind handed out qualifies (checkHandedOut), and only when it costs
-	// no more than what it undoes: the agent declares a compensation
-	// itself, so one worth more than its step (a $10,000 "refund" of a
-	// no-cost step) is checked like any begin, but for the group.
+	// unwind handed out qualifies (checkHandedOut), begun by its step's
+	// agent, and only when it costs no more than its step was estimated at
+	// when it was checked: the agent declares a compensation itself, so one
+	// worth more (a $10,000 "refund" of a no-cost step) is checked like any
+	// begin, but for the group.
 	undo := false
 	var target *effectRec
 	if compensation {
@@ -244,7 +245,15 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		if len(in.dims) == 0 { // the undo targets whom its step did
 			in.dims = target.Dimensions
 		}
-		undo = req.EstimatedCostMicros != nil && *req.EstimatedCostMicros <= target.cost()
+		// What an undo may skip is capped at the cost its step was checked
+		// (and approved) at, never at an actual cost the agent reported
+		// later: a step begun at $1 and reported at $10,000 does not unlock
+		// a $10,000 "refund".
+		var checked int64
+		if target.EstimatedCostMicros != nil {
+			checked = *target.EstimatedCostMicros
+		}
+		undo = req.EstimatedCostMicros != nil && *req.EstimatedCostMicros <= checked
 	}
 	// The group the effect joined when it was first begun decides, not the
 	// request: a retry that drops or changes group_key is still a step of
@@ -258,6 +267,11 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		err := getJSON(t, key(kindGroup, req.Namespace, group), &g)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
+		}
+		if err == nil {
+			if err := e.checkJoin(t, req, group, &g); err != nil {
+				return nil, err
+			}
 		}
 		if g.State == GroupUnwinding || g.State == GroupUnwound {
 			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations its unwind returns.", truncate(group, 64))), nil
@@ -383,18 +397,6 @@ func (r *effectRec) approvalCovers(cost *int64, now time.Time) bool {
 	return cost != nil && *cost <= a.EstimatedCostMicros
 }
 
-// cost is what an effect counts in its ceilings: its actual cost once
-// reported, else its estimate, else nothing.
-func (r *effectRec) cost() int64 {
-	switch {
-	case r.ActualCostMicros != nil:
-		return *r.ActualCostMicros
-	case r.EstimatedCostMicros != nil:
-		return *r.EstimatedCostMicros
-	}
-	return 0
-}
-
 // noNull is a canonical payload with null as no payload.
 func noNull(p []byte) []byte {
 	if string(p) == "null" {
@@ -420,6 +422,22 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 	if err != nil {
 		return nil, err
 	}
+	// An undo is its step's owner's to perform (and so to report: a report
+	// is its attempt's agent's): another agent's "compensation", reported
+	// succeeded, would mark the step compensated with nothing undone.
+	if !req.AgentClaimed && req.AgentID != target.owner() {
+		return nil, &Error{Code: CodeUnauthorized, Field: "compensates_effect_id", Message: fmt.Sprintf(
+			"effect %s was performed by another agent; your credentials may begin only the compensations of your own steps", target.EffectID)}
+	}
+	// A compensation is a member of its step's group, whether or not it
+	// names it (an unwind's entry does not): the group's listing shows the
+	// undo, and its unwind lists it while its outcome is unknown. It joins
+	// no other group: one begun into another group would hold that group
+	// back.
+	if req.GroupKey != "" && req.GroupKey != target.GroupKey {
+		return nil, invalidArg("group_key", "a compensation is in its step's group (%q); omit group_key", truncate(target.GroupKey, 64))
+	}
+	req.GroupKey = target.GroupKey
 	switch {
 	case target.CompensatesEffectID != "":
 		return nil, invalidArg("compensates_effect_id", "effect %s is itself a compensation and cannot be compensated", target.EffectID)
@@ -439,8 +457,8 @@ func (e *Engine) compensationTarget(t *opTxn, in *beginInput) (*effectRec, error
 // action an undo must never unlock spending (SPEC section 4). Its target must
 // be a step of a group being unwound that declared a compensation, and the
 // begin must be that compensation: its type, vendor and payload, the undo
-// key the unwind returned, and a cost no higher than declared (none or 0
-// when none or 0 was declared).
+// key the unwind returned, its description or none, and a cost no higher
+// than declared (none or 0 when none or 0 was declared).
 func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) error {
 	req := &in.req
 	const how = "; begin a compensation only as the unwind returned it"
@@ -458,8 +476,15 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 	if c == nil {
 		return invalidArg("compensates_effect_id", "effect %s declared no compensation: it is permanent and cannot be undone", target.EffectID)
 	}
-	if want := undoKey(target.IdempotencyKey); req.IdempotencyKey != want {
-		return invalidArg("idempotency_key", "the compensation of effect %s must be begun with idempotency_key %q%s", target.EffectID, truncate(want, 64), how)
+	want, err := e.undoKey(t, target)
+	if err != nil {
+		return err
+	}
+	if req.IdempotencyKey != want {
+		return invalidArg("idempotency_key", "the compensation of effect %s must be begun with idempotency_key %q%s", target.EffectID, want, how)
+	}
+	if req.Description != "" && req.Description != c.Description {
+		return invalidArg("description", "differs from the description declared for the compensation of effect %s%s", target.EffectID, how)
 	}
 	if req.EffectType != c.EffectType {
 		return invalidArg("effect_type", "the compensation of effect %s was declared as %q, not %q%s", target.EffectID, c.EffectType, req.EffectType, how)
@@ -509,6 +534,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	}
 	ev := effectEvent(EventApprovalRequested, rec)
 	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
+	ev.Compensation = rec.Compensation.withoutPayload()
 	t.emit(ev)
 	return e.approvalAnswer(rec, now), nil
 }

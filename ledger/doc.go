@@ -56,13 +56,21 @@
 //     is invalid_argument naming the field, so that calling an action an
 //     undo never unlocks spending. And because the agent declares the
 //     compensation itself, it skips those checks only when it declares a
-//     cost no higher than what its step counts (actual, else estimate):
-//     one worth more, or declaring none, is checked like any begin (but
-//     for the group). A compensation that declares no dimensions targets
-//     its step's. An undo key first used by an ordinary begin, or the
-//     reverse, is an idempotency_key_conflict (agents of one namespace
-//     share keys, so one can take an undo key first and block that undo:
-//     an operator then resolves the step's group by hand).
+//     cost no higher than its step's estimate when the step was checked
+//     (never a later reported actual cost): one worth more, or declaring
+//     none, is checked like any begin (but for the group). A compensation
+//     that declares no dimensions targets its step's, and it is a member
+//     of its step's group. Undo keys are derived with the server secret
+//     from the step's effect id (undoKey), so no one can take one first; a
+//     compensation begun under the legacy "undo:<key>" keeps it. An undo
+//     key first used by an ordinary begin, or the reverse, is still an
+//     idempotency_key_conflict.
+//   - A group belongs to the agent of its first step. A begin whose agent
+//     is its caller's principal (not AgentClaimed) adds only to its own
+//     groups (checkJoin), and begins only its own steps' compensations;
+//     its report of a compensation is its attempt's agent's like any
+//     report. A caller whose credentials fix no agent acts for its
+//     namespace.
 //   - An effect can be compensated only once, only when succeeded, and never
 //     by itself; a compensation cannot itself be compensated.
 //   - A compensated effect answers a begin of its original key with

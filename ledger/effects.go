@@ -56,6 +56,7 @@ func (r *effectRec) view(now time.Time) Effect {
 		if a.State == ApprovalPending && !now.Before(a.ExpiresAt) {
 			a.State = ApprovalExpired
 		}
+		a.Compensation = r.Compensation
 		v.Approval = &a
 	}
 	v.DimensionNames = nil

@@ -148,6 +148,9 @@ type Engine struct {
 	// exclusive store): its state counts and ceiling shares are its own.
 	replica   string
 	countsKey []byte // the state counts this engine moves (see exclusiveCountsKey)
+	// legacyUndoKeys, set only by tests, hands out and checks undo keys as
+	// ledgers written before undoKey did (the upgrade test writes one).
+	legacyUndoKeys bool
 
 	audit          bool          // keep the audit log (events.go)
 	auditRetention time.Duration // how long audit records stay

@@ -90,6 +90,21 @@ type Event struct {
 	// Rule is the observed ceiling's name or the observed rule's match
 	// (policy.observed).
 	Rule string `json:"rule,omitempty"`
+	// Compensation is the undo an approval request's step declared,
+	// without its payload: approving the step lets that undo skip the
+	// threshold and ceilings up to the step's estimate, so the approver
+	// is shown what it is.
+	Compensation *Compensation `json:"compensation,omitempty"`
+}
+
+// withoutPayload is c for an event, which keeps no payload (nil for nil).
+func (c *Compensation) withoutPayload() *Compensation {
+	if c == nil {
+		return nil
+	}
+	v := *c
+	v.Payload = nil
+	return &v
 }
 
 // emit records an event of this op; the writer journals it if the op

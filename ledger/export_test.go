@@ -40,3 +40,7 @@ func AuditHashOf(r AuditRecord) string {
 	h, _ := r.computeHash()
 	return h
 }
+
+// UseLegacyUndoKeys makes e hand out undo keys as versions before the
+// derived ones did, to write a ledger as they left it.
+func UseLegacyUndoKeys(e *Engine, on bool) { e.legacyUndoKeys = on }

@@ -20,6 +20,10 @@ type groupRec struct {
 	// was kept, and while active).
 	Since     time.Time `json:"since,omitzero"`
 	UnwoundAt time.Time `json:"unwound_at,omitzero"`
+	// Owner is the agent that began the group's first step ("" when that
+	// begin named none). Nil in records written before it was kept: then
+	// the group's steps say whose it is (groupOwner).
+	Owner *string `json:"owner,omitempty"`
 }
 
 // Group is a group's state, for operators.
@@ -61,11 +65,12 @@ func (e *Engine) Groups(ctx context.Context, namespace string, states ...string)
 	return out, err
 }
 
-// joinGroup records a new effect as a step of its group, creating the group.
+// joinGroup records a new effect as a step of its group, creating the group
+// with the effect's agent as its owner.
 func (e *Engine) joinGroup(t *opTxn, rec *effectRec) error {
 	gk := key(kindGroup, rec.Namespace, rec.GroupKey)
 	if _, err := t.Get(gk); errors.Is(err, ErrNotFound) {
-		if err := setJSON(t, gk, &groupRec{State: GroupActive}); err != nil {
+		if err := setJSON(t, gk, &groupRec{State: GroupActive, Owner: &rec.AgentID}); err != nil {
 			return err
 		}
 	} else if err != nil {
@@ -74,9 +79,82 @@ func (e *Engine) joinGroup(t *opTxn, rec *effectRec) error {
 	return t.Set(key(kindGroupMember, rec.Namespace, rec.GroupKey, rec.EffectID), nil)
 }
 
-// undoKey is the deterministic idempotency key for undoing an effect:
-// "undo:" + its key, or a hash of it when that would be too long.
-func undoKey(k string) string {
+// checkJoin refuses a step of a group that belongs to another agent, when
+// the begin's agent is its caller's principal (not a label it claimed): a
+// group is one agent's workflow. Another agent's step in it would make the
+// owner's unwind unauthorized (checkGroupOwner) and would hand out an undo
+// the owner may not perform, so one agent could block another's rollback.
+// The rule holds for new attempts of a step too. Group keys, like
+// idempotency keys, are shared by a namespace's agents and first come, first
+// served: a refused step did nothing and is told to use its own group_key.
+func (e *Engine) checkJoin(t *opTxn, req *BeginRequest, group string, g *groupRec) error {
+	if req.AgentClaimed {
+		return nil
+	}
+	owner, known, err := e.groupOwner(t, req.Namespace, group, g)
+	if err != nil {
+		return err
+	}
+	if known && owner == req.AgentID {
+		return nil
+	}
+	return &Error{Code: CodeUnauthorized, Field: "group_key", Message: fmt.Sprintf(
+		"group %q belongs to another agent (the one that began its first step); your credentials may add steps only to your own groups. Nothing was done: begin this step with a group_key of your own", truncate(group, 64))}
+}
+
+// groupOwner returns the agent a group belongs to. A group recorded before
+// owners were kept is its steps' agent when every ordinary step is one
+// agent's (the record is then completed, so this is asked once); when its
+// steps are several agents', it has no owner (known false) and no
+// credential-fixed agent may add to it, as none could unwind it.
+func (e *Engine) groupOwner(t *opTxn, ns, group string, g *groupRec) (owner string, known bool, err error) {
+	if g.Owner != nil {
+		return *g.Owner, true, nil
+	}
+	agents := map[string]bool{}
+	err = t.Scan(prefix(kindGroupMember, ns, group), nil, func(k, _ []byte) (bool, error) {
+		rec, err := e.effectByID(t, ns, lastPart(k))
+		if err != nil {
+			return false, err
+		}
+		if rec.CompensatesEffectID == "" {
+			agents[rec.AgentID], owner = true, rec.AgentID
+		}
+		return len(agents) < 2, nil
+	})
+	if err != nil || len(agents) != 1 {
+		return "", false, err
+	}
+	g.Owner = &owner
+	return owner, true, setJSON(t, key(kindGroup, ns, group), g)
+}
+
+// undoKey is the idempotency key a step's compensation is begun with:
+// deterministic (every unwind hands out the same one) and derived with the
+// server secret from the step's namespace and effect id, so that no one
+// can begin an ordinary action under it first and make the undo an
+// idempotency_key_conflict. Ledgers written before handed out
+// legacyUndoKey; a compensation begun under that key keeps it.
+func (e *Engine) undoKey(t *opTxn, target *effectRec) (string, error) {
+	if e.legacyUndoKeys {
+		return legacyUndoKey(target.IdempotencyKey), nil
+	}
+	old := legacyUndoKey(target.IdempotencyKey)
+	rec, err := e.effectByKey(t, target.Namespace, old)
+	switch {
+	case err == nil && rec.CompensatesEffectID == target.EffectID:
+		return old, nil
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return "", err
+	}
+	sum := keyedSum(e.secret, "undo-key", target.Namespace, target.EffectID)
+	return "undo:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// legacyUndoKey is the undo key of ledgers written before undoKey: "undo:"
+// and the step's key, or a hash of it when that would be too long. Anyone
+// could guess it.
+func legacyUndoKey(k string) string {
 	u := "undo:" + k
 	if len(u) > MaxKeyLen {
 		sum := sha256.Sum256([]byte(k))
@@ -212,8 +290,12 @@ func (e *Engine) unwindPlan(t *opTxn, ns, group string, g *groupRec, now time.Ti
 				res.Unresolved = append(res.Unresolved, step)
 			}
 		case v.State == StateSucceeded && rec.Compensation != nil:
+			k, err := e.undoKey(t, rec)
+			if err != nil {
+				return nil, err
+			}
 			res.Compensations = append(res.Compensations, CompensationStep{
-				CompensatesEffectID: rec.EffectID, IdempotencyKey: undoKey(rec.IdempotencyKey),
+				CompensatesEffectID: rec.EffectID, IdempotencyKey: k,
 				Compensation: *rec.Compensation,
 			})
 		case v.State == StateSucceeded:

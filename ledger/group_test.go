@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestUnwindGroup(t *testing.T) {
 		t.Fatalf("plan: %+v", res)
 	}
 	// Newest completion first: the hotel, then the flight.
-	if c := res.Compensations[0]; c.CompensatesEffectID != hotel.EffectID || c.IdempotencyKey != "undo:hotel" || c.EffectType != "hotel.cancel" {
+	if c := res.Compensations[0]; c.CompensatesEffectID != hotel.EffectID || !strings.HasPrefix(c.IdempotencyKey, "undo:") || c.EffectType != "hotel.cancel" {
 		t.Fatalf("first compensation: %+v", c)
 	}
 	if c := res.Compensations[1]; c.CompensatesEffectID != flight.EffectID || string(c.Payload) != `{"pnr":"X1"}` || c.Vendor != "airline" || c.Description != "cancel PNR X1" {
@@ -55,7 +56,7 @@ func TestUnwindGroup(t *testing.T) {
 	if d.Reason != ledger.ReasonGroupUnwinding {
 		t.Fatalf("new step: %+v", d)
 	}
-	undo := step("undo:hotel", "hotel.cancel", nil)
+	undo := step(res.Compensations[0].IdempotencyKey, "hotel.cancel", nil)
 	undo.Payload = json.RawMessage(`{"res":"H1"}`)
 	undo.CompensatesEffectID = hotel.EffectID
 	u := h.beginWant(undo, ledger.DecisionExecute)
@@ -74,8 +75,8 @@ func TestUnwindGroup(t *testing.T) {
 		t.Fatalf("second call: %+v", res)
 	}
 	h.report(car.EffectID, ledger.OutcomeFailed)
-	undoFlight := ledger.BeginRequest{IdempotencyKey: "undo:flight", EffectType: "flight.cancel", Vendor: "airline",
-		Payload: json.RawMessage(`{"pnr":"X1"}`), CompensatesEffectID: flight.EffectID, GroupKey: "booking:trip_1"}
+	undoFlight := ledger.BeginRequest{IdempotencyKey: res.Compensations[0].IdempotencyKey, EffectType: "flight.cancel", Vendor: "airline",
+		Payload: json.RawMessage(`{"pnr":"X1"}`), CompensatesEffectID: flight.EffectID, GroupKey: "booking:trip_1", AgentID: "planner"}
 	uf := h.beginWant(undoFlight, ledger.DecisionExecute)
 	h.report(uf.EffectID, ledger.OutcomeSucceeded)
 
@@ -101,10 +102,11 @@ func TestCompensationRules(t *testing.T) {
 	charge.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe", EstimatedCostMicros: i64(5_000_000)}
 	target := h.beginWant(charge, ledger.DecisionExecute)
 	h.report(target.EffectID, ledger.OutcomeSucceeded)
-	if _, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "order:f5"}); err != nil {
+	plan, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "order:f5"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	refund := ledger.BeginRequest{IdempotencyKey: "undo:f5", EffectType: "payment.refund", Vendor: "stripe", AgentID: "bot",
+	refund := ledger.BeginRequest{IdempotencyKey: plan.Compensations[0].IdempotencyKey, EffectType: "payment.refund", Vendor: "stripe", AgentID: "bot",
 		EstimatedCostMicros: i64(5_000_000), // over the full global ceiling; its dimension is its step's
 		CompensatesEffectID: target.EffectID}
 	r := h.beginWant(refund, ledger.DecisionExecute)
@@ -115,7 +117,7 @@ func TestCompensationRules(t *testing.T) {
 
 	again := pay("undo2:f5", "acct_4", 1)
 	again.CompensatesEffectID = target.EffectID
-	_, err := h.eng.Begin(ctx, again)
+	_, err = h.eng.Begin(ctx, again)
 	wantCode(t, err, ledger.CodeInvalidStateTransition) // already compensated
 
 	// The global ceiling is spent, so the rest uses another effect type.

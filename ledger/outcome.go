@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Report records the outcome of an executed attempt. Reporting the same
@@ -28,16 +31,22 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 	if req.Attempt < 0 {
 		return nil, invalidArg("attempt", "must be > 0")
 	}
-	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
+	var resultNote, errorNote string
+	if req.Result, resultNote, err = keepResult("result", req.Result); err != nil {
 		return nil, err
 	}
 	if err = checkCost("actual_cost_micros", req.ActualCostMicros); err != nil {
 		return nil, err
 	}
+	var refNote string
+	if n := utf8.RuneCountInString(req.VendorReference); n > MaxIDLen {
+		// An id cut short would name another object: it is left out.
+		req.VendorReference, refNote = "", fmt.Sprintf("vendor_reference was %d characters, over the limit of %d: Ratchet did not keep it.", n, MaxIDLen)
+	}
 	if err = checkText("vendor_reference", req.VendorReference, MaxIDLen, false); err != nil {
 		return nil, err
 	}
-	if err = checkNote("error", req.Error); err != nil {
+	if req.Error, errorNote, err = keepNote("error", req.Error); err != nil {
 		return nil, err
 	}
 	ek := key(kindEffect, req.EffectID)
@@ -69,6 +78,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		return nil, serr
 	}
 	eff := v.(*Effect)
+	eff.ResultNote = strings.Join(slices.DeleteFunc([]string{resultNote, refNote, errorNote}, func(s string) bool { return s == "" }), " ")
 	e.obs.Report(req.Outcome, time.Since(start))
 	e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
 	return eff, nil
@@ -104,7 +114,8 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 	if req.Resolution != OutcomeSucceeded && req.Resolution != OutcomeFailed {
 		return nil, invalidArg("resolution", "%q must be succeeded or failed", truncate(string(req.Resolution), 32))
 	}
-	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
+	var resultNote string
+	if req.Result, resultNote, err = keepResult("result", req.Result); err != nil {
 		return nil, err
 	}
 	if err = checkNote("note", req.Note); err != nil {
@@ -176,6 +187,7 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		return nil, serr
 	}
 	eff := v.(*Effect)
+	eff.ResultNote = resultNote
 	e.log.Info("resolve", "namespace", eff.Namespace, "effect_id", eff.EffectID, "state", eff.State, "by", eff.ResolvedBy)
 	return eff, nil
 }
@@ -332,7 +344,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		}
 	}
 	if o.actual != nil {
-		if err := settle(t, rec, *o.actual); err != nil {
+		if err := settle(t, e.policy, rec, *o.actual, now); err != nil {
 			return nil, err
 		}
 		rec.ActualCostMicros = o.actual
@@ -343,7 +355,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	case StateSucceeded:
 		rec.Result, rec.CompletedAt, rec.Reason, rec.Since = o.result, &now, "", nil
 	case StateFailed:
-		if err := release(t, rec); err != nil {
+		if err := release(t, e.policy, rec, now); err != nil {
 			return nil, err
 		}
 		rec.Error, rec.CompletedAt, rec.Reason, rec.Since = o.errText, &now, "", nil

@@ -91,6 +91,19 @@ type BeginRequest struct {
 	LeaseSeconds        int               `json:"lease_seconds,omitempty"`
 	CompensatesEffectID string            `json:"compensates_effect_id,omitempty"`
 	EstimatedCostMicros *int64            `json:"estimated_cost_micros,omitempty"`
+	// Description is only for a compensation, begun as an unwind returned
+	// it: the description its step declared (or none). An agent passes the
+	// unwind's entry back unchanged, so begin accepts it; it must match.
+	Description string `json:"description,omitempty"`
+	// AgentClaimed, set by an adapter whose caller's credentials fix no
+	// agent, says AgentID is only a label the caller chose: such a caller
+	// acts for every agent of its namespace, as a report or resolve with no
+	// AgentID does (it may add steps to any group and begin any
+	// compensation). Otherwise AgentID is the caller's principal (a token's
+	// agent, the proxy's configured identity): a group belongs to the agent
+	// that began its first step, and only that agent adds steps to it; a
+	// compensation is begun only by the agent whose attempt it undoes.
+	AgentClaimed bool `json:"-"`
 	// SameAs, set by an adapter that derives keys from content in windows
 	// (the proxy's dedupe_window), are the keys the same content has in the
 	// neighbouring windows. When IdempotencyKey names no effect and one of
@@ -246,6 +259,12 @@ type Approval struct {
 	// is for one execute: once used, a later attempt (after a definite
 	// failure) asks again.
 	UsedAt *time.Time `json:"used_at,omitempty"`
+	// Compensation is the undo the step declared, shown to whoever decides
+	// (an undo begun later skips approval and ceilings up to the step's
+	// estimate, so approving a step approves its undo too). It is the
+	// effect's own declaration, filled in when the approval is read, never
+	// stored with the approval.
+	Compensation *Compensation `json:"compensation,omitempty"`
 }
 
 // Approval states.
@@ -288,6 +307,10 @@ type Effect struct {
 	CreatedAt           time.Time       `json:"created_at"`
 	UpdatedAt           time.Time       `json:"updated_at"`
 	CompletedAt         *time.Time      `json:"completed_at,omitempty"`
+	// ResultNote, only in the answer of the report or resolve that set the
+	// result (never stored), says what was kept of a result too large to
+	// keep whole (see keepResult).
+	ResultNote string `json:"result_note,omitempty"`
 }
 
 // Filter selects effects for List. Empty fields match everything; an empty

@@ -248,6 +248,12 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 			return nil, err
 		}
 	}
+	if err = checkNote("description", req.Description); err != nil {
+		return nil, err
+	}
+	if req.Description != "" && req.CompensatesEffectID == "" {
+		return nil, invalidArg("description", "is only for a compensation begun as ratchet_unwind_group returned it; an ordinary action's undo is described in compensation.description")
+	}
 	if req.LeaseSeconds < 0 {
 		return nil, invalidArg("lease_seconds", "must be > 0, got %d", req.LeaseSeconds)
 	}

@@ -30,17 +30,24 @@ If budget_warning is present, a spend ceiling exists but counted nothing because
 
 Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
-		"idempotency_key":       {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
-		"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
-		"run_id":                {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
-		"agent_id":              {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
-		"vendor":                {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
-		"payload":               {desc: "The action's parameters (any JSON). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
-		"group_key":             {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group.`},
-		"dimensions":            {desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
-		"compensation":          {desc: "How to undo this step if its group is rolled back: effect_type, vendor, payload, estimated_cost_micros, description. Declare it now, while you know what undoing means; it is stored as given. Steps without one are permanent."},
+		"idempotency_key": {min: 1, max: ledger.MaxKeyLen, desc: `Identifies this one logical action, derived from the work itself so that a retry of the same action gives the same key, e.g. "welcome-email:user_123" or "invoice:2026-08:acct_88123". Never use a random value or the current time.`},
+		"effect_type":     {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
+		"run_id":          {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
+		"agent_id":        {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
+		"vendor":          {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
+		"payload":         {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
+		"group_key":       {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
+		"dimensions":      {maxProps: ledger.MaxDimensions, valuesMax: ledger.MaxDimValueLen, desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
+		"compensation": {desc: "How to undo this step if its group is rolled back. Declare it now, while you know what undoing means; it is stored as given and shown to approvers. Steps without one are permanent.", props: map[string]field{
+			"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen},
+			"vendor":                {max: ledger.MaxVendorNameLen},
+			"payload":               {desc: "any JSON, at most 64 KiB"},
+			"estimated_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros))},
+			"description":           {max: ledger.MaxTextLen},
+		}},
 		"lease_seconds":         {minimum: num(1), desc: leaseDesc}, // maximum and default: withLeases
-		"compensates_effect_id": {max: ledger.MaxIDLen, desc: "Only for an undo that ratchet_unwind_group returned: the effect it reverses. Begin it exactly as returned; anything else is refused."},
+		"compensates_effect_id": {max: ledger.MaxIDLen, desc: "Only for an undo that ratchet_unwind_group returned: pass its entry as the arguments, unchanged. Anything else is refused."},
+		"description":           {max: ledger.MaxTextLen, desc: "Only as in an undo's entry from ratchet_unwind_group."},
 		"estimated_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "Cost at the third party in micro-USD (1000000 = $1). Send it for every action that costs money: ceilings count only declared costs, so without it a spend limit cannot fire. It also decides whether a human must approve: actions at or above an operator's threshold return approval_required, and where a threshold applies, omitting the cost is refused with cost_required. Ratchet only counts money; it never moves any."},
 	},
 	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
@@ -54,6 +61,11 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 var effectOutput = fields{"effect_id": nil, "idempotency_key": nil, "state": nil, "attempt": nil,
 	"reason": nil, "result": nil, "vendor_reference": nil}
 
+// settledOutput is effectOutput with the note a report or resolve adds when
+// it could not keep everything it was sent.
+var settledOutput = fields{"effect_id": nil, "idempotency_key": nil, "state": nil, "attempt": nil,
+	"reason": nil, "result": nil, "vendor_reference": nil, "result_note": nil}
+
 var reportSpec = toolSpec{
 	name:  "ratchet_report_effect",
 	title: "Report what happened",
@@ -62,12 +74,12 @@ var reportSpec = toolSpec{
 		"effect_id":          {min: 1, max: ledger.MaxIDLen, desc: "The effect_id from ratchet_begin_effect."},
 		"outcome":            {enum: []any{"succeeded", "failed", "unknown"}, desc: "succeeded, failed (definitely did not happen) or unknown."},
 		"attempt":            {minimum: num(1), desc: "The execute decision's attempt. Always send it (required after the first attempt); a report for another attempt is refused."},
-		"result":             {desc: "What the action returned (JSON, at most 64 KiB), handed back to later duplicates. It is stored as given."},
+		"result":             {desc: resultDesc},
 		"actual_cost_micros": {minimum: num(0), maximum: num(float64(ledger.MaxCostMicros)), desc: "What it really cost in micro-USD; replaces the estimate in every ceiling."},
-		"vendor_reference":   {max: ledger.MaxIDLen, desc: "The vendor's id for what was created, e.g. a PaymentIntent id."},
-		"error":              {max: ledger.MaxTextLen, desc: "Short description of a failure."},
+		"vendor_reference":   {desc: "The vendor's id for what was created, e.g. a PaymentIntent id (not kept over 255 characters)."},
+		"error":              {desc: "Short description of a failure (cut at 1024 characters)."},
 	},
-	output: effectOutput,
+	output: settledOutput,
 }
 
 var resolveSpec = toolSpec{
@@ -79,17 +91,17 @@ var resolveSpec = toolSpec{
 		"idempotency_key":  {max: ledger.MaxKeyLen, desc: "The key of the effect to settle, instead of effect_id."},
 		"resolution":       {enum: []any{"succeeded", "failed"}, desc: "What the vendor shows: succeeded or failed."},
 		"attempt":          {minimum: num(1), desc: "The blocked decision's attempt (required after the first)."},
-		"result":           {desc: "The result to replay to later duplicates (JSON, at most 64 KiB)."},
+		"result":           {desc: "The result to replay to later duplicates (any JSON; kept as a summary over 64 KiB)."},
 		"vendor_reference": {max: ledger.MaxIDLen, desc: "The vendor's id for what was found."},
 		"note":             {max: ledger.MaxTextLen, desc: "How you checked, for the operator."},
 	},
-	output: effectOutput,
+	output: settledOutput,
 }
 
 var unwindSpec = toolSpec{
 	name:  "ratchet_unwind_group",
 	title: "Roll back a multi-step workflow",
-	desc:  `Start (or continue) rolling back every step begun with a group_key. New steps in the group are denied from now on. Returns, newest first: compensations to perform (begin each with its compensates_effect_id and idempotency_key, act, report), permanent steps that cannot be undone (tell the user), and unresolved steps to wait for or resolve first. Call again to see what is left; the group is unwound when every compensation has succeeded.`,
+	desc:  `Start (or continue) rolling back every step begun with a group_key. New steps in the group are denied from now on. Returns, newest first: compensations to perform (pass each entry unchanged as the arguments of ratchet_begin_effect, act, report), permanent steps that cannot be undone (tell the user), and unresolved steps to wait for or resolve first. Call again to see what is left; the group is unwound when every compensation has succeeded.`,
 	fields: map[string]field{
 		"group_key": {min: 1, max: ledger.MaxIDLen, desc: "The group_key the steps were begun with."},
 		"reason":    {max: ledger.MaxTextLen, desc: "Why the workflow is being rolled back."},
@@ -128,6 +140,10 @@ var listSpec = toolSpec{
 	},
 	output: fields{"effects": effectOutput, "next_cursor": nil},
 }
+
+// resultDesc is the result argument of report and resolve, which are never
+// refused for the result's size.
+const resultDesc = "What the action returned (any JSON), replayed to later duplicates. Over 64 KiB, a summary is kept (size, SHA-256, short top-level fields) and result_note says so; a call over 1 MiB is refused unread: send it without result."
 
 const leaseDesc = "How long the action may take (default %d). Report before it ends or the effect becomes indeterminate and blocks."
 

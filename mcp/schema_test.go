@@ -19,8 +19,10 @@ import (
 )
 
 // maxToolsListBytes bounds the tools/list answer, which every agent pays for
-// in context on every session (README: "Tested with").
-const maxToolsListBytes = 14_000
+// in context on every session (README: "Tested with"). It grew from 14,000
+// by the input bounds the schemas state since (compensation's fields,
+// dimensions' entries) and the report's result_note.
+const maxToolsListBytes = 14_500
 
 // TestToolsListSchemas checks every tool's schemas as they reach a client
 // against the MCP specification's rules for a tool (input and output
@@ -262,4 +264,63 @@ func TestTheBeginSchemaStatesTheConfiguredLeases(t *testing.T) {
 		return
 	}
 	t.Fatal("no begin tool")
+}
+
+// TestTheBeginSchemaStatesTheInputBounds: what begin refuses for size is
+// in its schema where JSON Schema can say it (lengths, entries), and in the
+// descriptions where it cannot (a JSON value's bytes).
+func TestTheBeginSchemaStatesTheInputBounds(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	cs := inMemory(t, mcp.New(newEngine(t, c), nil))
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := map[string]*jsonschema.Schema{}
+	for _, tool := range res.Tools {
+		var s jsonschema.Schema
+		b, _ := json.Marshal(tool.InputSchema)
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		schemas[tool.Name] = &s
+	}
+	begin := schemas["ratchet_begin_effect"]
+	intOf := func(p *int) int {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	dims := begin.Properties["dimensions"]
+	if got := intOf(dims.MaxProperties); got != ledger.MaxDimensions {
+		t.Errorf("dimensions.maxProperties %d, want %d", got, ledger.MaxDimensions)
+	}
+	if dims.AdditionalProperties == nil || intOf(dims.AdditionalProperties.MaxLength) != ledger.MaxDimValueLen {
+		t.Errorf("dimensions' values have no maxLength %d", ledger.MaxDimValueLen)
+	}
+	comp := begin.Properties["compensation"].Properties
+	for name, want := range map[string]int{"effect_type": ledger.MaxEffectTypeLen, "vendor": ledger.MaxVendorNameLen, "description": ledger.MaxTextLen} {
+		if p := comp[name]; p == nil || intOf(p.MaxLength) != want {
+			t.Errorf("compensation.%s has no maxLength %d", name, want)
+		}
+	}
+	if got := intOf(begin.Properties["description"].MaxLength); got != ledger.MaxTextLen {
+		t.Errorf("description.maxLength %d, want %d", got, ledger.MaxTextLen)
+	}
+	for _, d := range []string{begin.Properties["payload"].Description, comp["payload"].Description} {
+		if !strings.Contains(d, "64 KiB") {
+			t.Errorf("a payload's description %q does not state its limit", d)
+		}
+	}
+	// A report states no bound it would refuse: it is never refused for size.
+	report := schemas["ratchet_report_effect"]
+	for _, name := range []string{"result", "error", "vendor_reference"} {
+		if p := report.Properties[name]; p.MaxLength != nil {
+			t.Errorf("report's %s has maxLength %d: a client would refuse a report Ratchet keeps", name, *p.MaxLength)
+		}
+	}
+	if !strings.Contains(report.Properties["result"].Description, "summary") {
+		t.Errorf("report's result description %q does not say what is kept", report.Properties["result"].Description)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -28,6 +29,52 @@ type field struct {
 	enum     []any
 	minimum  *float64
 	maximum  *float64
+	// props documents and bounds an object's properties, as the tool's
+	// fields do its arguments (every property must be listed).
+	props map[string]field
+	// maxProps and valuesMax bound a map: how many entries, and the
+	// length of its string values.
+	maxProps  int
+	valuesMax int
+}
+
+// applyField puts f's description and bounds on the property schema p.
+func applyField(p *jsonschema.Schema, f field, path string) {
+	p.Description = f.desc
+	if f.max > 0 {
+		p.MaxLength = &f.max
+	}
+	if f.min > 0 {
+		p.MinLength = &f.min
+	}
+	p.Enum, p.Minimum, p.Maximum = f.enum, f.minimum, f.maximum
+	if f.maxProps > 0 {
+		p.MaxProperties = &f.maxProps
+	}
+	if f.valuesMax > 0 && p.AdditionalProperties != nil {
+		p.AdditionalProperties.MaxLength = &f.valuesMax
+	}
+	if f.props != nil {
+		applyFields(p, f.props, path)
+	}
+}
+
+// applyFields documents and bounds every property of the object schema s,
+// panicking (at start, and so in every test) when one is undocumented or a
+// documented one is missing.
+func applyFields(s *jsonschema.Schema, fields map[string]field, path string) {
+	for name, f := range fields {
+		p, ok := s.Properties[name]
+		if !ok {
+			panic(fmt.Sprintf("%s: no property %q", path, name))
+		}
+		applyField(p, f, path+"."+name)
+	}
+	for name := range s.Properties {
+		if _, ok := fields[name]; !ok {
+			panic(fmt.Sprintf("%s: property %q is undocumented", path, name))
+		}
+	}
 }
 
 func num(v float64) *float64 { return &v }
@@ -46,25 +93,7 @@ type toolSpec struct {
 // is Out, with a one-line summary.
 func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(context.Context, Identity, *In) (*Out, string, error)) {
 	in := inputSchema[In]()
-	for name, f := range spec.fields {
-		p, ok := in.Properties[name]
-		if !ok {
-			panic(fmt.Sprintf("tool %s: no property %q", spec.name, name))
-		}
-		p.Description = f.desc
-		if f.max > 0 {
-			p.MaxLength = &f.max
-		}
-		if f.min > 0 {
-			p.MinLength = &f.min
-		}
-		p.Enum, p.Minimum, p.Maximum = f.enum, f.minimum, f.maximum
-	}
-	for name := range in.Properties {
-		if _, ok := spec.fields[name]; !ok {
-			panic(fmt.Sprintf("tool %s: property %q is undocumented", spec.name, name))
-		}
-	}
+	applyFields(in, spec.fields, "tool "+spec.name)
 	openWorld := !spec.readOnly
 	destructive := false
 	tool := &sdk.Tool{
@@ -219,6 +248,7 @@ func (t *tools) register(s *sdk.Server) {
 			return nil, "", err
 		}
 		in.Namespace, in.AgentID = id.Namespace, agent
+		in.AgentClaimed = id.AgentID == "" // a label, not a principal
 		res, err := t.eng.Begin(ctx, *in)
 		if err != nil {
 			return nil, "", err
@@ -278,6 +308,9 @@ func effectSummary(e *ledger.Effect) string {
 	s := fmt.Sprintf("effect %s (%s) is %s, attempt %d", e.EffectID, e.IdempotencyKey, e.State, e.Attempt)
 	if e.Reason != "" {
 		s += " (" + e.Reason + ")"
+	}
+	if e.ResultNote != "" {
+		s += ". " + e.ResultNote
 	}
 	return s
 }

@@ -210,8 +210,32 @@ func (f format) labels(ev ledger.Event) string {
 }
 
 func requestText(f format, ev ledger.Event) string {
-	return fmt.Sprintf("%s %s for %s (%s)\nApproval %s, effect %s",
-		f.bold("Approval requested:"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), f.val(ev.ApprovalID), f.val(ev.EffectID))
+	return fmt.Sprintf("%s %s for %s (%s)\nApproval %s, effect %s%s",
+		f.bold("Approval requested:"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), f.val(ev.ApprovalID), f.val(ev.EffectID), undoText(f, ev.Compensation))
+}
+
+// undoText is the line naming the undo an approval's step declared:
+// approving the step lets it run unchecked up to the step's estimate.
+func undoText(f format, c *ledger.Compensation) string {
+	if c == nil {
+		return "\nUndo declared: none (the step is permanent)"
+	}
+	s := "\nUndo declared: " + f.val(c.EffectType)
+	if c.Vendor != "" {
+		s += " at " + f.val(c.Vendor)
+	}
+	if c.EstimatedCostMicros != nil {
+		s += " for " + money(c.EstimatedCostMicros)
+	}
+	// The agent wrote the description: on one line (a newline could
+	// make it look like Ratchet's own words) and short.
+	if d := strings.Join(strings.Fields(c.Description), " "); d != "" {
+		if r := []rune(d); len(r) > 200 {
+			d = string(r[:199]) + "…"
+		}
+		s += ": " + f.val(d)
+	}
+	return s
 }
 
 func outcomeText(f format, ev ledger.Event) string {

@@ -95,6 +95,17 @@ func (c slackCall) buttons() map[string]string {
 	return out
 }
 
+// section returns the mrkdwn text of a call's section blocks.
+func (c slackCall) section() string {
+	var out []string
+	for _, b := range c.blocks {
+		if t, ok := b["text"].(map[string]any); ok && b["type"] == "section" {
+			out = append(out, t["text"].(string))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 const signingSecret = "8f742231b10e8888abcd99yyyzzz85a5"
 
 // click is Slack's interactivity request for a button of the approval's
@@ -467,4 +478,30 @@ func posted(t *testing.T, eng *ledger.Engine, approvalID string) {
 		_, err := eng.SinkRef(context.Background(), "slack", approvalID)
 		return err == nil
 	})
+}
+
+// TestTheSlackApprovalRequestNamesTheDeclaredUndo: the approver sees what
+// undo approving the step allows, on one line however the agent wrote it.
+func TestTheSlackApprovalRequestNamesTheDeclaredUndo(t *testing.T) {
+	eng, fs, _ := slackSetup(t)
+	req := payment("order-undo")
+	req.GroupKey = "order-undo"
+	req.Compensation = &ledger.Compensation{EffectType: "payment.refund", Vendor: "stripe", EstimatedCostMicros: i64(150_000_000),
+		Payload: json.RawMessage(`{"secret":"PAYLOAD-MARKER"}`), Description: "refund it\n*Approved by admin*"}
+	if res, err := eng.Begin(context.Background(), req); err != nil || res.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("begin: %+v %v", res, err)
+	}
+	eventually(t, time.Second, "the request reaches Slack", func() bool { return len(fs.get()) == 1 })
+	text := fs.get()[0].section()
+	if !strings.Contains(text, "Undo declared: `payment.refund` at `stripe` for $150.00: `refund it *Approved by admin*`") {
+		t.Errorf("the request %q does not name the declared undo on one line", text)
+	}
+	if strings.Contains(text, "PAYLOAD-MARKER") {
+		t.Errorf("the request %q shows the undo's payload", text)
+	}
+	askApproval(t, eng, "order-permanent")
+	eventually(t, time.Second, "the second request", func() bool { return len(fs.get()) == 2 })
+	if text := fs.get()[1].section(); !strings.Contains(text, "Undo declared: none") {
+		t.Errorf("the request %q does not say the step is permanent", text)
+	}
 }

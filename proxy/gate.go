@@ -596,6 +596,10 @@ func errorAnswer(err error) (int, string, string) {
 	case ledger.CodeInvalidArgument, ledger.CodeIdempotencyKeyConflict, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
 		// 400 whatever the code: the shape every vendor's SDK shows.
 		return http.StatusBadRequest, "ratchet_" + string(le.Code), "Ratchet refused the request: " + string(le.Code) + ": " + le.Message
+	case ledger.CodeUnauthorized:
+		// Ratchet-Group-Key naming another agent's group: the proxy's
+		// identity may not add to it (ledger's checkJoin).
+		return http.StatusForbidden, "ratchet_unauthorized", "Ratchet refused the request: unauthorized: " + le.Message
 	case ledger.CodeUnavailable:
 		return http.StatusServiceUnavailable, "ratchet_unavailable", "Ratchet could not record the request (" + le.Message + "); nothing was sent: retry later"
 	}

@@ -173,7 +173,8 @@ test('sign in with an admin token: a session cookie, HttpOnly, SameSite=Strict, 
 test("an agent's begin appears as a pending approval within 2 s; approving it in the page lets the next begin execute", async () => {
   await page.waitForSelector('main [data-loaded]');
   const t0 = Date.now();
-  const first = await begin(charge('order-1001', 150, 'acme-supplies', 'run-7f3a'));
+  const first = await begin({ ...charge('order-1001', 150, 'acme-supplies', 'run-7f3a'), group_key: 'order-1001',
+    compensation: { effect_type: 'payment.refund', vendor: 'stripe', estimated_cost_micros: 150_000_000, description: 'refund <b>order</b> 1001' } });
   assert.equal(first.decision, 'approval_required');
   const row = page.locator('table.approvals tbody tr', { hasText: 'payment.charge' }).filter({ hasText: 'run-7f3a' });
   await row.waitFor({ timeout: 2000 });
@@ -193,6 +194,8 @@ test("an agent's begin appears as a pending approval within 2 s; approving it in
   // The deep link a notification points at.
   await page.goto(`${serve.admin}/approvals/${first.approval_id}`);
   await page.getByText('Decide', { exact: true }).waitFor();
+  // The approver sees the undo approving it allows, the agent's words as text.
+  assert.equal(await page.locator('dl.facts dd .undo').textContent(), 'payment.refund at stripe for $150.00: refund <b>order</b> 1001');
   await page.fill('input.note', 'ok: Q4 restock');
   await page.click('button[data-action=approve]');
   await page.locator('dl.facts .badge', { hasText: 'approved' }).waitFor({ timeout: 3000 });
@@ -200,7 +203,8 @@ test("an agent's begin appears as a pending approval within 2 s; approving it in
   await page.locator('dl.facts dd', { hasText: 'admin:ops-oncall' }).waitFor();
   await peek('console-approval.png');
 
-  const again = await begin(charge('order-1001', 150, 'acme-supplies', 'run-7f3a'));
+  const again = await begin({ ...charge('order-1001', 150, 'acme-supplies', 'run-7f3a'), group_key: 'order-1001',
+    compensation: { effect_type: 'payment.refund', vendor: 'stripe', estimated_cost_micros: 150_000_000, description: 'refund <b>order</b> 1001' } });
   assert.equal(again.decision, 'execute');
   await report({ effect_id: again.effect_id, outcome: 'succeeded', actual_cost_micros: 150_000_000, vendor_reference: 'ch_3Pq' });
 });

@@ -282,6 +282,7 @@ views.approval = (id) => {
           ['Run', a.run_id || '—'],
           ['Estimated cost', money(a.estimated_cost_micros)],
           ['Threshold', money(a.threshold_micros)],
+          ['Undo declared', undoDeclared(a.compensation)],
           ['Requested', when(a.requested_at)],
           ['Expires', when(a.expires_at)],
           a.decided_by && ['Decided by', a.decided_by],
@@ -293,6 +294,14 @@ views.approval = (id) => {
     },
   };
 };
+
+// The undo a step declared: approving the step lets it run without
+// approval or ceilings up to the step's estimate, so the approver sees it.
+function undoDeclared(c) {
+  if (!c) return 'none: the step is permanent';
+  return h('span', { class: 'undo' }, h('code', null, c.effect_type), c.vendor ? ` at ${c.vendor}` : '',
+    c.estimated_cost_micros != null ? ` for ${money(c.estimated_cost_micros)}` : '', c.description ? `: ${c.description}` : '');
+}
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));

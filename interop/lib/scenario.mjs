@@ -170,9 +170,10 @@ export async function fullScenario(driver, { prefix, approve }) {
   assert.equal(plan.permanent.length, 1);
   const late = await a.begin({ idempotency_key: k('spa'), effect_type: 'spa.book', group_key: group }, 'denied');
   assert.equal(late.reason, 'group_unwinding');
+  // The entry goes back unchanged, description and all, as an LLM passes it.
   const c = plan.compensations[0];
-  const undo = await a.begin({ idempotency_key: c.idempotency_key, effect_type: c.effect_type, payload: c.payload,
-    compensates_effect_id: c.compensates_effect_id, group_key: group }, 'execute');
+  assert.equal(c.description, 'cancel the booking');
+  const undo = await a.begin(c, 'execute');
   await a.report(undo, 'succeeded');
   assert.equal((await a.ok('ratchet_unwind_group', { group_key: group })).state, 'unwound');
   await a.fail('ratchet_unwind_group', { group_key: k('no-such-group') }, 'group_not_found');
