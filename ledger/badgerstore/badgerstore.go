@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -71,7 +72,8 @@ type Options struct {
 	// labelled comparison; Ratchet itself always syncs.
 	NoSync bool
 
-	valueThreshold int64 // tests put values in the value log with a lower one
+	valueThreshold int64         // tests put values in the value log with a lower one
+	idleAfter      time.Duration // tests stop the compactors sooner (zero: idleAfter)
 }
 
 // Store is a ledger.Store on Badger.
@@ -80,6 +82,7 @@ type Store struct {
 	dir     string
 	minFree int64
 	logs    *logSync // nil when nothing is synced (NoSync, InMemory)
+	comp    *compactors
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -152,9 +155,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("opening ledger in %s: %w", dir, err)
 	}
-	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes}
+	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes, comp: newCompactors(db, cmp.Or(opts.idleAfter, idleAfter))}
 	if !opts.NoSync && !opts.InMemory {
 		if st.logs, err = newLogSync(dir); err != nil {
+			st.comp.close()
 			db.Close()
 			return nil, err
 		}
@@ -187,6 +191,7 @@ func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) e
 	if err := s.checkDisk(); err != nil {
 		return err
 	}
+	s.comp.wake()
 	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
 }
 
@@ -232,7 +237,10 @@ func (s *Store) View(ctx context.Context, fn func(ledger.Reader) error) error {
 func (s *Store) Exclusive() bool { return true }
 
 // Close implements ledger.Store.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.comp.close()
+	return s.db.Close()
+}
 
 // Backup writes a full backup stream (Badger's own format) to w.
 func (s *Store) Backup(w io.Writer) error {
@@ -243,6 +251,7 @@ func (s *Store) Backup(w io.Writer) error {
 // Restore loads a backup stream into the store, which should be empty,
 // and syncs it.
 func (s *Store) Restore(r io.Reader) error {
+	s.comp.wake()
 	if err := s.db.Load(r, 256); err != nil {
 		return err
 	}
@@ -347,6 +356,7 @@ func (s *Store) Empty() (bool, error) {
 // while any iterator is open, so Compact holds one across the GC and the
 // Sync after it: the files go only once their values are durable elsewhere.
 func (s *Store) Compact() error {
+	s.comp.wake() // GC rewrites values: a write
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{})
