@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short interop console-test console-screenshots bench lint fmt clean
+.PHONY: all build run test test-short cross interop console-test console-screenshots bench lint fmt clean
 
 all: lint test
 
@@ -10,29 +10,48 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ratchet ./cmd/ratchet
 
 # Run Ratchet on the embedded default: built-in config, ledger in ./data,
-# MCP at http://127.0.0.1:8787/mcp, probes on 127.0.0.1:8788.
-run:
-	$(GO) run ./cmd/ratchet serve --data-dir ./data
+# MCP at http://127.0.0.1:8787/mcp, probes on 127.0.0.1:8788. The built
+# binary, not go run: go run exits 1 on Ctrl-C (make: *** Error 1), serve
+# exits 0.
+run: build
+	./bin/ratchet serve --data-dir ./data
 
 # Every test, with the race detector (the engine is concurrent by design).
 # Fuzz tests run their seed corpus here; run one for longer with e.g.
 #   go test -run XXX -fuzz FuzzCanonicalJSON -fuzztime 1m ./ledger
 # Then the interop suite when Node.js is here (CI sets RATCHET_REQUIRE_INTEROP
 # so that it is never skipped there), and the console's browser test when
-# Chromium is too (RATCHET_REQUIRE_CONSOLE in CI).
+# Chromium is too (RATCHET_REQUIRE_CONSOLE in CI). Last, one line per
+# optional suite (PostgreSQL, interop, console browser, netns): ran, or
+# skipped and why. go test drops passing packages' output, so each suite
+# notes its fate in $(SUITES) (internal/suites).
+SUITES = $(CURDIR)/bin/suites.txt
+test: export RATCHET_SUITES_FILE = $(SUITES)
 test:
+	@mkdir -p bin && rm -f $(SUITES)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
-	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop; \
+	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop && printf 'interop\tran\n' >> $(SUITES); \
 	elif [ -n "$$RATCHET_REQUIRE_INTEROP" ]; then echo "Node.js is required for the interop suite" >&2; exit 1; \
-	else echo "Node.js not found: the interop suite (make interop) did not run"; fi
+	else echo "Node.js not found: the interop suite (make interop) did not run"; printf 'interop\tskipped\tNode.js not found\n' >> $(SUITES); fi
 	@if command -v node >/dev/null 2>&1 && { [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null 2>&1; }; then \
-		$(MAKE) --no-print-directory console-test; \
+		$(MAKE) --no-print-directory console-test && printf 'console browser\tran\n' >> $(SUITES); \
 	elif [ -n "$$RATCHET_REQUIRE_CONSOLE" ]; then echo "Node.js and Chromium are required for the console's browser test" >&2; exit 1; \
-	else echo "Node.js or Chromium not found: the console's browser test (make console-test) did not run"; fi
+	else echo "Node.js or Chromium not found: the console's browser test (make console-test) did not run"; \
+		printf 'console browser\tskipped\tNode.js or Chromium not found\n' >> $(SUITES); fi
+	@$(GO) run ./internal/suites/summary $(SUITES)
 
 test-short:
 	$(GO) test -count=1 ./...
+
+# Ratchet builds and vets for macOS and Windows too (`ratchet mcp --stdio`
+# on a laptop): platform code lives in _linux.go, _darwin.go, _windows.go
+# files with a portable fallback (CI runs this).
+CROSS = darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+cross:
+	@set -e; for t in $(CROSS); do echo "GOOS=$${t%/*} GOARCH=$${t#*/}"; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build ./...; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) vet ./...; done
 
 # The official TypeScript MCP clients and the Inspector CLI against a real
 # ratchet over HTTP, stdio and the bridge (interop/, under a minute).

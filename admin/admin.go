@@ -85,6 +85,10 @@ type Engine interface {
 	Get(ctx context.Context, namespace, effectID, idempotencyKey string) (*ledger.Effect, error)
 	Resolve(ctx context.Context, req ledger.ResolveRequest) (*ledger.Effect, error)
 	Budgets(ctx context.Context, namespace string) ([]ledger.Budget, error)
+	// What an operator looks up (effects.go): each attempt's vendor key,
+	// the scope a dimension value counts under.
+	AttemptKeys(ctx context.Context, effectID string) ([]ledger.AttemptKey, error)
+	DimensionScope(name, value string) (string, error)
 	Audit(ctx context.Context, since, until time.Time, fn func(ledger.AuditRecord) error) error
 	Ping(ctx context.Context) error
 	// Grants and the outbox (grants.go).
@@ -92,6 +96,7 @@ type Engine interface {
 	CreateGrant(ctx context.Context, req ledger.GrantRequest) (*ledger.Grant, error)
 	RevokeGrant(ctx context.Context, grantID, by string) (*ledger.Grant, error)
 	Outbox(ctx context.Context, deadOnly bool) ([]ledger.OutboxEntry, error)
+	Halter // halts.go
 }
 
 // Options configures Handler.
@@ -102,6 +107,9 @@ type Options struct {
 	// Agents are the SHA-256 digests of agent tokens, refused here; with
 	// no Admins, their presence closes the API (every /v1 call refused).
 	Agents map[string]bool
+	// Namespaces are searched for an idempotency_key filter that names no
+	// namespace (a key is unique within a namespace only).
+	Namespaces []string
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
 	// Logger gets one line per operator action.
@@ -123,18 +131,22 @@ func Handler(eng Engine, opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals))
-	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve)))
-	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject)))
-	mux.Handle("GET /v1/effects", a.auth(a.listEffects))
-	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect))
-	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve))
-	mux.Handle("GET /v1/budgets", a.auth(a.budgets))
-	mux.Handle("GET /v1/audit", a.auth(a.auditExport))
-	mux.Handle("GET /v1/grants", a.auth(a.listGrants))
-	mux.Handle("POST /v1/grants", a.auth(a.createGrant))
-	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(a.revokeGrant))
-	mux.Handle("GET /v1/outbox", a.auth(a.outbox))
+	mux.Handle("GET /v1/approvals", a.auth(params(a.listApprovals, "namespace", "state")))
+	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(params(a.decide(eng.Approve))))
+	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(params(a.decide(eng.Reject))))
+	mux.Handle("GET /v1/effects", a.auth(params(a.listEffects, effectFilters...)))
+	mux.Handle("GET /v1/effects/{id}", a.auth(params(a.getEffect))) // effects.go
+	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(params(a.resolve)))
+	mux.Handle("GET /v1/budgets", a.auth(params(a.budgets, "namespace")))
+	mux.Handle("POST /v1/budgets/lookup", a.auth(params(a.lookupScope))) // effects.go: a read, though a POST
+	mux.Handle("GET /v1/audit", a.auth(params(a.auditExport, "since", "until")))
+	mux.Handle("GET /v1/grants", a.auth(params(a.listGrants, "namespace", "all")))
+	mux.Handle("POST /v1/grants", a.auth(params(a.createGrant)))
+	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(params(a.revokeGrant)))
+	mux.Handle("GET /v1/outbox", a.auth(params(a.outbox, "dead")))
+	mux.Handle("GET /v1/halts", a.auth(params(a.listHalts)))
+	mux.Handle("POST /v1/halts", a.auth(params(a.createHalt)))
+	mux.Handle("POST /v1/halts/{id}/lift", a.auth(params(a.liftHalt)))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}))
@@ -307,6 +319,9 @@ func (a *api) decide(fn func(ctx context.Context, id, by, note string) (*ledger.
 	}
 }
 
+// effectFilters are the query parameters of GET /v1/effects.
+var effectFilters = []string{"namespace", "run_id", "group_key", "agent_id", "state", "idempotency_key", "cursor", "limit"}
+
 func (a *api) listEffects(w http.ResponseWriter, r *http.Request, _ string) error {
 	q := r.URL.Query()
 	f := ledger.Filter{Namespace: q.Get("namespace"), RunID: q.Get("run_id"), GroupKey: q.Get("group_key"),
@@ -318,19 +333,17 @@ func (a *api) listEffects(w http.ResponseWriter, r *http.Request, _ string) erro
 		}
 		f.Limit = n
 	}
-	page, err := a.eng.List(r.Context(), f)
+	var page *ledger.Page
+	var err error
+	if key := q.Get("idempotency_key"); key != "" {
+		page, err = a.byKey(r, f, key) // effects.go
+	} else {
+		page, err = a.eng.List(r.Context(), f)
+	}
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, page)
-}
-
-func (a *api) getEffect(w http.ResponseWriter, r *http.Request, _ string) error {
-	eff, err := a.eng.Get(r.Context(), "", r.PathValue("id"), "")
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, eff)
 }
 
 // resolveBody is the body of resolve.

@@ -66,7 +66,7 @@ func TestAdminAPI(t *testing.T) {
 
 	ex, _ := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "p1", EffectType: "payment.charge", AgentID: "bot", EstimatedCostMicros: i64(500)})
 	eng.Report(ctx, ledger.ReportRequest{EffectID: ex.EffectID, Outcome: ledger.OutcomeUnknown})
-	page, err := c.Effects(ctx, ledger.Filter{State: ledger.StateIndeterminate})
+	page, err := c.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{State: ledger.StateIndeterminate}})
 	if err != nil || len(page.Effects) != 1 {
 		t.Fatalf("effects: %+v %v", page, err)
 	}
@@ -83,7 +83,7 @@ func TestAdminAPI(t *testing.T) {
 	if _, err := c.Resolve(ctx, ex.EffectID, "maybe", ""); !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_argument" {
 		t.Fatalf("bad resolution: %v", err)
 	}
-	budgets, err := c.Budgets(ctx)
+	budgets, err := c.Budgets(ctx, "")
 	if err != nil || len(budgets) != 1 || budgets[0].Counted != 500 || budgets[0].Remaining != 500 {
 		t.Fatalf("budgets: %+v %v", budgets, err)
 	}

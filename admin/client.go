@@ -113,11 +113,19 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, note strin
 	return &out, err
 }
 
+// EffectFilter is what Effects selects by: the engine's filter, and the
+// idempotency key (the effect of that key, in the filter's namespace or
+// in each the server searches).
+type EffectFilter struct {
+	ledger.Filter
+	IdempotencyKey string
+}
+
 // Effects lists effects.
-func (c *Client) Effects(ctx context.Context, f ledger.Filter) (*ledger.Page, error) {
+func (c *Client) Effects(ctx context.Context, f EffectFilter) (*ledger.Page, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"namespace": f.Namespace, "run_id": f.RunID, "group_key": f.GroupKey,
-		"agent_id": f.AgentID, "state": string(f.State), "cursor": f.Cursor} {
+		"agent_id": f.AgentID, "state": string(f.State), "cursor": f.Cursor, "idempotency_key": f.IdempotencyKey} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -130,10 +138,18 @@ func (c *Client) Effects(ctx context.Context, f ledger.Filter) (*ledger.Page, er
 	return &out, err
 }
 
-// Effect returns one effect.
-func (c *Client) Effect(ctx context.Context, id string) (*ledger.Effect, error) {
-	var out ledger.Effect
+// Effect returns one effect and each attempt's vendor key.
+func (c *Client) Effect(ctx context.Context, id string) (*EffectDetail, error) {
+	var out EffectDetail
 	err := c.do(ctx, http.MethodGet, "/v1/effects/"+url.PathEscape(id), nil, nil, &out)
+	return &out, err
+}
+
+// LookupScope returns the scope a dimension value counts under and its
+// live ceilings; the value travels in the body and is hashed by the server.
+func (c *Client) LookupScope(ctx context.Context, namespace, dimension, value string) (*ScopeAnswer, error) {
+	var out ScopeAnswer
+	err := c.do(ctx, http.MethodPost, "/v1/budgets/lookup", nil, scopeLookup{Namespace: namespace, Dimension: dimension, Value: value}, &out)
 	return &out, err
 }
 
@@ -144,11 +160,16 @@ func (c *Client) Resolve(ctx context.Context, id string, resolution ledger.Outco
 	return &out, err
 }
 
-// Budgets lists every live ceiling counter.
-func (c *Client) Budgets(ctx context.Context) ([]ledger.Budget, error) {
+// Budgets lists every live ceiling counter, of one namespace or (empty)
+// all.
+func (c *Client) Budgets(ctx context.Context, namespace string) ([]ledger.Budget, error) {
 	var out struct {
 		Budgets []ledger.Budget `json:"budgets"`
 	}
-	err := c.do(ctx, http.MethodGet, "/v1/budgets", nil, nil, &out)
+	q := url.Values{}
+	if namespace != "" {
+		q.Set("namespace", namespace)
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/budgets", q, nil, &out)
 	return out.Budgets, err
 }

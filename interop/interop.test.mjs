@@ -120,14 +120,28 @@ test('raw HTTP: every protocol version, tools/list size, bearer tokens', async (
     assert.ok(listBytes > 0);
     assert.ok(listBytes <= MAX_TOOLS_LIST_BYTES, `tools/list is ${listBytes} bytes`);
   });
-  await t.test('no token, wrong token: 401 and no client connects', async () => {
-    for (const h of [{}, { Authorization: 'Bearer wrong' }]) {
+  await t.test('no token, wrong token: 401 that says what to fix, and no client connects', async () => {
+    const cases = [
+      { h: {}, challenge: 'Bearer realm="ratchet"', says: 'no bearer token' },
+      { h: { Authorization: 'Bearer wrong' }, challenge: 'Bearer realm="ratchet", error="invalid_token", error_description="unknown token"',
+        says: "not one of Ratchet's agent tokens" },
+    ];
+    for (const { h, challenge, says } of cases) {
       const res = await fetch(serve.mcp, { method: 'POST', headers: headers(h), body: rpc(1, 'initialize', initParams(LEGACY[0])) });
       assert.equal(res.status, 401);
+      assert.equal(res.headers.get('www-authenticate'), challenge);
+      const body = await res.json();
+      assert.equal(body.id, 1);
+      assert.equal(body.error.data.code, 'unauthorized');
+      assert.match(body.error.message, new RegExp(says));
     }
+    // Each client's error carries the server's message: 1.x and a pinned
+    // v2 in their message, v2's version negotiation in the body it keeps
+    // (data.text) under its own "the server requires authorization".
     const wrong = { kind: 'http', url: serve.mcp, token: 'wrong' };
-    await assert.rejects(sdk1(wrong));
-    await assert.rejects(v2(wrong));
-    await assert.rejects(v2(wrong, { pin: NEWEST }));
+    const says = (err) => /not one of Ratchet's agent tokens/.test(`${err.message} ${err.data?.text ?? ''}`);
+    await assert.rejects(sdk1(wrong), says);
+    await assert.rejects(v2(wrong), says);
+    await assert.rejects(v2(wrong, { pin: NEWEST }), says);
   });
 });

@@ -82,6 +82,14 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 		case !now.Before(a.ExpiresAt):
 			return nil, newErr(CodeInvalidStateTransition, "approval %s expired at %s; the agent's next begin will ask again", approvalID, a.ExpiresAt.Format(time.RFC3339))
 		}
+		if to == ApprovalApproved { // a halt may let it be rejected, never approved (halt.go)
+			if h, err := haltFor(t, rec.Namespace, rec.EffectType, a.AgentID, rec.Vendor); err != nil || h != nil {
+				if err != nil {
+					return nil, err
+				}
+				return nil, haltedErr(h, "approval "+approvalID+" cannot be approved while halted (it may be rejected)")
+			}
+		}
 		a.State, a.DecidedBy, a.DecidedAt, a.Note = to, decidedBy, &now, note
 		if to == ApprovalApproved {
 			a.ExpiresAt = now.Add(e.defaults.ApprovalTTL)

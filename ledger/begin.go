@@ -48,11 +48,11 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 }
 
 // reads names what a begin reads: its key (and SameAs) and, once known, the
-// effect it points to; the agent's unreported expiries; its group; the
+// effect it points to; the agent's unreported expiries; the halts; its group; the
 // effect it compensates; its ceilings' counters.
 func (in *beginInput) reads(known knownFunc) [][]byte {
 	req := &in.req
-	ks := [][]byte{key(kindUnreported, req.Namespace, req.AgentID)}
+	ks := [][]byte{key(kindUnreported, req.Namespace, req.AgentID), haltsKey}
 	idem := func(k string) { // the key and, once known, its effect
 		kk := key(kindIdemKey, req.Namespace, k)
 		ks = append(ks, kk)
@@ -227,6 +227,13 @@ func denied(rec *effectRec, reason, msg string) *BeginResult {
 func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Time) (*BeginResult, error) {
 	req := &in.req
 	pol := &in.pol
+	// A halt refuses every attempt in its scope, undos too (halt.go).
+	if h, err := haltFor(t, req.Namespace, req.EffectType, req.AgentID, req.Vendor); err != nil || h != nil {
+		if err != nil {
+			return nil, err
+		}
+		return halted(rec, h), nil
+	}
 	compensation := req.CompensatesEffectID != ""
 	// undo: a compensation that skips approval thresholds and ceiling
 	// checks (SPEC section 4, "undo must always be possible"). Only one an
@@ -606,9 +613,11 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 // vendorKey derives the vendor's idempotency key for the current attempt:
 // deterministic in namespace, key, attempt and vendor, unguessable without
 // the server secret, and new for every attempt. It is made from the
-// digest's bytes (122 random bits in the UUID). It is derived once, when the
-// attempt is granted, and handed out then; no later answer derives it again,
-// so a change to the derivation only ever applies to new attempts.
+// digest's bytes (122 random bits in the UUID). It is handed out when the
+// attempt is granted; no later answer to an agent derives it again. The
+// operator's view of an effect (AttemptKeys) and the purge derive it again
+// for past attempts, so a change to the derivation must keep the old one
+// for attempts granted before it.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
 	return vendors.ShapeKey(rec.Vendor, digest)

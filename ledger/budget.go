@@ -65,7 +65,11 @@ import (
 // makes it count more: cover then grows the share's grant and the pool's,
 // and reclaims the others' unused grants if the pool is then over its
 // limit, in the settlement's transaction, so that the next begin on any
-// replica that cannot stay within its grant decides on the exact sum. A
+// replica that cannot stay within its grant decides on the exact sum. While
+// the pool has granted more than its limit leaves (such spend took the
+// ceiling past it), no grant promises room: a share whose own spend left
+// the window must not spend that grant again while the others' still
+// counts, so every begin asks the pool (overGranted). A
 // clock set back can make a share count more than its grant too (past
 // spend back in the window): so when a begin asks the pool, it counts
 // every other share at its grant or what it counts, whichever is more
@@ -73,6 +77,21 @@ import (
 // (its grant may have been taken on a reading that proved wrong) asks the
 // pool even within its grant.
 //
+// Clock readings across a fleet. Time passing frees a share's grant
+// without the pool: so a replica whose clock jumps ahead would spend its
+// grant again on that reading unseen, and the others, their clocks right,
+// would go on spending theirs past the ceiling. So the first begin of the
+// fleet in each bucket asks the pool and marks it there (markSeen, an
+// empty bucket in the pool); a begin within its grant in the bucket the
+// pool saw last takes the fast path, and one whose reading is behind the
+// pool's (another replica's clock is ahead, or was) asks the pool and is
+// decided on every share's grant or count at its own reading, which counts
+// what was stamped ahead. A fleet's ordinary skew of a few milliseconds
+// sends a few begins per bucket that way; a replica whose clock runs ahead
+// by a window keeps the others on the pool until real time passes its
+// readings. A replica ahead itself still decides on its own reading:
+// spend the others made within its lead looks older to it.
+
 // What a begin's answer counts on a shared store is its replica's share,
 // the pool's buckets and every other share's whole grant (the most the
 // others can have counted): counted is an upper bound and remaining a
@@ -374,8 +393,13 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return satAdd(u.counted, u.amount) <= u.c.limit, nil
 	}
 	need := satAdd(u.counted, u.amount) - u.rec.Grant
-	if need <= 0 && !u.rec.behind(now) {
+	start, end := u.c.bucketFor(now)
+	seen := u.c.window == 0 || u.pool.newest() == start
+	if need <= 0 && seen && !u.rec.behind(now) && !u.pool.overGranted(u.c, now) {
 		return true, nil
+	}
+	if !seen && start > u.pool.newest() {
+		u.pool.markSeen(start, end)
 	}
 	held, err := u.othersHold(t, now)
 	if err != nil {
@@ -395,7 +419,7 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		u.pool.Grant = satAdd(held, u.rec.Grant)
 	}
 	if need <= 0 {
-		return true, nil
+		return true, t.Set(u.poolKey, u.pool.encode())
 	}
 	take := min(free, satAdd(need, u.c.limit/shareChunk))
 	u.rec.Grant += take
@@ -407,6 +431,36 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return false, err
 	}
 	return true, t.Set(u.key, u.rec.encode())
+}
+
+// newest is the start of the newest bucket the pool holds: on a shared
+// store the empty one markSeen keeps at the newest reading any replica
+// asked the pool at (math.MinInt64 if none).
+func (r *counterRec) newest() int64 {
+	n := int64(math.MinInt64)
+	for _, b := range r.Buckets {
+		n = max(n, b.Start)
+	}
+	return n
+}
+
+// markSeen records in the pool that a replica decided in the bucket
+// [start, end), newer than any the pool saw: one empty bucket, replacing
+// the previous mark (see "Clock readings across a fleet"). An empty bucket
+// counts nothing and is dropped once it leaves the window, as any other.
+func (r *counterRec) markSeen(start, end int64) {
+	r.Buckets = slices.DeleteFunc(r.Buckets, func(b bucket) bool { return b.Amount == 0 && b.Count == 0 })
+	r.Buckets = append(r.Buckets, bucket{Start: start, End: end})
+}
+
+// overGranted reports whether the pool p has granted more than its limit
+// leaves beside what it counts itself: a settlement above an estimate, or
+// an operator's record of spend, took the ceiling past its limit (cover,
+// admitSpent). A share's grant then no longer promises room: its own
+// spend leaving the window frees nothing while the others' still counts,
+// so every begin asks the pool and is decided on the exact sum.
+func (p *counterRec) overGranted(c *ceiling, now time.Time) bool {
+	return satAdd(p.counted(c, now), p.Grant) > c.limit
 }
 
 // othersHold returns the most the pool's other shares can count: each

@@ -57,9 +57,9 @@ type writerCaches struct {
 
 // valueCached says which keys the value cache holds: not effect records
 // (the record cache has them decoded) and not the meta keys the writer
-// writes around the ops (state counts).
+// writes around the ops (state counts); the halts, which every begin reads.
 func valueCached(k []byte) bool {
-	return len(k) > 0 && (k[0] == 'c' || k[0] == 'u' || k[0] == 'k' || k[0] == 'g')
+	return len(k) > 0 && (k[0] == 'c' || k[0] == 'u' || k[0] == 'k' || k[0] == 'g') || string(k) == string(haltsKey)
 }
 
 func (w *writerCaches) clear() {

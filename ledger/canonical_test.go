@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -50,6 +51,70 @@ func FuzzCanonicalJSON(f *testing.F) {
 		again, err := canonicalJSON(out)
 		if err != nil || string(again) != string(out) {
 			t.Fatalf("not a fixed point: %s -> %s (%v)", out, again, err)
+		}
+	})
+}
+
+// canonFastCases are documents of every shape the fast path takes or
+// hands on.
+var canonFastCases = []string{
+	`{"b":1,"a":[1,2,{"c":null}]}`, ` { "z" : true , "y":false,"x" : [ ] , "w":{} } `, `"x"`, `1.5e10`, `[[[[]]]]`,
+	`{"a":"\u0000"}`, `{"a":"é<&>\u007f"}`, "{\"a\":\"\u2028\"}", "\"\u2029\"", `{"a":1,"a":2}`, `{"b":{"a":1,"a":2}}`,
+	`-0`, `0`, `-12`, `007`, `9223372036854775807`, `9223372036854775808`, `-9223372036854775808`, `1e2`, `1.0`, `1E2`,
+	`[1,]`, `{"a":1,}`, `{,}`, `[1 2]`, `{"a" 1}`, `{"a":1 "b":2}`, `tru`, `nul`, `truex`, `[true false]`, `"abc`, `{"a":"b"`,
+	`[`, `]`, `{`, `}`, ``, ` `, `1 2`, `{"key\"q":1}`, `{"\\":1}`, "\"tab\there\"", `{"":1,"":2}`, `{"":""}`,
+	`{"b":2,"a":1,"c":{"z":[1,{"y":"x"}],"a":-5}}`, `[1-2]`, `[-]`, `[1a]`, `{"a":[01]}`,
+}
+
+// TestCanonFastAgrees: on every case the fast path takes, its output is
+// canonicalTokens'; it hands on every case canonicalTokens refuses.
+func TestCanonFastAgrees(t *testing.T) {
+	deep := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
+	deeper := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
+	took := 0
+	for _, c := range append(canonFastCases, deep, deeper) {
+		got, ok := canonFast([]byte(c))
+		want, err := canonicalTokens([]byte(c))
+		switch {
+		case ok && err != nil:
+			t.Errorf("%q: fast path gave %q, canonicalTokens refuses it: %v", c, got, err)
+		case ok && string(got) != string(want):
+			t.Errorf("%q: fast path gave %q, canonicalTokens %q", c, got, want)
+		case ok:
+			took++
+		}
+	}
+	// The cases of the shapes payloads have are taken, not handed on.
+	for _, c := range []string{`{"amount":1000,"currency":"usd"}`, `{"id":"pi_1"}`, ` [ {"b":[true,null],"a":-3} ] `, deep} {
+		if _, ok := canonFast([]byte(c)); !ok {
+			t.Errorf("%q: handed on", c)
+		}
+	}
+	if took == 0 {
+		t.Error("the fast path took no case")
+	}
+}
+
+// FuzzCanonFastAgrees: whatever the fast path takes, canonicalTokens
+// accepts and canonicalizes the same way.
+func FuzzCanonFastAgrees(f *testing.F) {
+	for _, c := range canonFastCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if !utf8.Valid(in) {
+			return
+		}
+		got, ok := canonFast(in)
+		if !ok {
+			return
+		}
+		want, err := canonicalTokens(in)
+		if err != nil {
+			t.Fatalf("%q: fast path gave %q, canonicalTokens refuses it: %v", in, got, err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("%q: fast path gave %q, canonicalTokens %q", in, got, want)
 		}
 	})
 }

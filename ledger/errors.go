@@ -106,9 +106,9 @@ func HTTPStatus(code Code) int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeEffectNotFound, CodeApprovalNotFound, CodeGroupNotFound, CodeGrantNotFound:
+	case CodeEffectNotFound, CodeApprovalNotFound, CodeGroupNotFound, CodeGrantNotFound, CodeHaltNotFound:
 		return http.StatusNotFound
-	case CodeInvalidStateTransition, CodeIdempotencyKeyConflict:
+	case CodeInvalidStateTransition, CodeIdempotencyKeyConflict, CodeHalted:
 		return http.StatusConflict
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable

@@ -54,6 +54,8 @@ var NotifyTypes = map[string]bool{
 	EventBudgetThreshold:     true,
 	EventIntegrationWarning:  true,
 	EventEffectContradicted:  true,
+	EventHaltStarted:         true,
+	EventHaltLifted:          true,
 }
 
 // Event is one thing that happened in the ledger.
@@ -90,6 +92,11 @@ type Event struct {
 	// Rule is the observed ceiling's name or the observed rule's match
 	// (policy.observed).
 	Rule string `json:"rule,omitempty"`
+	// Vendor, HaltID and Note: a halt's scope vendor, its id and the
+	// operator's note (halt.go).
+	Vendor string `json:"vendor,omitempty"`
+	HaltID string `json:"halt_id,omitempty"`
+	Note   string `json:"note,omitempty"`
 	// Compensation is the undo an approval request's step declared,
 	// without its payload: approving the step lets that undo skip the
 	// threshold and ceilings up to the step's estimate, so the approver

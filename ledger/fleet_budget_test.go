@@ -24,18 +24,25 @@ func fleet(t *testing.T, rules []ledger.Rule, n int) (*harness, []*ledger.Engine
 			engines = append(engines, h.eng)
 			continue
 		}
-		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		engines = append(engines, e)
+		engines = append(engines, fleetEngine(t, h, h.clock))
 	}
 	return h, engines
+}
+
+// fleetEngine is one more engine on the harness's PostgreSQL schema,
+// reading clock.
+func fleetEngine(t *testing.T, h *harness, clock ledger.Clock) *ledger.Engine {
+	t.Helper()
+	st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: clock, ReapInterval: -1, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
 }
 
 // spend is a begin of cost micros against the fleet's ceilings, by agent

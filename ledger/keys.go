@@ -29,6 +29,7 @@ import (
 //	m\0states                                  state counts, exclusive store (JSON)
 //	m\0secret-check                            the HMAC secret's check value
 //	m\0ping                                    written by Ping
+//	m\0halts                                   the active halts (halt.go, JSON)
 //	s\0<replica>                                one replica's state counts, shared store (JSON)
 //	h\0<chain>\0<seq, 16 hex digits>            a batch's audit records, from that seq (events.go)
 //	j\0<chain>                                  an audit chain's head (JSON)

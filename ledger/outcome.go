@@ -57,7 +57,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
 		}
-		if err := rec.checkCaller(req.AgentID, req.Attempt, "report", true); err != nil {
+		if err := rec.checkCaller(req.AgentID, req.NotAgents, req.Attempt, "report", true); err != nil {
 			return nil, err
 		}
 		if err := e.expireLapsed(t, rec, now); err != nil {
@@ -135,7 +135,7 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 			return nil, notFound(err, req.EffectID+req.IdempotencyKey)
 		}
 		operator := req.byOperator()
-		if err := rec.checkCaller(req.AgentID, req.Attempt, "resolve", !operator); err != nil {
+		if err := rec.checkCaller(req.AgentID, req.NotAgents, req.Attempt, "resolve", !operator); err != nil {
 			return nil, err
 		}
 		if err := e.expireLapsed(t, rec, now); err != nil {
@@ -247,12 +247,13 @@ func (r *ResolveRequest) byOperator() bool { return r.Namespace == "" }
 
 // checkCaller refuses a report or resolve that may not settle the effect's
 // current attempt: one from a caller whose credentials fix an agent other
-// than the one that began it; one for another attempt; and, when the
+// than the one that began it, or that fix none, when a credential fixes
+// the one that began it (notAgents); one for another attempt; and, when the
 // attempt is required (from agents), one that does not say which attempt
 // it is for once the effect has had more than one, so that a retried call
 // about an earlier attempt never settles a later one, which may be under
 // way.
-func (r *effectRec) checkCaller(agent string, attempt int, verb string, attemptRequired bool) error {
+func (r *effectRec) checkCaller(agent string, notAgents []string, attempt int, verb string, attemptRequired bool) error {
 	// The attempt first: an agent retrying a call about its own earlier
 	// attempt, which another agent has since followed, is told its call is
 	// stale, not that the effect is someone else's.
@@ -265,6 +266,10 @@ func (r *effectRec) checkCaller(agent string, attempt int, verb string, attemptR
 	if agent != "" && agent != r.owner() {
 		return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
 			"effect %s was begun by another agent; your credentials may report and resolve only the attempts you began", r.EffectID)}
+	}
+	if agent == "" && slices.Contains(notAgents, r.owner()) {
+		return &Error{Code: CodeUnauthorized, Field: "effect_id", Message: fmt.Sprintf(
+			"effect %s was begun by agent %q, which a credential fixes (an agent token, or the proxy); only that credential reports and resolves its attempts", r.EffectID, r.owner())}
 	}
 	return nil
 }

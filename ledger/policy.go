@@ -50,7 +50,15 @@ type Ceiling struct {
 	Window string `yaml:"window"`
 	// Per is global, agent, run or dimension:<name>.
 	Per string `yaml:"per"`
+	// OnThreshold "halt": when the highest of the budget thresholds
+	// (Options.BudgetThresholds) fires for this ceiling, the same write
+	// halts the rule's effect types in the namespace (only the agent's,
+	// per agent), as an operator's halt would (halt.go).
+	OnThreshold string `yaml:"on_threshold,omitempty"`
 }
+
+// OnThresholdHalt is Ceiling.OnThreshold's one action.
+const OnThresholdHalt = "halt"
 
 // FieldError is a validation problem at a path such as
 // "policies[1].ceilings[0].window". Config loaders turn the path into a line.
@@ -127,6 +135,12 @@ func ValidatePolicies(rules []Rule) []*FieldError {
 			if err := checkPer(c.Per); err != nil {
 				add(cp+".per", "%v", err)
 			}
+			switch {
+			case c.OnThreshold != "" && c.OnThreshold != OnThresholdHalt:
+				add(cp+".on_threshold", "%q is not an action; the one there is: halt", c.OnThreshold)
+			case c.OnThreshold != "" && r.Mode == ModeObserve:
+				add(cp+".on_threshold", "an observed rule refuses nothing, so it cannot halt either")
+			}
 		}
 	}
 	return errs
@@ -157,8 +171,15 @@ func checkPer(p string) error {
 	case "":
 		return fmt.Errorf("is required: global, agent, run or dimension:<name>")
 	}
-	if name, ok := strings.CutPrefix(p, "dimension:"); ok && dimNameRe.MatchString(name) {
-		return nil
+	if name, ok := strings.CutPrefix(p, "dimension:"); ok {
+		if dimNameRe.MatchString(name) {
+			return nil
+		}
+		hint := ""
+		if low := strings.ToLower(name); low != name && dimNameRe.MatchString(low) {
+			hint = fmt.Sprintf(" (did you mean dimension:%s?)", low)
+		}
+		return fmt.Errorf("%q: a dimension name is lowercase letters, digits and _ (at most 63), as agents send it%s", p, hint)
 	}
 	return fmt.Errorf("%q must be global, agent, run or dimension:<name>", p)
 }
@@ -173,6 +194,7 @@ type ceiling struct {
 	// observed: the ceiling's rule is observed; it counts, but never
 	// refuses (observe.go).
 	observed bool
+	match    string // its rule's glob: what on_threshold: halt halts
 }
 
 // effectivePolicy is the strictest combination of every rule matching one
@@ -203,7 +225,7 @@ func compilePolicy(rules []Rule) (*policy, error) {
 	for i, r := range rules {
 		for _, c := range r.Ceilings {
 			w, _ := parseWindow(c.Window)
-			cc := &ceiling{Ceiling: c, window: w, observed: r.Mode == ModeObserve}
+			cc := &ceiling{Ceiling: c, window: w, observed: r.Mode == ModeObserve, match: r.Match}
 			if c.LimitMicros != nil {
 				cc.money, cc.limit = true, *c.LimitMicros
 			} else {

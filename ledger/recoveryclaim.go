@@ -48,6 +48,14 @@ func (e *Engine) ClaimRecovery(ctx context.Context, effectID string, attempt int
 			return nil, newErr(CodeInvalidStateTransition, "effect %s is %s on attempt %d; only an indeterminate attempt can be recovered",
 				rec.EffectID, rec.State, rec.Attempt)
 		}
+		// A halt pauses resends in its scope (halt.go): the recoverer keeps
+		// the request and tries again later.
+		if h, err := haltFor(t, rec.Namespace, rec.EffectType, rec.AttemptAgent, rec.Vendor); err != nil || h != nil {
+			if err != nil {
+				return nil, err
+			}
+			return nil, haltedErr(h, "effect "+effectID+" is not resent while halted")
+		}
 		if err := t.Set(key(kindRecoveryClaim, effectID), claimValue(attempt, now.Add(ttl))); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ratchet-mcp/ratchet/internal/fileperm"
 )
 
 // LoadOrCreateSecret reads the HMAC key from path, creating it (32 random
@@ -62,7 +64,7 @@ func ReadKeyFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading key file: %w", err)
 	}
-	if fi.Mode().Perm()&0o027 != 0 {
+	if fileperm.Exposed(fi, 0o027) != 0 {
 		return nil, fmt.Errorf("key file %s has mode %04o; others must not read it nor its group write it (chmod 600)", path, fi.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)

@@ -185,14 +185,9 @@ func parseVendorKeyIndex(v []byte) (id string, attempt int, ok bool) {
 // vendorKeyIndexes are the index keys of every attempt's vendor key, for
 // the purge.
 func (e *Engine) vendorKeyIndexes(rec *effectRec) [][]byte {
-	if rec.Vendor == "" {
-		return nil
-	}
 	var ks [][]byte
-	for a := 1; a <= rec.Attempt; a++ {
-		r := *rec
-		r.Attempt = a
-		ks = append(ks, key(kindVendorKey, rec.Vendor, e.vendorKey(&r).Value))
+	for _, k := range e.attemptKeys(rec) { // attempts.go
+		ks = append(ks, key(kindVendorKey, rec.Vendor, k.Value))
 	}
 	return ks
 }

@@ -148,8 +148,31 @@ func (e *Engine) fireThresholds(t *opTxn, in *beginInput, uses []*ceilingUse, no
 				return err
 			}
 		}
+		if top := e.thresholds[len(e.thresholds)-1]; fired && u.c.OnThreshold == OnThresholdHalt && rec.Fired[fmtFraction(top)].Equal(now) {
+			if err := e.haltOnThreshold(t, in, u, top, now); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
 func fmtFraction(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// haltOnThreshold halts what a ceiling with on_threshold: halt covers once
+// its highest threshold fired: its rule's effect types in the namespace,
+// and for a ceiling per agent only that agent's (a halt cannot match a
+// run or a dimension's hashed value, so those halt the rule's types).
+func (e *Engine) haltOnThreshold(t *opTxn, in *beginInput, u *ceilingUse, top float64, now time.Time) error {
+	s := HaltScope{Namespace: in.req.Namespace, EffectType: u.c.match}
+	if u.c.Per == "agent" {
+		s.AgentID = in.req.AgentID
+	}
+	note := fmt.Sprintf("budget ceiling %s reached %s%% of its limit (on_threshold: halt)", u.c.Name, fmtFraction(top*100))
+	_, err := e.halt(t, s, note, "budget:"+u.c.Name, now)
+	if CodeOf(err) == CodeInvalidArgument { // MaxHalts active: the alert still stands
+		e.log.Warn("on_threshold: halt not recorded", "ceiling", u.c.Name, "err", err)
+		return nil
+	}
+	return err
+}

@@ -54,6 +54,7 @@ const (
 	ReasonApprovalRejected = "approval_rejected"
 	ReasonGroupUnwinding   = "group_unwinding"
 	ReasonUnreported       = "unreported_effects"
+	ReasonHalted           = "halted" // an operator halted the scope (halt.go)
 )
 
 // Outcome is what an agent reports after acting.
@@ -188,6 +189,10 @@ type BeginResult struct {
 	// it through without a request of its own.
 	GrantID string `json:"grant_id,omitempty"`
 
+	// HaltID, on a denial with reason halted, is the operator's halt
+	// (halt.go); the message carries its note.
+	HaltID string `json:"halt_id,omitempty"`
+
 	// Message says in one sentence what the agent must do now.
 	Message string `json:"message"`
 
@@ -214,6 +219,11 @@ type ReportRequest struct {
 	// agent, limits the report to effects whose current attempt that agent
 	// began.
 	AgentID string `json:"-"`
+	// NotAgents, set by an adapter when the caller's credentials fix no
+	// agent, are the agents a credential fixes (an agent token's, the
+	// proxy's): the report is refused for an effect whose current attempt
+	// one of them began, which only its own credential settles.
+	NotAgents []string `json:"-"`
 }
 
 // ResolveRequest settles an indeterminate effect after checking at the vendor.
@@ -237,6 +247,11 @@ type ResolveRequest struct {
 	// agent, limits the resolve to effects whose current attempt that agent
 	// began.
 	AgentID string `json:"-"`
+	// NotAgents, set by an adapter when the caller's credentials fix no
+	// agent, are the agents a credential fixes (an agent token's, the
+	// proxy's): the resolve is refused for an effect whose current attempt
+	// one of them began, which only its own credential settles.
+	NotAgents []string `json:"-"`
 }
 
 // Approval is an operator's view of an approval request.

@@ -25,6 +25,7 @@ var beginSpec = toolSpec{
 - blocked: an earlier attempt may or may not have happened. Do not act; tell the user what is unresolved, or verify at the vendor and call ratchet_resolve_effect.
 - approval_required: a human must approve. Do not act; ask again with the same key after retry_after_seconds.
 - denied: policy or budget refused it (see reason). Do not act; tell the user.
+- denied, reason halted: an operator stopped these actions. Stop, try no other way, tell the user.
 
 If budget_warning is present, a spend ceiling exists but counted nothing because no cost was sent: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
 

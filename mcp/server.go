@@ -4,10 +4,14 @@
 // engine, and shapes the answer (structured content, a one-line summary, and
 // the JSON for clients that only read text).
 //
-// Identity. Over HTTP, bearer tokens are checked by the SDK's auth
-// middleware against the SHA-256 hashes in the config; a token maps to a
+// Identity. Over HTTP, bearer tokens are checked against the SHA-256 hashes
+// in the config (auth.go: a refused token is a 401 whose JSON-RPC error says
+// what to fix); a token maps to a
 // namespace and optionally an agent_id. An agent whose token names an
-// agent_id cannot act as another one (unauthorized). Over stdio and in tests,
+// agent_id cannot act as another one (unauthorized), and a token that
+// names none cannot act as an agent a credential fixes (Options.Reserved:
+// another token's agent, the proxy's), nor report or resolve the attempts
+// such an agent began. Over stdio and in tests,
 // the identity is fixed by Options. The namespace never comes from tool
 // arguments.
 //
@@ -33,15 +37,13 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -78,6 +80,14 @@ type Options struct {
 	// lease bounds the begin tool's schema states; zero fields take the
 	// engine's own defaults.
 	Defaults ledger.Defaults
+	// Reserved are the agents a credential fixes, each in its namespace:
+	// a token's agent_id, and the proxy's proxy.agent_id. A caller whose
+	// identity fixes no agent names its agent_id per call, but never one
+	// of these (unauthorized): it would spend that agent's grants, count
+	// against its per-agent ceilings and add to its unreported expiries,
+	// which its credential exists to keep its own. An empty Namespace is
+	// "default".
+	Reserved []Identity
 }
 
 // New returns an MCP server with Ratchet's six tools.
@@ -95,9 +105,17 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
-	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults}
+	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{}}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
+	}
+	for _, id := range opts.Reserved {
+		if id.Namespace == "" {
+			id.Namespace = ledger.DefaultNamespace
+		}
+		if id.AgentID != "" {
+			t.reserved[id] = true
+		}
 	}
 	t.register(s)
 	return s
@@ -142,7 +160,19 @@ type HTTPOptions struct {
 	MaxBodyBytes int64
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
+	// SessionIdle closes a session that has had no request for this long
+	// (an agent that vanished without closing it: a crashed pod, a
+	// closed laptop); zero means DefaultSessionIdle, negative never.
+	SessionIdle time.Duration
 }
+
+// DefaultSessionIdle is how long an idle MCP session is kept. A client
+// that comes back later with its session id gets 404 Not Found, as the
+// streamable HTTP transport specifies for a terminated session, and the
+// SDKs then start a new session. Half an hour outlasts an agent's pause
+// to think or to wait for an approval (it keeps no state in the session
+// that the ledger does not hold), and bounds what vanished agents leave.
+const DefaultSessionIdle = 30 * time.Minute
 
 // DefaultMaxBodyBytes bounds an HTTP request's body when
 // HTTPOptions.MaxBodyBytes is zero.
@@ -157,9 +187,13 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	if maxBody == 0 {
 		maxBody = DefaultMaxBodyBytes
 	}
+	idle := cmp.Or(opts.SessionIdle, DefaultSessionIdle)
+	if idle < 0 {
+		idle = 0 // the SDK's "never"
+	}
 	server := func(*http.Request) *sdk.Server { return s }
 	sessions := sdk.NewStreamableHTTPHandler(server,
-		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody})
+		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, SessionTimeout: idle})
 	stateless := sdk.NewStreamableHTTPHandler(server,
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, Stateless: true})
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -176,16 +210,7 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	if len(opts.Agents) == 0 {
 		return h
 	}
-	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		sum := sha256.Sum256([]byte(token))
-		id, ok := opts.Agents[hex.EncodeToString(sum[:])]
-		if !ok {
-			return nil, fmt.Errorf("unknown bearer token: %w", auth.ErrInvalidToken)
-		}
-		return &auth.TokenInfo{UserID: id.Namespace + "/" + id.AgentID,
-			Extra: map[string]any{"namespace": id.Namespace, "agent_id": id.AgentID}}, nil
-	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return requireToken(opts.Agents, maxBody, h)
 }
 
 // statelessProtocol is the first protocol version without sessions, which

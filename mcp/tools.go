@@ -19,7 +19,8 @@ import (
 type tools struct {
 	eng      Engine
 	fallback Identity
-	leases   ledger.Defaults // for the lease bounds in the begin schema
+	leases   ledger.Defaults   // for the lease bounds in the begin schema
+	reserved map[Identity]bool // Options.Reserved
 }
 
 // field documents and bounds one input property.
@@ -230,9 +231,12 @@ func unauthorized(format string, args ...any) error {
 }
 
 // agentFor returns the agent_id a call acts as: the one its token fixes, or
-// the one it names.
-func agentFor(id Identity, claimed string) (string, error) {
+// the one it names, unless a credential fixes that one (Options.Reserved).
+func (t *tools) agentFor(id Identity, claimed string) (string, error) {
 	switch {
+	case id.AgentID == "" && t.reserved[Identity{Namespace: id.Namespace, AgentID: claimed}]:
+		return "", unauthorized("agent_id %q is fixed by a credential (an agent token, or the proxy's proxy.agent_id), and yours fixes no agent: "+
+			"name an agent_id of your own", claimed)
 	case id.AgentID == "":
 		return claimed, nil
 	case claimed == "" || claimed == id.AgentID:
@@ -241,9 +245,36 @@ func agentFor(id Identity, claimed string) (string, error) {
 	return "", unauthorized("agent_id %q does not match the agent your credentials belong to (%q); omit agent_id or send your own", claimed, id.AgentID)
 }
 
+// reservedIn returns, for a caller whose identity fixes no agent, the
+// agents a credential fixes in its namespace (Options.Reserved), whose
+// attempts it may not report or resolve; else nil.
+func (t *tools) reservedIn(id Identity) []string {
+	if id.AgentID != "" {
+		return nil
+	}
+	var out []string
+	for r := range t.reserved {
+		if r.Namespace == id.Namespace {
+			out = append(out, r.AgentID)
+		}
+	}
+	return out
+}
+
+// resolvedBy is what an agent's resolution records as its author: the
+// agent_id its credentials fix or, when they fix none (a token without
+// agent_id, stdio, unauthenticated loopback), the namespace, the one thing
+// known of the caller ("agent:" alone said nothing).
+func resolvedBy(id Identity) string {
+	if id.AgentID != "" {
+		return "agent:" + id.AgentID
+	}
+	return "agent:namespace=" + id.Namespace
+}
+
 func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
-		agent, err := agentFor(id, in.AgentID)
+		agent, err := t.agentFor(id, in.AgentID)
 		if err != nil {
 			return nil, "", err
 		}
@@ -257,12 +288,14 @@ func (t *tools) register(s *sdk.Server) {
 	})
 	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
+		in.NotAgents = t.reservedIn(id)                     // and one that fixes none, no credential's
 		eff, err := t.eng.Report(ctx, *in)
 		return eff, effectSummary(eff), err
 	})
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
-		in.ResolvedBy = "agent:" + id.AgentID
+		in.NotAgents = t.reservedIn(id)
+		in.ResolvedBy = resolvedBy(id)
 		eff, err := t.eng.Resolve(ctx, *in)
 		return eff, effectSummary(eff), err
 	})

@@ -33,19 +33,20 @@ type Ledger interface {
 // Metrics holds Ratchet's metrics and implements ledger.Observer and
 // proxy.Observer.
 type Metrics struct {
-	reg       *prometheus.Registry
-	decisions *prometheus.CounterVec
-	beginLat  prometheus.Histogram
-	reports   *prometheus.CounterVec
-	reportLat prometheus.Histogram
-	expired   prometheus.Counter
-	failed    *prometheus.CounterVec
-	proxyReqs *prometheus.CounterVec
-	upstream  *prometheus.HistogramVec
-	notify    *prometheus.CounterVec
-	observed  *prometheus.CounterVec
-	webhooks  *prometheus.CounterVec // webhooks.Observer
-	recovered *prometheus.CounterVec // recovery.Observer
+	reg        *prometheus.Registry
+	decisions  *prometheus.CounterVec
+	beginLat   prometheus.Histogram
+	reports    *prometheus.CounterVec
+	reportLat  prometheus.Histogram
+	expired    prometheus.Counter
+	failed     *prometheus.CounterVec
+	proxyReqs  *prometheus.CounterVec
+	upstream   *prometheus.HistogramVec
+	notify     *prometheus.CounterVec
+	observed   *prometheus.CounterVec
+	webhooks   *prometheus.CounterVec // webhooks.Observer
+	recovered  *prometheus.CounterVec // recovery.Observer
+	idleClosed *prometheus.CounterVec // ConnState, once asked for
 
 	mu    sync.Mutex
 	types map[string]bool

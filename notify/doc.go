@@ -16,6 +16,10 @@
 // recorded, and marks it delivered, or failed and due again
 // after an exponential backoff (Backoff doubling from one second, capped at
 // MaxBackoff, with a tenth of jitter), or dead after MaxAttempts tries. A
+// sink that fails three deliveries in a row is taken as down: a breaker in
+// the worker's memory pauses its deliveries, Backoff doubling up to a
+// minute, and then one entry probes it, so a dead sink costs two ledger
+// writes per probe, not two per entry per retry (issue 32). A
 // dead letter stays in the outbox for the operator (GET /v1/outbox?dead=true)
 // until the effects' retention. Delivery is at least once: a crash between a
 // send and its record sends again, with the same event id, which a receiver

@@ -274,6 +274,11 @@ func summary(ev ledger.Event) string {
 	case ledger.EventIntegrationWarning:
 		return fmt.Sprintf("*Integration warning:* agent %s in namespace %s has %d effects whose leases expired without a report.",
 			f.val(ev.AgentID), f.val(ev.Namespace), ev.Count)
+	case ledger.EventHaltStarted:
+		return fmt.Sprintf("*Halted* by %s (%s): %s. New begins in this scope are denied until `ratchet resume %s`.",
+			f.who(ev.Actor), f.val(haltScope(ev)), f.val(ev.Note), escape(ev.HaltID))
+	case ledger.EventHaltLifted:
+		return fmt.Sprintf("*Halt lifted* by %s (%s): begins in this scope are decided again.", f.who(ev.Actor), f.val(haltScope(ev)))
 	}
 	reason := ""
 	if ev.Reason != "" {
@@ -534,4 +539,9 @@ func writeSlackText(w http.ResponseWriter, status int, text string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// haltScope is a halt event's scope as people read it.
+func haltScope(ev ledger.Event) string {
+	return ledger.HaltScope{Namespace: ev.Namespace, EffectType: ev.EffectType, AgentID: ev.AgentID, Vendor: ev.Vendor}.String()
 }

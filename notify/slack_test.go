@@ -505,3 +505,34 @@ func TestTheSlackApprovalRequestNamesTheDeclaredUndo(t *testing.T) {
 		t.Errorf("the request %q does not say the step is permanent", text)
 	}
 }
+
+// TestAHaltAndItsLiftReachSlackWithWhoScopeAndNote: the on-call channel
+// hears of a halt (who, scope, note, how to lift) and of its lifting.
+func TestAHaltAndItsLiftReachSlackWithWhoScopeAndNote(t *testing.T) {
+	fs := &fakeSlack{}
+	api := httptest.NewServer(fs)
+	t.Cleanup(api.Close)
+	eng := newEngine(t, []notify.Route{{Sinks: []string{"slack"}, Events: []string{ledger.EventHaltStarted, ledger.EventHaltLifted}}})
+	client := slack.New("xoxb-test", slack.OptionAPIURL(api.URL+"/api/"))
+	runWorker(t, &notify.Worker{Outbox: eng, Poll: 20 * time.Millisecond,
+		Sinks: map[string]notify.Sink{"slack": &notify.Slack{Name: "slack", Client: client, Channel: "C0ONCALL", Refs: eng}}})
+	ctx := context.Background()
+	h, err := eng.Halt(ctx, ledger.HaltRequest{HaltScope: ledger.HaltScope{Vendor: "stripe"}, Note: "stripe incident", CreatedBy: "slack:U0ALICE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Lift(ctx, h.HaltID, "admin:bob"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "two Slack messages", func() bool { return len(fs.get()) >= 2 })
+	var texts []string
+	for _, c := range fs.get() {
+		texts = append(texts, c.text+c.section())
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"*Halted* by <@U0ALICE>", "vendor=stripe", "stripe incident", "ratchet resume " + h.HaltID, "*Halt lifted* by `admin:bob`"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("Slack messages lack %q:\n%s", want, all)
+		}
+	}
+}

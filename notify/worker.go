@@ -77,7 +77,35 @@ type Worker struct {
 	Observer Observer
 	// Logger gets a line per failure; nil discards.
 	Logger *slog.Logger
+
+	mu       sync.Mutex
+	breakers map[string]*breaker // per configured sink, in memory
 }
+
+// A sink's breaker. A sink that fails breakerTrips deliveries in a row is
+// taken as down (a dead host, an expired token): its deliveries pause for
+// a cool-down, Backoff doubling after each failed probe up to
+// min(MaxBackoff, breakerMaxCool), and then one entry is claimed to probe
+// it; a delivery closes the breaker. It lives in memory, so a dead sink
+// costs the ledger two writes (a claim, a failure) per probe instead of
+// two per entry per retry, and no dead letters pile up from a sink that
+// is merely down (each entry's own attempts count only the tries it was
+// given). A failure that wraps ErrPermanent is the event's, not the
+// sink's, and does not count. The breaker is per process: each replica of
+// a fleet probes for itself.
+type breaker struct {
+	fails     int           // deliveries failed in a row
+	cool      time.Duration // the last cool-down
+	openUntil time.Time
+}
+
+// breakerTrips is how many failures in a row take a sink as down, and
+// breakerMaxCool the longest pause between probes: an approval request
+// reaches the approver at most that long after the sink is back.
+const (
+	breakerTrips   = 3
+	breakerMaxCool = time.Minute
+)
 
 // Run delivers until ctx ends, then returns once deliveries in progress
 // have finished. Each sink has a loop of its own, claiming only its own
@@ -150,11 +178,25 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	return total, errors.Join(errs...)
 }
 
-// runSink claims a batch of sink's due entries and delivers them in order.
+// runSink claims a batch of sink's due entries and delivers them in order:
+// none while its breaker is open, one (a probe) while it is failing.
 func (w *Worker) runSink(ctx context.Context, sink string) (int, error) {
 	lease := w.timeout()*2 + 5*time.Second
 	claimed := time.Now()
-	list, err := w.Outbox.ClaimSinkEvents(ctx, sink, w.name(), lease, defaultBatch)
+	limit := defaultBatch
+	if _, configured := w.Sinks[sink]; configured {
+		b := w.breaker(sink)
+		w.mu.Lock()
+		open, failing := claimed.Before(b.openUntil), b.fails > 0
+		w.mu.Unlock()
+		if open {
+			return 0, nil
+		}
+		if failing {
+			limit = 1
+		}
+	}
+	list, err := w.Outbox.ClaimSinkEvents(ctx, sink, w.name(), lease, limit)
 	if err != nil || len(list) == 0 {
 		return 0, err
 	}
@@ -170,9 +212,60 @@ func (w *Worker) runSink(ctx context.Context, sink string) (int, error) {
 			// twice; they are claimed again once it ends.
 			break
 		}
-		w.deliver(en)
+		if !w.deliver(en) {
+			// The sink is down: the rest of the batch waits for its claim
+			// to run out (no write), then for the breaker.
+			break
+		}
 	}
 	return len(list), nil
+}
+
+// breaker returns sink's breaker.
+func (w *Worker) breaker(sink string) *breaker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.breakers == nil {
+		w.breakers = map[string]*breaker{}
+	}
+	b := w.breakers[sink]
+	if b == nil {
+		b = &breaker{}
+		w.breakers[sink] = b
+	}
+	return b
+}
+
+// trip records a delivery to a configured sink: err nil closes its
+// breaker, a failure of the sink counts towards opening it. It reports
+// whether the sink is to be given the next entry now (false once open).
+func (w *Worker) trip(sink string, err error) bool {
+	if _, configured := w.Sinks[sink]; !configured || errors.Is(err, ErrPermanent) {
+		return true
+	}
+	b := w.breaker(sink)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		if b.fails >= breakerTrips {
+			w.logger().Info("notification sink answers again: deliveries resume", "sink", sink)
+		}
+		*b = breaker{}
+		return true
+	}
+	b.fails++
+	if b.fails < breakerTrips {
+		return true // one entry's failure; the next may go through
+	}
+	if b.fails == breakerTrips {
+		b.cool = w.base()
+	} else {
+		b.cool = min(b.cool*2, min(w.ceil(), breakerMaxCool))
+	}
+	b.openUntil = time.Now().Add(b.cool)
+	w.logger().Warn("notification sink is failing: deliveries paused", "sink", sink, "failures_in_a_row", b.fails,
+		"next_probe_in", b.cool.String(), "err", err)
+	return false
 }
 
 // sweepOrphans fails the due entries of sinks that are not configured (a
@@ -201,9 +294,10 @@ func (w *Worker) sweepOrphans(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// deliver sends one entry and records the outcome. It runs on a context of
-// its own, so that a shutdown lets a send in progress finish and record.
-func (w *Worker) deliver(en ledger.OutboxEntry) {
+// deliver sends one entry and records the outcome; it reports whether the
+// sink is to be given the next entry now (see trip). It runs on a context
+// of its own, so that a shutdown lets a send in progress finish and record.
+func (w *Worker) deliver(en ledger.OutboxEntry) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout())
 	defer cancel()
 	var err error
@@ -219,7 +313,7 @@ func (w *Worker) deliver(en ledger.OutboxEntry) {
 			w.logger().Warn("recording a delivery", "sink", en.Sink, "event_id", en.Event.ID, "err", rerr)
 		}
 		w.observe(en, "delivered")
-		return
+		return w.trip(en.Sink, nil)
 	}
 	attempts := en.Attempts + 1
 	dead := errors.Is(err, ErrPermanent) || attempts >= w.maxAttempts()
@@ -234,25 +328,34 @@ func (w *Worker) deliver(en ledger.OutboxEntry) {
 		w.logger().Warn("recording a failed delivery", "sink", en.Sink, "event_id", en.Event.ID, "err", rerr)
 	}
 	w.observe(en, result)
+	return w.trip(en.Sink, err)
 }
 
 // backoff is the wait after the attempts-th failure: Backoff doubled for
 // each failure before it, at most MaxBackoff, less up to a tenth at random
 // so that a fleet's retries spread out.
 func (w *Worker) backoff(attempts int) time.Duration {
-	base, ceil := w.Backoff, w.MaxBackoff
-	if base <= 0 {
-		base = DefaultBackoff
-	}
-	if ceil <= 0 {
-		ceil = DefaultMaxBackoff
-	}
-	d := base
+	ceil := w.ceil()
+	d := w.base()
 	for i := 1; i < attempts && d < ceil; i++ {
 		d *= 2
 	}
 	d = min(d, ceil)
 	return d - time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+func (w *Worker) base() time.Duration {
+	if w.Backoff <= 0 {
+		return DefaultBackoff
+	}
+	return w.Backoff
+}
+
+func (w *Worker) ceil() time.Duration {
+	if w.MaxBackoff <= 0 {
+		return DefaultMaxBackoff
+	}
+	return w.MaxBackoff
 }
 
 func (w *Worker) observe(en ledger.OutboxEntry, result string) {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 			"send it in upper case; nothing was sent or recorded")
 		return
 	}
+	dropHopByHop(r.Header)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -161,6 +163,28 @@ func standardMethod(method string) bool {
 		return true
 	}
 	return false
+}
+
+// dropHopByHop removes from h the fields its Connection header names, and
+// Connection itself, before the request is classified and stamped. They
+// are hop-by-hop (RFC 9110 7.6.1): httputil.ReverseProxy drops them from
+// what it sends, after the stamp, so a caller naming the vendor's
+// idempotency header there had Ratchet's key stamped and then stripped
+// (the vendor acted with no key while the ledger recorded one), and one
+// naming Stripe-Account had Ratchet classify a call the vendor never
+// received. Dropped first, what Ratchet classifies and stamps is what the
+// vendor gets. Ratchet's own headers are for this hop and are read as
+// ever (never forwarded either way).
+func dropHopByHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if name != "" && !slices.Contains(ratchetHeaders, name) {
+				h.Del(name)
+			}
+		}
+	}
+	h.Del("Connection")
 }
 
 // labels are the caller's Ratchet-Agent-Id and Ratchet-Run-Id, for the

@@ -276,6 +276,9 @@ func (r *Recoverer) claim(ctx context.Context, q *Request, log *slog.Logger) (re
 	case code == ledger.CodeInvalidStateTransition:
 		r.drop(q, "dropped", log, "settled or moved on before the resend")
 		return release, false
+	case code == ledger.CodeHalted: // kept: sent once the halt is lifted
+		log.Info("recovery: paused by an operator's halt; trying again later", "err", err)
+		return release, false
 	case err != nil:
 		log.Warn("recovery: claiming the effect before the resend; trying again later", "err", err)
 		return release, false

@@ -43,6 +43,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/internal/fileperm"
 )
 
 // Request is a gated request as it went to the vendor.
@@ -134,7 +136,7 @@ func LoadOrCreateKeyFor(path, dir string) ([]byte, error) {
 	}
 	if fi, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("reading the recovery key: %w", err)
-	} else if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+	} else if perm := fi.Mode().Perm(); fileperm.Exposed(fi, 0o077) != 0 {
 		return nil, fmt.Errorf("the recovery key %s may be read by others (mode %04o): chmod 600 it (on Kubernetes, mount the secret with defaultMode 0400)", path, perm)
 	}
 	if k, err := hex.DecodeString(strings.TrimSpace(string(b))); err == nil && len(k) == 32 {

@@ -21,7 +21,7 @@ const auditUsage = "ratchet audit export [--since T] [--until T] [--admin URL] >
 // or verify an export offline.
 func runAudit(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr(auditUsage)
+		return opUsageErr(auditUsage)
 	}
 	fs := flag.NewFlagSet("audit "+args[0], flag.ContinueOnError)
 	switch args[0] {
@@ -86,7 +86,7 @@ func runAudit(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return nil
 	}
-	return usageErr(auditUsage)
+	return opUsageErr(auditUsage)
 }
 
 // auditTime parses an RFC 3339 time, or a duration back from now; "" is

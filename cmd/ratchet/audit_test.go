@@ -68,7 +68,7 @@ func TestAuditExportAndVerifyThroughTheCLI(t *testing.T) {
 		t.Fatalf("indeterminate: %d %s", code, out)
 	}
 	for _, e := range page.Effects {
-		if code, _, errs := cli(t, "bob-tok", nil, "effects", "resolve", e.EffectID, "--resolution", "failed", "--admin", s.admin); code != 0 {
+		if code, _, errs := cli(t, "bob-tok", nil, "effects", "resolve", e.EffectID, "--resolution", "failed", "--yes", "--admin", s.admin); code != 0 {
 			t.Fatal(errs)
 		}
 	}

@@ -40,7 +40,7 @@ func TestAFleetOfProcessesCountsWhatEffectsSettleAt(t *testing.T) {
 	if d := charge(servers[0], "inv:d", 1); d["decision"] != "denied" {
 		t.Fatalf("d, past the ceiling: %v", d["decision"])
 	}
-	bs, err := (&admin.Client{URL: servers[1].admin}).Budgets(context.Background())
+	bs, err := (&admin.Client{URL: servers[1].admin}).Budgets(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ const grantsUsage = "ratchet grants list [--namespace N] [--all] | create --effe
 // runGrants is "ratchet grants": scoped approvals (see ledger/grants.go).
 func runGrants(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr(grantsUsage)
+		return opUsageErr(grantsUsage)
 	}
 	fs := flag.NewFlagSet("grants "+args[0], flag.ContinueOnError)
 	var o opFlags
@@ -84,7 +84,7 @@ func runGrants(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 			fmt.Fprintf(w, "%s\t%s by %s\n", g.GrantID, g.State, g.RevokedBy)
 		})
 	}
-	return usageErr(grantsUsage)
+	return opUsageErr(grantsUsage)
 }
 
 // runOutbox is "ratchet outbox": notification events waiting for delivery,

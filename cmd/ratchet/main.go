@@ -47,6 +47,9 @@ func commands() []command {
 		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},
 		{"grants", "list, create or revoke grants: scoped approvals (admin API)", runGrants},
 		{"outbox", "list notification events waiting for delivery, or dead letters (admin API)", runOutbox},
+		{"halt", "halt a scope: its new begins are denied until resumed (admin API)", runHalt},
+		{"resume", "lift a halt (admin API)", runResume},
+		{"halts", "list the active halts (admin API)", runHalts},
 		{"audit", "export the audit log (admin API) or verify an export offline", runAudit},
 		{"backup", "write a backup of a data dir to stdout (offline)", runBackup},
 		{"restore", "restore a backup from stdin into an empty data dir (offline)", runRestore},
@@ -97,8 +100,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ratchet <command> [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: ratchet <command> [flags]   (ratchet <command> -h for its flags)\n\ncommands:")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.usage)
+		width = max(width, len(c.name))
 	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.usage)
+	}
+	fmt.Fprintln(w, "\nthe commands marked (admin API) read the environment:\n"+adminEnvVars)
 }

@@ -67,7 +67,16 @@ func TestServeRefusesOpenUnauthenticatedListener(t *testing.T) {
 
 func TestCAExport(t *testing.T) {
 	dir := t.TempDir()
+	// Without a CA in the data dir (not the server's), nothing is created:
+	// the error names the flag that points at the server's.
 	code, out, errs := runArgs(t, "", "ca", "export", "--data-dir", dir)
+	if code != 1 || out != "" || !strings.Contains(errs, "no proxy CA in") || !strings.Contains(errs, "--config") {
+		t.Errorf("export without a CA: exit %d, out %q, err %q; want exit 1 naming --config", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca")); !os.IsNotExist(err) {
+		t.Errorf("export without a CA created %s: %v", filepath.Join(dir, "ca"), err)
+	}
+	code, out, errs = runArgs(t, "", "ca", "export", "--data-dir", dir, "--create")
 	if code != 0 || !strings.HasPrefix(out, "-----BEGIN CERTIFICATE-----") {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
@@ -149,5 +158,36 @@ func TestMemoryLimit(t *testing.T) {
 	limitMemory(slog.New(slog.DiscardHandler))
 	if got := debug.SetMemoryLimit(-1); got != 1<<40 {
 		t.Fatalf("limit %d with GOMEMLIMIT set", got)
+	}
+}
+
+// The help lines up every command's description, however long its name,
+// and the operator commands' usage names the environment they read.
+func TestHelpAlignsAndNamesTheAdminEnvironment(t *testing.T) {
+	_, _, help := runArgs(t, "", "--help")
+	col := -1
+	for _, l := range strings.Split(help, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(l, "  "), " ")
+		if !strings.HasPrefix(l, "  ") || !ok || strings.HasPrefix(name, "RATCHET_") {
+			continue
+		}
+		at := len(l) - len(strings.TrimLeft(rest, " "))
+		if col == -1 {
+			col = at
+		}
+		if at != col {
+			t.Errorf("%q: description at column %d, the others at %d", l, at, col)
+		}
+	}
+	if col == -1 {
+		t.Fatalf("no command lines in the help:\n%s", help)
+	}
+	for _, args := range [][]string{{"--help"}, {"approvals"}, {"effects", "nope"}, {"grants"}, {"audit"}, {"budgets", "-h"}} {
+		_, _, errs := runArgs(t, "", args...)
+		for _, want := range []string{"RATCHET_ADMIN_URL", "RATCHET_ADMIN_TOKEN"} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("ratchet %v does not name %s:\n%s", args, want, errs)
+			}
+		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -39,7 +41,11 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *server != "" {
 		token := os.Getenv("RATCHET_TOKEN")
 		connect := func(ctx context.Context) (*sdk.ClientSession, error) {
-			return mcp.Connect(ctx, *server, token, version)
+			cs, err := mcp.Connect(ctx, *server, token, version)
+			if err != nil && token == "" {
+				return nil, fmt.Errorf("%w (RATCHET_TOKEN is not set: set it to this agent's token when the sidecar has auth.agents)", err)
+			}
+			return cs, err
 		}
 		var closeRemote func()
 		if srv, closeRemote, err = mcp.Bridge(ctx, connect, version); err != nil {
@@ -64,10 +70,33 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		srv = mcp.New(traced, &mcp.Options{Version: version, Logger: log, Identity: mcp.Identity{Namespace: *ns, AgentID: *agent},
 			Defaults: cfg.LedgerDefaults()})
 	}
-	if err := srv.Run(ctx, transport); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
-		return err
+	return serveStdio(ctx, srv, transport, log)
+}
+
+// serveStdio serves one session until the client closes stdin or the
+// process is told to stop (a desktop client ends its server with SIGTERM).
+// Both are a normal end: the SDK's Server.Run logs a signal as an ERROR
+// line ("server run cancelled"), which a client shows its user as a
+// failure, so the session is run here instead.
+func serveStdio(ctx context.Context, srv *sdk.Server, t sdk.Transport, log *slog.Logger) error {
+	ss, err := srv.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("starting the stdio session: %w", err)
 	}
-	return nil
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-ended
+		log.Info("stdio session closed on signal")
+		return nil
+	case err := <-ended:
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, sdk.ErrConnectionClosed) {
+			return fmt.Errorf("stdio session: %w", err)
+		}
+		return nil
+	}
 }
 
 type nopCloser struct{ io.Writer }

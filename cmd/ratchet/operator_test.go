@@ -19,6 +19,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
@@ -59,7 +61,9 @@ func TestOperatorEndToEnd(t *testing.T) {
 	// A vendor that answers only when the test lets it, to hold a call in
 	// progress across SIGTERM.
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	var stamped string // the idempotency key the vendor received; read after arrived
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stamped = r.Header.Get("Idempotency-Key")
 		arrived <- struct{}{}
 		<-release
 		w.Header().Set("Content-Type", "application/json")
@@ -115,7 +119,20 @@ func TestOperatorEndToEnd(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Effects) != 1 || page.Effects[0].EffectID != id {
 		t.Fatalf("effects list: %d %s", code, out)
 	}
-	code, out, errs = cli(t, "admin-tok", nil, "effects", "resolve", id, "--resolution", "succeeded", "--note", "checked", "--admin", s.admin)
+	// Resolving asks first, naming the consequence; with no terminal to
+	// ask on, it is refused and names --yes, and nothing changes.
+	code, _, errs = cli(t, "admin-tok", nil, "effects", "resolve", id, "--resolution", "succeeded", "--admin", s.admin)
+	if code != 2 || !strings.Contains(errs, "--yes") || !strings.Contains(errs, "never executes") {
+		t.Errorf("resolve without --yes, not a terminal: %d %q, want exit 2 naming --yes and the consequence", code, errs)
+	}
+	code, _, errs = cli(t, "admin-tok", nil, "effects", "resolve", id, "--resolution", "failed", "--admin", s.admin)
+	if code != 2 || !strings.Contains(errs, "frees its idempotency key") || !strings.Contains(errs, "second charge") {
+		t.Errorf("resolve failed without --yes: %d %q, want the double-charge warning", code, errs)
+	}
+	if code, out, _ = cli(t, "admin-tok", nil, "effects", "show", id, "--admin", s.admin); code != 0 || !strings.Contains(out, "indeterminate") {
+		t.Fatalf("after refused resolves the effect is not still indeterminate: %d %s", code, out)
+	}
+	code, out, errs = cli(t, "admin-tok", nil, "effects", "resolve", id, "--resolution", "succeeded", "--note", "checked", "--yes", "--admin", s.admin)
 	if code != 0 || !strings.Contains(out, "succeeded") || !strings.Contains(out, "admin:alice") {
 		t.Fatalf("resolve: %d %s %s", code, out, errs)
 	}
@@ -160,6 +177,7 @@ func TestOperatorEndToEnd(t *testing.T) {
 		t.Fatalf("call across SIGTERM: %+v", r)
 	}
 	r.Body.Close()
+	proxied := r.Header.Get("Ratchet-Effect-Id")
 	select {
 	case err := <-s.done:
 		if err != nil {
@@ -180,6 +198,23 @@ func TestOperatorEndToEnd(t *testing.T) {
 		if e.State != ledger.StateSucceeded {
 			t.Fatalf("after restart: %+v", e)
 		}
+	}
+	// The operator sees the key the proxy stamped on the vendor request,
+	// to search the vendor by, and finds the effect by its key.
+	code, out, errs = cli(t, "admin-tok", nil, "effects", "show", proxied, "--admin", s2.admin)
+	if code != 0 || !strings.Contains(out, "attempt 1 vendor key") || !strings.Contains(out, stamped+" (header idempotency-key)") {
+		t.Errorf("show of the proxied call: %d %s %s; want attempt 1's vendor key %s", code, out, errs, stamped)
+	}
+	var shown ledger.Effect
+	for _, e := range after.Effects {
+		if e.EffectID == proxied {
+			shown = e
+		}
+	}
+	code, out, _ = cli(t, "admin-tok", nil, "effects", "list", "--key", shown.IdempotencyKey, "--namespace", shown.Namespace, "-o", "json", "--admin", s2.admin)
+	var byKey ledger.Page
+	if code != 0 || json.Unmarshal([]byte(out), &byKey) != nil || len(byKey.Effects) != 1 || byKey.Effects[0].EffectID != proxied {
+		t.Errorf("effects list --key: %d %s, want only %s", code, out, proxied)
 	}
 	s2.cmd.Process.Signal(syscall.SIGTERM)
 	<-s2.done
@@ -226,3 +261,56 @@ func listAll(t *testing.T, dir string) string {
 	b, _ := json.Marshal(page)
 	return string(b)
 }
+
+// At a terminal, resolve names the consequence and resolves only on "yes".
+func TestResolveAsksAtATerminal(t *testing.T) {
+	eng := enginetest.Open(t, t.TempDir(), ledger.Options{})
+	srv := httptest.NewServer(admin.Handler(eng, admin.Options{}))
+	defer srv.Close()
+	ctx := context.Background()
+	b, _ := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "k", EffectType: "payment.charge"})
+	eng.Report(ctx, ledger.ReportRequest{EffectID: b.EffectID, Attempt: b.Attempt, Outcome: ledger.OutcomeUnknown})
+	was := stdinIsTerminal
+	stdinIsTerminal = func(io.Reader) bool { return true }
+	defer func() { stdinIsTerminal = was }()
+
+	code, _, errs := runArgs(t, "y\n", "effects", "resolve", b.EffectID, "--resolution", "failed", "--admin", srv.URL)
+	if code != 1 || !strings.Contains(errs, "second charge") || !strings.Contains(errs, "Type yes") {
+		t.Errorf("answer y: %d %q, want the warning, the question and exit 1", code, errs)
+	}
+	if e, _ := eng.Get(ctx, "", b.EffectID, ""); e.State != ledger.StateIndeterminate {
+		t.Errorf("after answer y the effect is %s, want indeterminate", e.State)
+	}
+	code, out, errs := runArgs(t, "yes\n", "effects", "resolve", b.EffectID, "--resolution", "failed", "--admin", srv.URL)
+	if code != 0 || !strings.Contains(out, "failed") {
+		t.Errorf("answer yes: %d %q %q", code, out, errs)
+	}
+	if e, _ := eng.Get(ctx, "", b.EffectID, ""); e.State != ledger.StateFailed {
+		t.Errorf("after answer yes the effect is %s, want failed", e.State)
+	}
+}
+
+// Budgets label a dimension's scope as a hash, and --dimension/--value
+// list one value's ceilings under the value.
+func TestBudgetsCLILooksAScopeUpByValue(t *testing.T) {
+	eng := enginetest.Open(t, t.TempDir(), ledger.Options{Policies: []ledger.Rule{{Match: "payment.*",
+		Ceilings: []ledger.Ceiling{{Name: "per-cp", LimitMicros: i64(1000), Window: "24h", Per: "dimension:counterparty"}}}}})
+	srv := httptest.NewServer(admin.Handler(eng, admin.Options{}))
+	defer srv.Close()
+	for _, cp := range []string{"acct_1", "acct_2"} {
+		eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: cp, EffectType: "payment.charge",
+			Dimensions: map[string]string{"counterparty": cp}, EstimatedCostMicros: i64(300)})
+	}
+	code, out, errs := runArgs(t, "", "budgets", "--admin", srv.URL)
+	if code != 0 || strings.Count(out, " hash:") != 2 || !strings.Contains(out, "--dimension NAME --value VALUE") {
+		t.Errorf("budgets: %d %s %s; want two hash: scopes and the hint", code, out, errs)
+	}
+	code, out, errs = runArgs(t, "", "budgets", "--dimension", "counterparty", "--value", "acct_2", "--admin", srv.URL)
+	if code != 0 || !strings.Contains(out, "counterparty=acct_2") || strings.Count(out, "per-cp") != 1 {
+		t.Errorf("budgets --dimension counterparty --value acct_2: %d %s %s; want its one row, labelled", code, out, errs)
+	}
+	if code, _, errs = runArgs(t, "", "budgets", "--dimension", "counterparty", "--admin", srv.URL); code != 2 || !strings.Contains(errs, "go together") {
+		t.Errorf("--dimension without --value: %d %s", code, errs)
+	}
+}
+func i64(v int64) *int64 { return &v }

@@ -259,7 +259,74 @@ func TestStdioBridge(t *testing.T) {
 	// Without the token the sidecar refuses the bridge.
 	bad := exec.Command(binary, "mcp", "--stdio", "--server", s.mcp)
 	bad.Stdin = strings.NewReader("")
-	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "connecting to") {
-		t.Fatalf("bridge without token: %v\n%s", err, out)
+	out, err := bad.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the bridge started without a token:\n%s", out)
+	}
+	for _, want := range []string{"connecting to", "no bearer token", "RATCHET_TOKEN is not set"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("bridge without token does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// A desktop MCP client ends its stdio server with SIGTERM: that is a normal
+// end (exit 0), and no ERROR line goes to the client's log.
+func TestStdioSIGTERMIsQuiet(t *testing.T) {
+	data := t.TempDir()
+	cmd := exec.Command(binary, "mcp", "--stdio", "--data-dir", data)
+	var stderr strings.Builder // read after Wait, when the copy has ended
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.Contains(line, `"serverInfo"`) {
+		t.Fatalf("initialize: %q %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if strings.Contains(stderr.String(), "level=ERROR") {
+		t.Errorf("an ERROR line on SIGTERM:\n%s", stderr.String())
+	}
+}
+
+// Ctrl-C on "make run" ends it cleanly: serve exits 0 on SIGINT, and make
+// runs the built binary itself (go run answered a Ctrl-C with exit status
+// 1, which make reported as "make: *** [run] Error 1").
+func TestCtrlCOnMakeRunIsACleanEnd(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "")
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("exit after SIGINT: %v\n%s", err, s.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGINT")
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipe, _ := strings.Cut(string(mk), "\nrun:")
+	recipe, _, _ = strings.Cut(recipe, "\n\n")
+	if strings.Contains(recipe, "go run") || strings.Contains(recipe, "$(GO) run") || !strings.Contains(recipe, "./bin/ratchet serve") {
+		t.Errorf("make run's recipe must run ./bin/ratchet, not go run:%s", recipe)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // identityPolicy: Stripe calls over $100 need approval and hold their key
@@ -39,7 +41,8 @@ const identityPolicy = `policies:
 `
 
 // identityServe starts "ratchet serve" on backend with an admin, a
-// token-fixed agent "trusted-bot", the identity policy and extra config,
+// token-fixed agent "trusted-bot", a token "ns-tok" that fixes no agent
+// (both in namespace default), the identity policy and extra config,
 // its Stripe upstream stripe-mock behind a front that holds a request
 // carrying X-Test-Slow for three seconds (a vendor that answers late).
 func identityServe(t *testing.T, backend, extra string) *server {
@@ -54,7 +57,8 @@ func identityServe(t *testing.T, backend, extra string) *server {
 	}))
 	t.Cleanup(front.Close)
 	cfg := "auth:\n  admins: [{token_sha256: '" + sha("admin-tok") + "', name: ops}]\n" +
-		"  agents: [{token_sha256: '" + sha("bot-tok") + "', namespace: default, agent_id: trusted-bot}]\n" +
+		"  agents: [{token_sha256: '" + sha("bot-tok") + "', namespace: default, agent_id: trusted-bot},\n" +
+		"           {token_sha256: '" + sha("ns-tok") + "', namespace: default}]\n" +
 		"proxy:\n  upstreams: {stripe: '" + front.URL + "'}\n" + extra + identityPolicy
 	if backend == "postgres" {
 		dsn := pgtest.DSN(t)
@@ -207,7 +211,7 @@ func TestProxyHeadersAreNotAnIdentity(t *testing.T) {
 				t.Fatalf("the slow $1 call: %+v", got)
 			}
 			waitFor(t, 10*time.Second, "the slow call's lease to be expired by the reaper", func() bool {
-				page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", Limit: 500})
+				page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", Limit: 500}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -255,7 +259,7 @@ func TestProxyAgentIDIsTheProxysIdentity(t *testing.T) {
 	if g := grants[0]; g.UsedCostMicros != 600_000_000 || g.UsedEffects != 1 {
 		t.Errorf("the grant counted %d micros, %d effects; want 600000000, 1", g.UsedCostMicros, g.UsedEffects)
 	}
-	page, err := ops.Effects(ctx, ledger.Filter{Namespace: "default", State: ledger.StateSucceeded})
+	page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", State: ledger.StateSucceeded}})
 	if err != nil || len(page.Effects) != 1 {
 		t.Fatalf("succeeded effects: %v %v", page, err)
 	}
@@ -265,4 +269,111 @@ func TestProxyAgentIDIsTheProxysIdentity(t *testing.T) {
 	waitFor(t, 5*time.Second, "the decision's log line with its labels", func() bool {
 		return strings.Contains(s.stderr.String(), "label_agent_id=trusted-bot label_run_id=run-9")
 	})
+}
+
+// TestATokenThatFixesNoAgentCannotActAsACredentialsAgent: an MCP token
+// that fixes no agent names its agent_id in each call, but not the agent a
+// credential fixes: proxy.agent_id (whose grants cover the proxy's
+// callers) or an agent another token fixes. Through a real "ratchet
+// serve" with grants made through the admin API, on both backends, such a
+// begin is unauthorized and no grant is charged; any other agent_id is
+// still the caller's to name. It used to be taken as named: a token for
+// namespace default alone spent the proxy's grant and trusted-bot's.
+func TestATokenThatFixesNoAgentCannotActAsACredentialsAgent(t *testing.T) {
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			s := identityServe(t, backend, "  agent_id: legacy-billing\n")
+			ctx := context.Background()
+			ops := &admin.Client{URL: s.admin, Token: "admin-tok"}
+			for _, agent := range []string{"legacy-billing", "trusted-bot"} {
+				if _, err := ops.CreateGrant(ctx, admin.GrantBody{Namespace: "default", EffectType: "stripe.*", AgentID: agent,
+					MaxCostMicros: ptr(1_000_000_000), TTL: "1h"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cs := connect(t, s.mcp, "ns-tok")
+			for _, agent := range []string{"legacy-billing", "trusted-bot"} {
+				res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+					"idempotency_key": "claim:" + agent, "effect_type": "stripe.payment_intents.create", "vendor": "stripe",
+					"estimated_cost_micros": 600_000_000, "agent_id": agent}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+					t.Errorf("ns-tok begins as %s: %v %+v, want unauthorized", agent, got, res.StructuredContent)
+				}
+			}
+			grants, err := ops.Grants(ctx, "default", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range grants {
+				if g.UsedCostMicros != 0 || g.UsedEffects != 0 {
+					t.Errorf("%s's grant was charged %d micros, %d effects by a token that fixes no agent", g.AgentID, g.UsedCostMicros, g.UsedEffects)
+				}
+			}
+			got := callTool(t, cs, "ratchet_begin_effect", map[string]any{"idempotency_key": "own", "effect_type": "stripe.payment_intents.create",
+				"vendor": "stripe", "estimated_cost_micros": 600_000_000, "agent_id": "helper-7"})
+			if got["decision"] != "approval_required" {
+				t.Errorf("ns-tok begins as helper-7 (no grant): %v, want approval_required", got)
+			}
+		})
+	}
+}
+
+// TestATokenThatFixesNoAgentCannotSettleACredentialsAttempts: a token
+// that fixes no agent reports and resolves the attempts of agents it may
+// name, but not those of an agent a credential fixes. Through a real
+// "ratchet serve", on both backends: it cannot report token-fixed
+// trusted-bot's executing e-mail failed, nor resolve as failed a proxied
+// call whose lease lapsed while the vendor is still answering (which
+// would free the key for a second charge); each is unauthorized and the
+// effect is left as it was. Both used to be applied.
+func TestATokenThatFixesNoAgentCannotSettleACredentialsAttempts(t *testing.T) {
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			s := identityServe(t, backend, "  agent_id: legacy-billing\n")
+			ctx := context.Background()
+			ops := &admin.Client{URL: s.admin, Token: "admin-tok"}
+			ns := connect(t, s.mcp, "ns-tok")
+			mine := callTool(t, connect(t, s.mcp, "bot-tok"), "ratchet_begin_effect", map[string]any{"idempotency_key": "mail:own", "effect_type": "email.send"})
+			res, err := ns.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
+				"effect_id": mine["effect_id"], "attempt": 1, "outcome": "failed"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+				t.Errorf("ns-tok reports trusted-bot's attempt failed: %v, want unauthorized", got)
+			}
+
+			// A proxied $1 call the vendor answers after 3 s, its lease 1 s.
+			done := make(chan proxied, 1)
+			go func() { done <- paymentIntent(t, stripeVia(s), 100, map[string]string{"X-Test-Slow": "1"}) }()
+			var id string
+			waitFor(t, 10*time.Second, "the slow proxied call to be begun", func() bool {
+				page, err := ops.Effects(ctx, admin.EffectFilter{Filter: ledger.Filter{Namespace: "default", AgentID: "legacy-billing"}})
+				if err != nil || len(page.Effects) == 0 {
+					return false
+				}
+				id = page.Effects[0].EffectID
+				return true
+			})
+			time.Sleep(1500 * time.Millisecond) // past its lease, the vendor not yet answered
+			res, err = ns.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_resolve_effect", Arguments: map[string]any{
+				"effect_id": id, "attempt": 1, "resolution": "failed"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := mcp.ErrorOf(res); got == nil || got.Code != ledger.CodeUnauthorized {
+				t.Errorf("ns-tok resolves the proxied call failed while the vendor is answering: %v, want unauthorized", got)
+			}
+			if got := <-done; got.decision != "execute" {
+				t.Fatalf("the slow call: %+v", got)
+			}
+			waitFor(t, 10*time.Second, "the proxy's late report to settle its call", func() bool {
+				e, err := ops.Effect(ctx, id)
+				return err == nil && e.State == ledger.StateSucceeded
+			})
+		})
+	}
 }

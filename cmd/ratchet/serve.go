@@ -98,6 +98,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	m.Watch(eng)
 	m.WatchOutbox(eng)
+	m.WatchHalts(eng)
 	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
 	if err != nil {
 		eng.Close(context.Background())
@@ -120,7 +121,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 
-	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults()})
+	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
@@ -128,14 +129,25 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
+	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
+		Metrics: m.Handler(), Logger: log})
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
-		Namespaces: consoleNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
+		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
+	m.WatchSessions(func() int {
+		n := 0
+		for range mcpServer.Sessions() {
+			n++
+		}
+		return n
+	})
+	// An idle keep-alive connection is closed after listenerIdle, so that
+	// agents that vanish leave no connections open (MCP sessions expire
+	// after mcp.DefaultSessionIdle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -209,9 +221,9 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 	})
 }
 
-// consoleNamespaces are the namespaces the console looks an idempotency
-// key up in: the agents', the proxy's and the default.
-func consoleNamespaces(cfg *config.Config) []string {
+// keyNamespaces are the namespaces the console and the admin API look an
+// idempotency key up in: the agents', the proxy's and the default.
+func keyNamespaces(cfg *config.Config) []string {
 	out := []string{"default"}
 	if !slices.Contains(out, cfg.Proxy.Namespace) {
 		out = append(out, cfg.Proxy.Namespace)
@@ -246,6 +258,17 @@ func agentsOf(cfg *config.Config) mcp.Agents {
 	return agents
 }
 
+// reservedAgents are the agents a credential fixes: each token's agent_id
+// and proxy.agent_id, in their namespaces. No MCP token that fixes no
+// agent may act as one (mcp.Options.Reserved).
+func reservedAgents(cfg *config.Config) []mcp.Identity {
+	out := []mcp.Identity{{Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID}}
+	for _, a := range cfg.Auth.Agents {
+		out = append(out, mcp.Identity{Namespace: a.Namespace, AgentID: a.AgentID})
+	}
+	return out
+}
+
 // inflight counts requests in progress other than GETs (which are MCP's
 // long-lived event streams), so shutdown can wait for tool calls to finish.
 type inflight struct{ n atomic.Int64 }
@@ -272,3 +295,9 @@ func (c *inflight) wait(ctx context.Context) {
 		}
 	}
 }
+
+// listenerIdle is how long the MCP, admin and proxy listeners keep a
+// keep-alive connection with no request on it: longer than an agent's or
+// an SDK's pause between calls (their pools reconnect after it), short
+// enough that connections of agents that vanished do not pile up.
+const listenerIdle = 2 * time.Minute

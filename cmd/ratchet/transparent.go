@@ -34,7 +34,12 @@ func runTransparent(ctx context.Context, args []string, _ io.Reader, stdout, std
 		return &exitError{code: 2, err: err}
 	}
 	if !apply {
+		// Printing works anywhere (a script for a Linux pod, written on
+		// a laptop); applying only where the rules can work.
 		_, err := io.WriteString(stdout, proxy.RulesScript(cmds))
+		return err
+	}
+	if err := proxy.TransparentSupported(); err != nil {
 		return err
 	}
 	run := func(args []string) ([]byte, error) {
@@ -113,6 +118,9 @@ func hasIPv6() bool {
 func listenTransparent(addr string, log *slog.Logger) ([]net.Listener, error) {
 	if addr == "" {
 		return nil, nil
+	}
+	if err := proxy.TransparentSupported(); err != nil {
+		return nil, fmt.Errorf("listen.transparent is %s: %w", addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -226,8 +226,17 @@ test('an unknown outcome, its key escaped, resolved in the page: the next begin 
   assert.deepEqual(dialogs, []);
   await peek('console-attention.png');
 
+  // Resolving asks first, in the page, naming the consequence; Cancel
+  // changes nothing.
+  await row.locator('button[data-action=failed]').click();
+  assert.match(await row.locator('.confirm').textContent(), /frees the idempotency key.*second charge/);
+  await row.locator('button[data-action=cancel]').click();
+  assert.equal(await row.locator('.confirm').isHidden(), true);
+  assert.equal((await begin({ idempotency_key: XSS_KEY, effect_type: 'email.send', vendor: 'sendgrid', run_id: 'run-7f3a' })).decision, 'blocked');
   await row.locator('input.note').fill('delivered: seen in the SendGrid activity feed');
   await row.locator('button[data-action=succeeded]').click();
+  assert.match(await row.locator('.confirm').textContent(), /never executes/);
+  await row.locator('button[data-action=confirm-succeeded]').click();
   await page.getByText('Nothing needs attention.').waitFor({ timeout: 3000 });
   const dup = await begin({ idempotency_key: XSS_KEY, effect_type: 'email.send', vendor: 'sendgrid', run_id: 'run-7f3a' });
   assert.equal(dup.decision, 'duplicate');
@@ -237,6 +246,9 @@ test('an unknown outcome, its key escaped, resolved in the page: the next begin 
   await page.locator('table.history tbody tr').nth(2).waitFor({ timeout: 3000 });
   assert.equal(await page.locator('dl.facts .key').textContent(), XSS_KEY);
   await page.locator('dl.facts dd', { hasText: 'admin:ops-oncall' }).waitFor();
+  // The vendor key of the attempt, to search the vendor by: the one the
+  // agent was handed.
+  assert.equal(await page.locator('dl.facts code.vkey').textContent(), ex.vendor_idempotency_key.value);
   const events = await page.locator('table.history tbody tr td:nth-child(2)').allTextContents();
   assert.ok(events.includes('effect.begun') && events.includes('effect.resolved'), events.join(','));
   await peek('console-effect.png');
@@ -263,6 +275,22 @@ test('the budgets page shows the counted amount', async () => {
   const emails = page.locator('section.budget', { hasText: 'emails-per-run' });
   assert.equal(await emails.locator('.counted').textContent(), '1 counted');
   await shot('console-budgets.png');
+
+  // A counterparty's scope is a labelled hash; looked up by its value, only
+  // its ceiling is shown, under the value.
+  const perCp = page.locator('section.budget', { hasText: 'per-counterparty' });
+  assert.match(await perCp.first().locator('.scope-hash').textContent(), /^hash [0-9a-f]{10}…$/);
+  await page.locator('form.lookup input[name=dimension]').fill('counterparty');
+  await page.locator('form.lookup input[name=value]').fill('acme-supplies');
+  await page.locator('form.lookup button[type=submit]').click();
+  await page.locator('section.budget .scope-value', { hasText: 'acme-supplies' }).waitFor({ timeout: 3000 });
+  assert.equal(await page.locator('section.budget').count(), 1);
+  assert.equal(await page.locator('section.budget .counted').textContent(), '$150.00 counted');
+  await page.locator('form.lookup input[name=value]').fill('nobody');
+  await page.locator('form.lookup button[type=submit]').click();
+  await page.getByText('No live ceiling counts counterparty nobody.').waitFor({ timeout: 3000 });
+  await page.locator('form.lookup button[data-action=clear]').click();
+  await daily.waitFor({ timeout: 3000 });
 });
 
 test("the groups page shows an unwinding group's compensations, permanent and unresolved steps", async () => {
@@ -373,6 +401,31 @@ test('a link fills in only the scope of a grant; a malformed deep link is not fo
     await page.goto(serve.admin + bad);
     await page.getByRole('heading', { name: 'Not found' }).waitFor({ timeout: 3000 });
   }
+});
+
+test('while anything is halted every page shows a banner, and the agent is denied with the note', async () => {
+  const admin = (path, body) => fetch(serve.admin + path, {
+    method: body ? 'POST' : 'GET',
+    headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' },
+    body: body ? JSON.stringify(body) : undefined,
+  }).then(async (r) => ({ status: r.status, body: await r.json() }));
+  const halted = await admin('/v1/halts', { namespace: 'shop', effect_type: 'payment.*', note: 'chargebacks <b>spiking</b>' });
+  assert.equal(halted.status, 201, JSON.stringify(halted.body));
+  await page.goto(serve.admin + '/budgets');
+  const banner = page.locator('#halts');
+  await banner.getByText('chargebacks <b>spiking</b>').waitFor({ timeout: 4000 });
+  assert.match(await banner.textContent(), /Halted: namespace=shop effect_type=payment\.\*.*admin:ops-oncall/);
+  assert.match(await banner.textContent(), new RegExp(`ratchet resume ${halted.body.halt_id}`));
+  await open('Approvals');
+  assert.equal(await banner.isVisible(), true, 'the banner stays on every page');
+  const denied = await begin(charge('order-halt-1', 5, 'initech', 'run-h1'));
+  assert.equal(denied.decision, 'denied');
+  assert.equal(denied.reason, 'halted');
+  assert.match(denied.message, /chargebacks <b>spiking<\/b>/);
+  const lifted = await admin(`/v1/halts/${halted.body.halt_id}/lift`, {});
+  assert.equal(lifted.status, 200, JSON.stringify(lifted.body));
+  await banner.waitFor({ state: 'hidden', timeout: 4000 });
+  assert.equal((await begin(charge('order-halt-1', 5, 'initech', 'run-h1'))).decision, 'execute');
 });
 
 test('without admin tokens the page takes its session with a POST; a GET makes none', async () => {

@@ -132,28 +132,43 @@ function flash(msg, bad = false) {
 
 // ---- decisions ---------------------------------------------------------
 
-/** A note field and buttons; each button posts {note, ...extra} to its path. */
+/**
+ * A note field and buttons; each button posts {note, ...extra} to its path.
+ * An action with a `confirm` text asks first, in the page: the text (its
+ * consequence) and a button that does it, or Cancel.
+ */
 function decideForm(actions) {
   const note = h('input', { type: 'text', class: 'note', placeholder: 'note (optional)', maxlength: 1000, 'aria-label': 'note' });
+  const ask = h('div', { class: 'confirm', hidden: true, role: 'alertdialog' });
+  const row = h('div', { class: 'decide' });
+  const setDisabled = (on) => row.querySelectorAll('button').forEach((b) => { b.disabled = on; });
+  const perform = async (a) => {
+    setDisabled(true);
+    try {
+      await api(a.path, { method: 'POST', body: { ...a.body, note: note.value } });
+      flash(a.done);
+      await refresh();
+    } catch (err) {
+      flash(`${a.label} failed: ${err.message}`, true);
+      setDisabled(false);
+    }
+  };
+  const confirmFirst = (a) => {
+    ask.replaceChildren(h('p', null, a.confirm),
+      h('button', { type: 'button', class: a.class, 'data-action': `confirm-${a.name}`,
+        onclick: () => { ask.hidden = true; perform(a); } }, `Yes, ${a.label.toLowerCase()}`),
+      h('button', { type: 'button', 'data-action': 'cancel', onclick: () => { ask.hidden = true; ask.replaceChildren(); } }, 'Cancel'));
+    ask.hidden = false;
+  };
   const buttons = actions.map((a) => h('button', {
     type: 'button', class: a.class, 'data-action': a.name,
-    onclick: async (ev) => {
-      const row = ev.target.closest('form, .decide');
-      row.querySelectorAll('button').forEach((b) => { b.disabled = true; });
-      try {
-        await api(a.path, { method: 'POST', body: { ...a.body, note: note.value } });
-        flash(a.done);
-        await refresh();
-      } catch (err) {
-        flash(`${a.label} failed: ${err.message}`, true);
-        row.querySelectorAll('button').forEach((b) => { b.disabled = false; });
-      }
-    },
+    onclick: () => (a.confirm ? confirmFirst(a) : perform(a)),
   }, a.label));
   if (!S.session?.can_decide) {
     return h('div', { class: 'decide muted' }, 'cannot decide here');
   }
-  return h('div', { class: 'decide' }, note, buttons);
+  row.append(note, ...buttons, ask);
+  return row;
 }
 
 function approvalActions(a) {
@@ -168,9 +183,11 @@ function approvalActions(a) {
 function resolveActions(e) {
   return decideForm([
     { name: 'succeeded', label: 'It succeeded', class: 'ok', path: `/console/api/v1/effects/${enc(e.effect_id)}/resolve`,
-      body: { resolution: 'succeeded' }, done: `Resolved ${e.effect_id} as succeeded: a retry is a duplicate.` },
+      body: { resolution: 'succeeded' }, done: `Resolved ${e.effect_id} as succeeded: a retry is a duplicate.`,
+      confirm: 'Resolving as succeeded records the action as done: a retry is answered duplicate and never executes. If it did not happen at the vendor, it never will through Ratchet.' },
     { name: 'failed', label: 'It failed', class: 'no', path: `/console/api/v1/effects/${enc(e.effect_id)}/resolve`,
-      body: { resolution: 'failed' }, done: `Resolved ${e.effect_id} as failed: a retry may execute again.` },
+      body: { resolution: 'failed' }, done: `Resolved ${e.effect_id} as failed: a retry may execute again.`,
+      confirm: "Resolving as failed frees the idempotency key: the agent's next begin executes the action again. If it did happen at the vendor, that is a second charge or a second email. Check at the vendor first (the vendor idempotency key of each attempt is on the effect's page)." },
   ]);
 }
 
@@ -421,8 +438,14 @@ views.effect = (id) => {
           ['Effect type', e.effect_type],
           ['Namespace', e.namespace],
           ['Vendor', e.vendor || '—'],
-          ['Vendor reference', e.vendor_reference || '—'],
-          ['Vendor idempotency key', h('span', { class: 'muted' }, e.vendor ? 'handed to the agent with each execute; Ratchet does not show it again' : 'no vendor named')],
+          ['Vendor reference (last report)', e.vendor_reference || '—'],
+          ['Vendor idempotency keys', e.attempts?.length
+            ? h('ul', { class: 'attempt-keys' }, e.attempts.map((k) => h('li', null, `attempt ${k.attempt}: `,
+              h('code', { class: 'vkey' }, k.vendor_idempotency_key.value),
+              h('span', { class: 'muted' }, k.vendor_idempotency_key.location
+                ? ` (${k.vendor_idempotency_key.location} ${k.vendor_idempotency_key.name}: search the vendor by it)`
+                : ` (no key location known for ${e.vendor})`))))
+            : h('span', { class: 'muted' }, e.vendor ? 'no attempt executed yet' : 'no vendor named')],
           ['Estimated cost', money(e.estimated_cost_micros)],
           ['Actual cost', money(e.actual_cost_micros)],
           ['Agent', e.agent_id || '—'],
@@ -458,18 +481,43 @@ views.effect = (id) => {
 
 views.budgets = () => {
   let box;
+  let lookup = null; // the answer of a lookup by value, shown instead of every ceiling
   return {
     page: 'budgets',
     title: 'Budgets',
     mount(root) {
       box = h('div', { class: 'budgets' });
+      const dim = h('input', { name: 'dimension', type: 'text', placeholder: 'counterparty', required: true, 'aria-label': 'dimension' });
+      const value = h('input', { name: 'value', type: 'text', placeholder: 'acct_1MqB…', required: true, 'aria-label': 'value', autocomplete: 'off' });
+      const found = h('p', { class: 'lookup-note muted' });
+      const form = h('form', { class: 'lookup' }, h('label', null, 'Dimension', dim), h('label', null, 'Value', value),
+        h('button', { type: 'submit' }, 'Find'), h('button', { type: 'button', 'data-action': 'clear',
+          onclick: () => { lookup = null; value.value = ''; found.textContent = ''; this.update(root).catch((err) => flash(err.message, true)); } }, 'Show all'));
+      form.addEventListener('submit', async (ev) => {
+        ev.preventDefault();
+        try {
+          // POSTed, so the value stays out of URLs and logs; the server hashes it.
+          lookup = { dimension: dim.value, value: value.value };
+          await this.update(root);
+        } catch (err) {
+          flash(`Lookup failed: ${err.message}`, true);
+        }
+      });
       root.append(h('h1', null, 'Budgets'),
-        h('p', { class: 'muted' }, 'Every ceiling with a live counter: what is counted (reserved at begin, replaced by the actual cost at report) against its limit in its window. On a fleet, every replica\'s share is summed.'),
+        h('p', { class: 'muted' }, 'Every ceiling with a live counter: what is counted (reserved at begin, replaced by the actual cost at report) against its limit in its window. On a fleet, every replica\'s share is summed. A dimension\'s scope shows as a hash of its value (the value is never stored): find a value\'s ceilings by typing it.'),
+        form, found,
         h('p', { class: 'empty muted', hidden: true }, 'No ceiling has counted anything yet.'), box);
     },
     async update(root) {
-      const { budgets } = await v1('/budgets');
-      root.querySelector('.empty').hidden = budgets.length > 0;
+      let budgets;
+      if (lookup) {
+        const ans = await api('/console/api/v1/budgets/lookup', { method: 'POST', body: lookup });
+        budgets = ans.budgets.map((b) => ({ ...b, value: lookup.value }));
+        root.querySelector('.lookup-note').textContent = budgets.length ? '' : `No live ceiling counts ${lookup.dimension} ${lookup.value}.`;
+      } else {
+        budgets = (await v1('/budgets')).budgets;
+      }
+      root.querySelector('.empty').hidden = budgets.length > 0 || lookup !== null;
       rows(box, budgets, (b) => `${b.namespace}\x00${b.name}\x00${b.per}\x00${b.scope ?? ''}`, (b) => {
         const pct = b.limit > 0 ? Math.min(100, (b.counted / b.limit) * 100) : 100;
         const level = pct >= 90 ? 'hot' : pct >= 70 ? 'warm' : 'cool';
@@ -493,7 +541,10 @@ views.budgets = () => {
 function scopeOf(b) {
   if (b.per === 'global') return 'global';
   const dim = /^dimension:(.*)$/.exec(b.per);
-  if (dim) return [`per ${dim[1]} `, h('span', { class: 'key', title: `keyed hash of the ${dim[1]}: ${b.scope}` }, (b.scope ?? '').slice(0, 10) + '…')];
+  if (dim) {
+    if (b.value !== undefined) return [`${dim[1]} `, h('span', { class: 'key scope-value' }, b.value)];
+    return [`per ${dim[1]} `, h('span', { class: 'key scope-hash', title: `keyed hash of the ${dim[1]} value: ${b.scope}` }, 'hash ' + (b.scope ?? '').slice(0, 10) + '…')];
+  }
   return [`per ${b.per} `, h('span', { class: 'key' }, b.scope ?? '')];
 }
 
@@ -687,12 +738,30 @@ views.grants = () => {
 // ---- counts in the navigation -----------------------------------------
 
 async function counts() {
-  if (!S.session?.signed_in || document.hidden) return;
+  if (!S.session?.signed_in || document.hidden) {
+    if (!S.session?.signed_in) $('halts').hidden = true;
+    return;
+  }
   try {
-    const [{ approvals }, { effects }] = await Promise.all([v1('/approvals?state=pending'), v1('/effects?state=indeterminate&limit=500')]);
+    const [{ approvals }, { effects }, { halts }] = await Promise.all([v1('/approvals?state=pending'), v1('/effects?state=indeterminate&limit=500'), v1('/halts')]);
     $('count-approvals').textContent = approvals.length ? String(approvals.length) : '';
     $('count-attention').textContent = effects.length ? (effects.length >= 500 ? '500+' : String(effects.length)) : '';
+    haltBanner(halts);
   } catch { /* the view shows errors */ }
+}
+
+/** haltBanner shows every active halt (ledger/halt.go) while there is one:
+ * what it stops, who halted it, the note, and how to lift it. */
+function haltBanner(halts) {
+  const el = $('halts');
+  el.hidden = !halts.length;
+  el.replaceChildren(...halts.map((x) => {
+    const scope = [['namespace', x.namespace], ['effect_type', x.effect_type], ['agent_id', x.agent_id], ['vendor', x.vendor]]
+      .filter(([, v]) => v).map(([k, v]) => `${k}=${v}`).join(' ') || 'everything';
+    return h('p', { class: 'halt', 'data-halt': x.halt_id }, h('strong', null, 'Halted: '), scope,
+      ` (since ${new Date(x.created_at).toLocaleString()} by ${x.created_by || 'an operator'}): `, x.note,
+      '. New begins in this scope are denied. Lift it with ', h('code', null, `ratchet resume ${x.halt_id}`), '.');
+  }));
 }
 
 // ---- sign-in, routing, polling ----------------------------------------

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -26,15 +25,6 @@ type result struct {
 	// waiting (for the disk, or for a serial stage).
 	cpu  time.Duration
 	busy float64
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		fail(fmt.Errorf("getrusage: %w", err))
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // latencies collects per-call latencies from many goroutines.

@@ -93,26 +93,37 @@ var (
 // sidecar (configs/kubernetes), under a 512 MiB memory limit.
 const serveMemLimit = "400MiB"
 
-// serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
-// the process's resident set size (total, anonymous and file-backed) and,
-// from its metrics, its Go heap in use.
-func serveRSS(dir string, d time.Duration) (memFigures, error) {
-	var out memFigures
+// served is a "ratchet serve" the bench started.
+type served struct {
+	cmd        *exec.Cmd
+	mcp, admin string
+}
+
+// stop ends it (SIGTERM) and waits for it to exit.
+func (s *served) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+}
+
+// startServe builds ratchet into dir and starts "ratchet serve" on dir
+// with the default configuration but for listening on free loopback ports,
+// with env added to its environment; it returns once the server says where
+// it listens.
+func startServe(dir string, env ...string) (*served, error) {
 	bin := filepath.Join(dir, "ratchet")
 	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
-		return out, fmt.Errorf("building ratchet: %v %s", err, b)
+		return nil, fmt.Errorf("building ratchet: %v %s", err, b)
 	}
 	cfg := filepath.Join(dir, "bench.yaml")
 	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--data-dir", dir)
-	cmd.Env = append(os.Environ(), "GOMEMLIMIT="+serveMemLimit)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = nil
 	if err := cmd.Start(); err != nil {
-		return out, err
+		return nil, err
 	}
-	defer cmd.Wait()
-	defer cmd.Process.Signal(syscall.SIGTERM)
+	s := &served{cmd: cmd}
 	urls := make(chan [2]string, 1)
 	exited := make(chan string, 1)
 	go func() {
@@ -127,16 +138,31 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 		}
 		exited <- strings.Join(log, "\n")
 	}()
-	var url, admin string
 	select {
 	case u := <-urls:
-		url, admin = u[0], u[1]
+		s.mcp, s.admin = u[0], u[1]
+		return s, nil
 	case log := <-exited:
-		return out, fmt.Errorf("ratchet serve exited:\n%s", log)
+		cmd.Wait()
+		return nil, fmt.Errorf("ratchet serve exited:\n%s", log)
 	case <-time.After(60 * time.Second):
-		return out, fmt.Errorf("ratchet serve did not start")
+		s.stop()
+		return nil, fmt.Errorf("ratchet serve did not start")
 	}
-	_, err := mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
+}
+
+// serveRSS starts "ratchet serve" on dir, drives MCP load for d, and reads
+// the process's resident set size (total, anonymous and file-backed) and,
+// from its metrics, its Go heap in use.
+func serveRSS(dir string, d time.Duration) (memFigures, error) {
+	var out memFigures
+	srv, err := startServe(dir, "GOMEMLIMIT="+serveMemLimit)
+	if err != nil {
+		return out, err
+	}
+	defer srv.stop()
+	cmd, url, admin := srv.cmd, srv.mcp, srv.admin
+	_, err = mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
 		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
 			"idempotency_key": fmt.Sprint("rss:", k), "effect_type": "bench.charge"}})
 		if err != nil || res.IsError {
@@ -175,4 +201,65 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 		out.heap = v / (1 << 20)
 	}
 	return out, nil
+}
+
+// idleFigures are an idle "ratchet serve"'s CPU, as a share of one core,
+// and its wake-ups a second (context switches of all its threads: each is
+// a thread that ran and went back to sleep, or was made to).
+type idleFigures struct {
+	cpuPct, wakeups float64
+	threads         int
+}
+
+// benchIdle starts "ratchet serve" with an empty ledger in dir and the
+// default configuration, lets it settle (startup, and the store's first
+// idle spell, see badgerstore), and measures it for d with no traffic.
+func benchIdle(dir string, d time.Duration) (idleFigures, error) {
+	var out idleFigures
+	srv, err := startServe(dir)
+	if err != nil {
+		return out, err
+	}
+	defer srv.stop()
+	time.Sleep(15 * time.Second)
+	pid := srv.cmd.Process.Pid
+	cpu0, sw0, _, err := procFigures(pid)
+	if err != nil {
+		return out, err
+	}
+	t0 := time.Now()
+	time.Sleep(d)
+	cpu1, sw1, threads, err := procFigures(pid)
+	if err != nil {
+		return out, err
+	}
+	el := time.Since(t0).Seconds()
+	return idleFigures{cpuPct: 100 * (cpu1 - cpu0).Seconds() / el, wakeups: float64(sw1-sw0) / el, threads: threads}, nil
+}
+
+// procFigures reads a process's CPU time (/proc/<pid>/stat) and the
+// context switches of all its threads (/proc/<pid>/task/*/status).
+func procFigures(pid int) (time.Duration, int64, int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var sw int64
+	for _, t := range tasks {
+		st, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that exited
+		}
+		for _, l := range strings.Split(string(st), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && strings.HasSuffix(f[0], "ctxt_switches:") {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				sw += n
+			}
+		}
+	}
+	return statCPU(b), sw, len(tasks), nil
 }

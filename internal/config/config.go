@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -375,17 +376,24 @@ func Parse(r io.Reader, name string) (*Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var typeProbs []Problem
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, err)
+		if _, ok := errors.AsType[*yaml.TypeError](err); !ok {
+			return nil, yamlError(name, err, data) // a syntax error: nothing decoded
+		}
+		// yaml.v3 decodes every field it can around type errors and unknown
+		// fields, so the rest of the file is validated too and every
+		// problem is reported at once.
+		typeProbs = yamlError(name, err, data).(*Error).Problems
 	}
 	var root yaml.Node
 	_ = yaml.Unmarshal(data, &root) // it decoded above, so it parses
 	cfg.fill()
-	if probs := cfg.problems(); len(probs) > 0 {
+	if probs := cfg.problems(); len(probs)+len(typeProbs) > 0 {
 		for i := range probs {
 			probs[i].Line = lineOf(&root, probs[i].Path)
 		}
-		return nil, &Error{File: name, Problems: probs}
+		return nil, &Error{File: name, Problems: mergeProblems(typeProbs, probs)}
 	}
 	cfg.root = &root
 	return &cfg, nil
@@ -486,8 +494,35 @@ func (c *Config) Open() []string {
 	return out
 }
 
-// yamlError turns yaml.v3's messages into Problems with lines.
-func yamlError(name string, err error) error {
+// mergeProblems lists the type errors and the validation problems by line.
+// A field that failed to decode is left zero, so a validation problem on
+// the line of a type error is that error again, in other words, and is
+// left out.
+func mergeProblems(typeProbs, probs []Problem) []Problem {
+	if len(typeProbs) == 0 {
+		return probs // in the order validation finds them
+	}
+	bad := map[int]bool{}
+	for _, p := range typeProbs {
+		bad[p.Line] = true
+	}
+	out := slices.Clone(typeProbs)
+	for _, p := range probs {
+		if !bad[p.Line] {
+			out = append(out, p)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Problem) int { return a.Line - b.Line })
+	return out
+}
+
+// yamlParserProblems are the messages of yaml.v3's parser (as opposed to
+// its scanner), whose line it gives 0-based: one line early.
+var yamlParserProblems = []string{"did not find expected ", "found duplicate %", "found incompatible YAML document", "found undefined tag handle"}
+
+// yamlError turns yaml.v3's messages into Problems with lines. data is the
+// file, whose line count bounds a line (a problem at the end of the file).
+func yamlError(name string, err error, data []byte) error {
 	var probs []Problem
 	lines := []string{err.Error()}
 	var te *yaml.TypeError
@@ -502,6 +537,9 @@ func yamlError(name string, err error) error {
 		}
 		n, _ := strconv.Atoi(m[1])
 		msg := m[2]
+		if _, isType := errors.AsType[*yaml.TypeError](err); !isType && slices.ContainsFunc(yamlParserProblems, func(p string) bool { return strings.HasPrefix(msg, p) }) {
+			n = min(n+1, max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1))
+		}
 		if u := unknownFieldRe.FindStringSubmatch(msg); u != nil {
 			msg = fmt.Sprintf("unknown field %q (check the spelling; unknown fields are refused so that no limit is silently ignored)", u[1])
 		}

@@ -155,3 +155,41 @@ func TestDurationsHaveOneValue(t *testing.T) {
 		t.Fatalf("proxy: window %v, timeout %v", cfg.Proxy.DedupeWindow, cfg.Proxy.UpstreamTimeout)
 	}
 }
+
+// A type error does not hide the rest: every problem of the file is
+// reported, each at its line, and a dimension name that is not lowercase
+// says so.
+func TestEveryProblemAtItsLine(t *testing.T) {
+	wantProblems(t, problems(t, "testdata/broken_types.yaml"), []wantProblem{
+		{2, "", "cannot unmarshal !!str `soon`"},
+		{6, "", "cannot unmarshal !!str `lots`"},
+		{7, "policies[0].ceilings[1].per", "a dimension name is lowercase letters, digits and _ (at most 63), as agents send it (did you mean dimension:counterparty?)"},
+		{8, "policies[1].match", "not a valid glob"},
+	})
+}
+
+// A syntax error names the line it is on (yaml.v3's parser gives its
+// lines 0-based).
+func TestSyntaxErrorLine(t *testing.T) {
+	for name, c := range map[string]struct {
+		yaml string
+		line int
+		frag string
+	}{
+		"bad indentation": {"a: 1\nb:\n  - x\n y: 2\n", 4, "did not find expected key"},
+		"unclosed flow mapping": {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1h, per: global\n  - match: b\n",
+			4, "did not find expected ',' or '}'"},
+		"unclosed flow sequence at the end": {"a: 1\nb: 2\nc: [\n", 3, "did not find expected node content"},
+		"scanner: mapping value":            {"a: 1\nb: 2\n  c: 3\n", 3, "mapping values are not allowed"},
+		"scanner: tab":                      {"a: 1\n\tb: 2\n", 2, "tab character"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(c.yaml), "t.yaml")
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v", err)
+			}
+			wantProblems(t, ce.Problems, []wantProblem{{c.line, "", c.frag}})
+		})
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ratchet-mcp/ratchet/internal/suites"
 )
 
 // DSNOrDefault is the server tests and benchmarks use.
@@ -23,8 +25,19 @@ func DSNOrDefault() string {
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
 
-// Reachable reports why the server cannot be used, or nil.
+// Reachable reports why the server cannot be used, or nil. Its answer
+// is the suite's fate, noted for make test's summary (package suites).
 func Reachable(dsn string) error {
+	err := reachable(dsn)
+	if err != nil {
+		suites.Skipped(suites.PostgreSQL, "no server answers (set RATCHET_TEST_PG_DSN): "+err.Error())
+	} else {
+		suites.Ran(suites.PostgreSQL)
+	}
+	return err
+}
+
+func reachable(dsn string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)

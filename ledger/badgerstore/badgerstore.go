@@ -22,6 +22,13 @@
 // with ErrDiskFull without touching Badger, and succeeds again once space
 // is back. The engine answers such refusals as unavailable and readiness
 // probes turn red.
+//
+// Platforms: the syscalls live in platform files, as bbolt keeps them, with
+// a portable fallback: sync_*.go (fdatasync on Linux, F_FULLFSYNC on
+// macOS, FlushFileBuffers and no directory sync on Windows) and disk_*.go
+// (statfs on Linux and macOS, GetDiskFreeSpaceEx on Windows; elsewhere the
+// floor is not checked). A change keeps every platform building: `make
+// cross` builds and vets for macOS and Windows.
 package badgerstore
 
 import (
@@ -33,9 +40,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
@@ -65,7 +72,8 @@ type Options struct {
 	// labelled comparison; Ratchet itself always syncs.
 	NoSync bool
 
-	valueThreshold int64 // tests put values in the value log with a lower one
+	valueThreshold int64         // tests put values in the value log with a lower one
+	idleAfter      time.Duration // tests stop the compactors sooner (zero: idleAfter)
 }
 
 // Store is a ledger.Store on Badger.
@@ -74,6 +82,7 @@ type Store struct {
 	dir     string
 	minFree int64
 	logs    *logSync // nil when nothing is synced (NoSync, InMemory)
+	comp    *compactors
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -146,9 +155,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("opening ledger in %s: %w", dir, err)
 	}
-	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes}
+	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes, comp: newCompactors(db, cmp.Or(opts.idleAfter, idleAfter))}
 	if !opts.NoSync && !opts.InMemory {
 		if st.logs, err = newLogSync(dir); err != nil {
+			st.comp.close()
 			db.Close()
 			return nil, err
 		}
@@ -181,6 +191,7 @@ func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) e
 	if err := s.checkDisk(); err != nil {
 		return err
 	}
+	s.comp.wake()
 	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
 }
 
@@ -198,14 +209,14 @@ func (s *Store) checkDisk() error {
 	if s.minFree < 0 {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.dir, &st); err != nil {
+	free, readOnly, err := diskSpace(s.dir)
+	if err != nil {
 		return fmt.Errorf("checking the ledger's disk: %w", err)
 	}
-	if st.Flags&unix.ST_RDONLY != 0 {
+	if readOnly {
 		return fmt.Errorf("%w: %s is read-only", ErrDiskFull, s.dir)
 	}
-	if free := int64(st.Bavail) * int64(st.Bsize); free < s.minFree {
+	if free >= 0 && free < s.minFree {
 		return fmt.Errorf("%w: %d bytes free in %s, below the floor of %d", ErrDiskFull, free, s.dir, s.minFree)
 	}
 	return nil
@@ -226,7 +237,10 @@ func (s *Store) View(ctx context.Context, fn func(ledger.Reader) error) error {
 func (s *Store) Exclusive() bool { return true }
 
 // Close implements ledger.Store.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.comp.close()
+	return s.db.Close()
+}
 
 // Backup writes a full backup stream (Badger's own format) to w.
 func (s *Store) Backup(w io.Writer) error {
@@ -237,6 +251,7 @@ func (s *Store) Backup(w io.Writer) error {
 // Restore loads a backup stream into the store, which should be empty,
 // and syncs it.
 func (s *Store) Restore(r io.Reader) error {
+	s.comp.wake()
 	if err := s.db.Load(r, 256); err != nil {
 		return err
 	}
@@ -341,6 +356,7 @@ func (s *Store) Empty() (bool, error) {
 // while any iterator is open, so Compact holds one across the GC and the
 // Sync after it: the files go only once their values are durable elsewhere.
 func (s *Store) Compact() error {
+	s.comp.wake() // GC rewrites values: a write
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{})

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // logSync makes everything Badger has committed durable, with Badger's own
@@ -93,7 +91,7 @@ func newLogSync(dir string) (*logSync, error) {
 			s.newest[k] = max(s.newest[k], n)
 		}
 	}
-	return s, fsyncPath(dir)
+	return s, syncDir(dir)
 }
 
 // sync makes every log write committed before the call durable, the value
@@ -111,7 +109,7 @@ func (s *logSync) sync() error {
 		if n > s.newest[k] {
 			// New files: their names must be durable too, a new value
 			// log file's before any pointer into it.
-			if err := fsyncPath(s.dir); err != nil {
+			if err := syncDir(s.dir); err != nil {
 				return err
 			}
 			s.newest[k] = n
@@ -163,20 +161,12 @@ func logNumber(name string, k int) (int, bool) {
 	return n, err == nil
 }
 
-// fdatasync writes a file's dirty pages and what is needed to read them.
-func fdatasync(name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncing %s: %w", name, err)
-	}
-	return nil
-}
-
-// fsyncPath fsyncs a file or directory by name.
+// fsyncPath fsyncs a file or directory by name with the platform's full
+// fsync (os.File.Sync: fsync(2), F_FULLFSYNC on darwin, FlushFileBuffers
+// on Windows).
+//
+// The platform files (sync_*.go) give fdatasync, which syncs a log file,
+// and syncDir, which makes the names in a directory durable.
 func fsyncPath(name string) error {
 	f, err := os.Open(name)
 	if err != nil {

@@ -50,6 +50,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ratchet-mcp/ratchet/internal/suites"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/proxy"
@@ -466,6 +467,7 @@ func newTopology(t *testing.T) *topology {
 		if os.Getenv("RATCHET_REQUIRE_NETNS") != "" {
 			t.Fatalf("RATCHET_REQUIRE_NETNS is set and %s", why)
 		}
+		suites.Skipped(suites.Netns, "needs root, ip and iptables: "+why)
 		t.Skipf("transparent mode's netns test needs root, ip and iptables (the machine cannot create network namespaces): %s", why)
 	}
 	if os.Geteuid() != 0 {
@@ -529,6 +531,7 @@ func newTopology(t *testing.T) *topology {
 	writeFile(t, filepath.Join(hostsDir, "hosts"), []byte("127.0.0.1 localhost\n::1 localhost\n"+
 		stripeIP+" api.stripe.com\n"+allowedIP+" allowed.test\n"+refusedIP+" refused.test\n"+
 		stripe6IP+" stripe6.test\n"+allowed6IP+" allowed6.test\n"), 0o644)
+	suites.Ran(suites.Netns)
 	return topo
 }
 

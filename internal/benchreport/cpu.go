@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// The CPU figure for A/Bs: instructions executed per operation, counted by
+// valgrind's callgrind. Rates, latencies and even getrusage's CPU time per
+// operation move with whatever else the machine runs (on a 2-core machine
+// shared with other work, CPU per engine pair measured 276-350 µs in five
+// runs of one commit, as batches shrink and grow); callgrind counts the
+// instructions this process executes in user space, which two runs of one
+// commit agree on within about 4% (docs/design.md). It leaves out the kernel's share (the
+// fdatasyncs, the network), which getrusage's figures in sections 1-3 keep.
+//
+// Each workload runs in a child process (this program with -cpu-worker)
+// under callgrind, once with n operations and once with 2n, and the figure
+// is the difference over n: what n operations cost after n of warm-up,
+// without the setup.
+
+// cpuWorkloads are what the figure is measured for: the engine pair as in
+// section 1 (64 callers), and each adapter with its floor (16 clients).
+var cpuWorkloads = []struct {
+	kind, name string
+	n          int64
+	floor      string // the workload this one is compared with
+	target     float64
+}{
+	{"engine", "engine begin+report pair, 64 callers", 512, "", 0},
+	{"mcp-noop", "MCP pair of no-op tool calls (the floor), 16 sessions", 128, "", 0},
+	{"mcp", "MCP begin+report pair, 16 sessions", 128, "mcp-noop", 2},
+	{"proxy-bare", "bare proxy POST (the floor), 16 clients", 256, "", 0},
+	{"proxy", "proxied effect POST, 16 clients", 256, "proxy-bare", 3},
+}
+
+// cpuFigure is one workload's instructions per operation.
+type cpuFigure struct {
+	kind, name string
+	perOp      float64
+	floor      string
+	target     float64
+}
+
+var errNoValgrind = errors.New("valgrind is not installed (Debian: apt-get install -y valgrind)")
+
+// benchCPU measures every workload's instructions per operation.
+func benchCPU(dir string) ([]cpuFigure, error) {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		return nil, errNoValgrind
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var out []cpuFigure
+	for _, wl := range cpuWorkloads {
+		// The n and 2n runs go side by side: callgrind runs a process on
+		// one thread at a time, so two keep two cores busy.
+		var ir [2]int64
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				ir[i], errs[i] = callgrind(self, filepath.Join(dir, fmt.Sprint(wl.kind, "-", i)), wl.kind, wl.n*int64(i+1))
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			return nil, fmt.Errorf("%s: %w", wl.name, err)
+		}
+		out = append(out, cpuFigure{kind: wl.kind, name: wl.name, perOp: float64(ir[1]-ir[0]) / float64(wl.n), floor: wl.floor, target: wl.target})
+	}
+	return out, nil
+}
+
+var irRe = regexp.MustCompile(`Collected : (\d+)`)
+
+// callgrind runs "self -cpu-worker kind:n:dir" under callgrind and returns
+// the instructions it executed. Go's asynchronous preemption (signals) is
+// off: callgrind's signal handling asserts on it.
+func callgrind(self, dir, kind string, n int64) (int64, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
+		self, "-cpu-worker", fmt.Sprintf("%s:%d:%s", kind, n, dir))
+	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("callgrind: %v\n%s", err, b)
+	}
+	m := irRe.FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("callgrind printed no instruction count:\n%s", b)
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
+}
+
+// cpuWorker runs one workload n times: arg is kind:n:dir.
+func cpuWorker(arg string) error {
+	parts := strings.SplitN(arg, ":", 3)
+	if len(parts) != 3 {
+		return fmt.Errorf("-cpu-worker %q: want kind:n:dir", arg)
+	}
+	n, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("-cpu-worker %q: %w", arg, err)
+	}
+	kind, dir := parts[0], parts[2]
+	switch kind {
+	case "engine":
+		eng, _, err := openEngine(filepath.Join(dir, "ledger"), true)
+		if err != nil {
+			return err
+		}
+		defer eng.Close(context.Background())
+		pairs(eng, 64, time.Hour, n)
+		return nil
+	case "mcp", "mcp-noop":
+		eng, _, err := openEngine(filepath.Join(dir, "ledger"), true)
+		if err != nil {
+			return err
+		}
+		defer eng.Close(context.Background())
+		srv, pair := httptest.NewServer(mcp.Handler(mcp.New(eng, nil), nil)), ratchetMCPPair
+		if kind == "mcp-noop" {
+			srv, pair = httptest.NewServer(mcp.Handler(noopServer(), nil)), noopPair
+		}
+		defer srv.Close()
+		_, err = mcpPairsN(srv.URL, 16, n, pair)
+		return err
+	case "proxy", "proxy-bare":
+		px, err := startProxies(filepath.Join(dir, "ledger"))
+		if err != nil {
+			return err
+		}
+		defer px.close()
+		base := px.ratchet.URL + "/stripe"
+		if kind == "proxy-bare" {
+			base = px.bare.URL
+		}
+		_, err = httpLoadN(16, time.Hour, n, post(base))
+		return err
+	}
+	return fmt.Errorf("-cpu-worker: unknown workload %q", kind)
+}
+
+// writeCPU writes the CPU figures' table.
+func writeCPU(w func(string, ...any), figs []cpuFigure, err error) {
+	w("CPU per operation, for A/Bs\n\n")
+	w("Instructions executed in user space per operation, counted by valgrind's callgrind (`go run ./internal/benchreport -only cpu`): each workload runs in a child process under callgrind with n and with 2n operations, and the figure is the difference over n (setup and warm-up left out). " +
+		"Two runs of one commit agreed within 4%% (docs/design.md), whatever else the machine runs, where rates and getrusage's CPU time move by a quarter on a busy 2-core machine: compare commits with this table. " +
+		"It leaves out the kernel's work (fdatasyncs, loopback networking), which the CPU per pair of sections 1-3 includes; under callgrind a process runs one thread at a time, so batches are not those of a native run.\n\n")
+	if err != nil {
+		w("Skipped: %v\n\n", err)
+		return
+	}
+	by := map[string]cpuFigure{}
+	w("| operation | instructions per operation | × its floor | target |\n|---|---|---|---|\n")
+	for _, f := range figs {
+		by[f.kind] = f
+		ratio, target := "", ""
+		if fl, ok := by[f.floor]; ok {
+			ratio, target = fmt.Sprintf("%.2f", f.perOp/fl.perOp), fmt.Sprintf("≤ %.0f× (CPU)", f.target)
+		}
+		w("| %s | %.0fk | %s | %s |\n", f.name, f.perOp/1000, ratio, target)
+	}
+	w("\n")
+}

@@ -1,0 +1,62 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/ratchet-mcp/ratchet/internal/stripemock"
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/proxy"
+)
+
+// TestAHaltedVendorIsNeverForwardedTo: stripe-go through the reverse
+// proxy while an operator halts stripe: the create is refused as a
+// readable *stripe.Error (403, no retry) carrying reason halted and the
+// note, and never reaches stripe-mock; a read still passes; once the halt
+// is lifted the same request executes.
+func TestAHaltedVendorIsNeverForwardedTo(t *testing.T) {
+	mock := stripemock.Start(t)
+	hits := &counter{rt: http.DefaultTransport}
+	e := newEnv(t, map[string]string{"stripe": mock}, func(o *proxy.Options) { o.Transport = hits })
+	sc := stripeClient(e.url+"/stripe", &http.Client{})
+	ctx := context.Background()
+	pi, err := sc.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := e.eng.Halt(ctx, ledger.HaltRequest{HaltScope: ledger.HaltScope{Vendor: "stripe"}, Note: "stripe incident", CreatedBy: "admin:alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := hits.n.Load()
+	params := &stripe.PaymentIntentParams{Amount: stripe.Int64(2000), Currency: stripe.String("usd")}
+	params.SetIdempotencyKey("order:halted")
+	_, err = sc.PaymentIntents.New(params)
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		t.Fatalf("a create while halted: %v, want a *stripe.Error", err)
+	}
+	if se.HTTPStatusCode != 403 || se.Code != "ratchet_denied" {
+		t.Errorf("status %d code %q, want 403 ratchet_denied", se.HTTPStatusCode, se.Code)
+	}
+	if !strings.Contains(se.Msg, "halted") || !strings.Contains(se.Msg, "stripe incident") {
+		t.Errorf("message %q lacks the reason or the note", se.Msg)
+	}
+	if n := hits.n.Load() - before; n != 0 {
+		t.Errorf("%d requests reached stripe while halted", n)
+	}
+	if _, err := sc.PaymentIntents.Get(pi.ID, nil); err != nil {
+		t.Errorf("a read while halted: %v", err)
+	}
+	if _, err := e.eng.Lift(ctx, hl.HaltID, "admin:alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.PaymentIntents.New(params); err != nil {
+		t.Errorf("the same create after the lift: %v", err)
+	}
+}
