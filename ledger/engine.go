@@ -119,6 +119,13 @@ type Observer interface {
 	WriteFailed(stage string, ops int)
 }
 
+// DimensionWarningObserver is an Observer also told of each begin whose
+// answer carries a dimension_warning, with the number of ceilings not
+// applied (metrics: ratchet_dimension_warnings_total).
+type DimensionWarningObserver interface {
+	DimensionWarning(effectType string, ceilings int)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Begin(string, Decision, time.Duration) {}
