@@ -250,7 +250,7 @@ func compilePolicy(rules []Rule) (*policy, error) {
 
 // Matches reports whether the rule applies to a begin of effectType by
 // vendor with operation (see Rule).
-func (r *Rule) Matches(effectType, vendor, operation string) bool {
+func (r Rule) Matches(effectType, vendor, operation string) bool {
 	if r.Vendor != "" && r.Vendor != vendor {
 		return false
 	}

@@ -202,7 +202,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 		}
 	}
 	return proxy.New(eng, proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(),
+		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
 		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs, Transport: rt,
