@@ -96,6 +96,10 @@ type Options struct {
 	Metrics http.Handler
 	// Logger gets one line per operator action.
 	Logger *slog.Logger
+	// Explainer serves POST /v1/explain (explain.go) and Gate its proxied
+	// requests; nil leaves them out.
+	Explainer Explainer
+	Gate      Gate
 }
 
 // maxBody bounds admin request bodies.
@@ -125,6 +129,7 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("POST /v1/grants", a.auth(a.createGrant, change))
 	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(a.revokeGrant, change))
 	mux.Handle("GET /v1/outbox", a.auth(a.outbox, read))
+	mux.Handle("POST /v1/explain", a.auth(a.explain, read))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}, read))

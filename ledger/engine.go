@@ -617,6 +617,9 @@ type opTxn struct {
 	cache  *writerCaches
 	recs   map[string]*effectRec // records this op wrote, for the cache
 	events []Event               // what the op did, journaled if it succeeds (events.go)
+	// dry: a dry run (explain.go), whose writes are dropped; it must
+	// touch nothing of the writer's own.
+	dry bool
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

@@ -97,8 +97,9 @@ type BeginRequest struct {
 	// taxonomy.go). It is kept with the effect, shown with it and audited;
 	// rules may narrow by it; and it, not EffectType, is what the
 	// fingerprint covers when set, so an effect begun under the name the
-	// proxy gave it before the taxonomy is the same effect after it.
-	Operation string `json:"operation,omitempty"`
+	// proxy gave it before the taxonomy is the same effect after it. It is
+	// an adapter's, never an MCP agent's argument.
+	Operation string `json:"-"`
 	// SameAs, set by an adapter that derives keys from content in windows
 	// (the proxy's dedupe_window), are the keys the same content has in the
 	// neighbouring windows. When IdempotencyKey names no effect and one of

@@ -128,7 +128,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log})
+	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Metrics: m.Handler(), Logger: log,
+		Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
 		Namespaces: consoleNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
@@ -201,12 +202,20 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 			return nil, fmt.Errorf("exporting the proxy CA: %w", err)
 		}
 	}
-	return proxy.New(eng, proxy.Options{
+	opts := proxyOptions(cfg)
+	opts.CA, opts.Logger, opts.Observer, opts.Transport = ca, log, obs, rt
+	return proxy.New(eng, opts)
+}
+
+// proxyOptions are the proxy's options from the config, without what
+// serving needs (CA, logger, observer, transport): what `ratchet policy
+// explain` classifies requests with, as serve does.
+func proxyOptions(cfg *config.Config) proxy.Options {
+	return proxy.Options{
 		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
-		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
-		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs, Transport: rt,
-	})
+		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
+	}
 }
 
 // consoleNamespaces are the namespaces the console looks an idempotency

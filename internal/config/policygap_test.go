@@ -37,9 +37,9 @@ func TestValidateWarnsWhenNoRuleGovernsProxiedPayments(t *testing.T) {
 	}
 	// With a rule that covers one of them, or no rules at all, nothing.
 	for name, yaml := range map[string]string{
-		"payment.*":    "proxy:\n  upstreams: {stripe: https://api.stripe.com}\npolicies:\n  - {match: 'payment.*', deny: true}\n",
-		"one type":     "proxy:\n  upstreams: {adyen: https://checkout-test.adyen.com}\npolicies:\n  - {match: payment.refund, deny: true}\n",
-		"no policies":  "proxy:\n  upstreams: {stripe: https://api.stripe.com}\n",
+		"payment.*":   "proxy:\n  upstreams: {stripe: https://api.stripe.com}\npolicies:\n  - {match: 'payment.*', deny: true}\n",
+		"one type":    "proxy:\n  upstreams: {adyen: https://checkout-test.adyen.com}\npolicies:\n  - {match: payment.refund, deny: true}\n",
+		"no policies": "proxy:\n  upstreams: {stripe: https://api.stripe.com}\n",
 	} {
 		if w := policyWarnings(t, yaml); len(w) != 0 {
 			t.Errorf("%s: warnings %+v", name, w)
