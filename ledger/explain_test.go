@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
