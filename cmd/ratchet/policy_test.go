@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/stripemock"
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// exampleConfig is configs/ratchet.example.yaml as an operator fills it
+// in: real token hashes, the data dir, loopback ports the test picks, and
+// Stripe's upstream at stripeURL. Its rules are as shipped.
+func exampleConfig(t *testing.T, dataDir, stripeURL, agentToken, adminToken string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../configs/ratchet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for old, new := range map[string]string{
+		"data_dir: ./data":               "data_dir: " + dataDir,
+		"hmac_key_file: ./data/hmac.key": "hmac_key_file: " + filepath.Join(dataDir, "hmac.key"),
+		"127.0.0.1:8787":                 "127.0.0.1:0",
+		"127.0.0.1:8788":                 "127.0.0.1:0",
+		"127.0.0.1:8789":                 "127.0.0.1:0",
+		"stripe: https://api.stripe.com": "stripe: " + stripeURL,
+		`"REPLACE with the SHA-256 of the agent's token: ratchet token hash < agent-token"`:   sha(agentToken),
+		`"REPLACE with the SHA-256 of alice's admin token: ratchet token hash < admin-token"`: sha(adminToken),
+	} {
+		if !strings.Contains(s, old) {
+			t.Fatalf("the example config no longer has %q", old)
+		}
+		s = strings.ReplaceAll(s, old, new)
+	}
+	path := filepath.Join(t.TempDir(), "ratchet.yaml")
+	writeFile(t, path, s)
+	return path
+}
+
+// explainLive asks the running server what a request or begin would get.
+func explainLive(t *testing.T, s *server, token string, args ...string) *admin.ExplainAnswer {
+	t.Helper()
+	code, out, errs := cli(t, token, nil, append([]string{"policy", "explain", "--admin", s.admin, "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("policy explain %v: exit %d: %s", args, code, errs)
+	}
+	var ans admin.ExplainAnswer
+	if err := json.Unmarshal([]byte(out), &ans); err != nil {
+		t.Fatalf("policy explain output: %v\n%s", err, out)
+	}
+	return &ans
+}
+
+func explainedDecision(ans *admin.ExplainAnswer) string {
+	switch {
+	case ans.Explanation == nil:
+		return "no explanation"
+	case ans.Error != nil:
+		return "error " + string(ans.Error.Code)
+	}
+	return string(ans.Decision.Decision)
+}
+
+// TestStripeGoPaymentMeetsTheExampleConfigsRules walks the path of issue
+// 29's new user: under the shipped example config, stripe-go through the
+// reverse proxy creates a $150 PaymentIntent. The payment.charge rule
+// (the one MCP agents meet) asks a human: 403, Ratchet-Decision:
+// approval_required; the operator approves with the CLI; the same call
+// then executes and counts against the payment.* ceiling; its refund is
+// governed by the refund rule. `ratchet policy explain --admin` says
+// beforehand what the server then decides.
+func TestStripeGoPaymentMeetsTheExampleConfigsRules(t *testing.T) {
+	mock := stripemock.Start(t)
+	data := filepath.Join(t.TempDir(), "data")
+	s := startServeConfig(t, exampleConfig(t, data, mock, "agent-tok", "admin-tok"), data)
+	cfg := &stripe.BackendConfig{HTTPClient: &http.Client{}, MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+		URL: stripe.String(s.proxy + "/stripe")}
+	b := stripe.GetBackendWithConfig(stripe.APIBackend, cfg)
+	sc := client.New("sk_test_123", &stripe.Backends{API: b, Connect: b, Uploads: b})
+	params := func() *stripe.PaymentIntentParams {
+		return &stripe.PaymentIntentParams{Amount: stripe.Int64(15000), Currency: stripe.String("usd"), Customer: stripe.String("cus_1")}
+	}
+	body := "amount=15000&currency=usd&customer=cus_1"
+	req := []string{"-X", "POST", s.proxy + "/stripe/v1/payment_intents", "-H", "Authorization: Bearer sk_test_123",
+		"-H", "Content-Type: application/x-www-form-urlencoded", "-d", body}
+
+	ans := explainLive(t, s, "admin-tok", req...)
+	if ans.Gated == nil || ans.Gated.Operation != "stripe.payment_intents.create" || ans.EffectType != "payment.charge" {
+		t.Fatalf("explained as %+v %+v", ans.Gated, ans.Explanation)
+	}
+	if got := explainedDecision(ans); got != "approval_required" {
+		t.Fatalf("explain says %s before the payment, want approval_required", got)
+	}
+
+	_, err := sc.PaymentIntents.New(params())
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		t.Fatalf("a $150 PaymentIntent: %v, want a stripe error", err)
+	}
+	if se.HTTPStatusCode != http.StatusForbidden {
+		t.Errorf("status %d, want 403", se.HTTPStatusCode)
+	}
+	if got := se.LastResponse.Header.Get("Ratchet-Decision"); got != "approval_required" {
+		t.Fatalf("Ratchet-Decision %q, want approval_required", got)
+	}
+
+	// The operator approves with the CLI.
+	code, out, errs := cli(t, "admin-tok", nil, "approvals", "list", "--state", "pending", "--admin", s.admin, "-o", "json")
+	var approvals []ledger.Approval
+	if code != 0 || json.Unmarshal([]byte(out), &approvals) != nil || len(approvals) != 1 {
+		t.Fatalf("approvals list: %d %s %s", code, out, errs)
+	}
+	if approvals[0].EffectType != "payment.charge" || approvals[0].EstimatedCostMicros != 150_000_000 {
+		t.Errorf("approval %+v, want payment.charge for 150000000", approvals[0])
+	}
+	if code, out, errs = cli(t, "admin-tok", nil, "approvals", "approve", approvals[0].ApprovalID, "--admin", s.admin); code != 0 {
+		t.Fatalf("approve: %d %s %s", code, out, errs)
+	}
+
+	// The application's retry of the same payment now executes.
+	if got := explainedDecision(explainLive(t, s, "admin-tok", req...)); got != "execute" {
+		t.Errorf("explain says %s after the approval, want execute", got)
+	}
+	pi, err := sc.PaymentIntents.New(params())
+	if err != nil {
+		t.Fatalf("after approval: %v", err)
+	}
+	if got := pi.LastResponse.Header.Get("Ratchet-Decision"); got != "execute" {
+		t.Fatalf("after approval Ratchet-Decision %q", got)
+	}
+	code, out, errs = cli(t, "admin-tok", nil, "budgets", "--admin", s.admin, "-o", "json")
+	var budgets []ledger.Budget
+	if code != 0 || json.Unmarshal([]byte(out), &budgets) != nil {
+		t.Fatalf("budgets: %d %s %s", code, out, errs)
+	}
+	counted := map[string]int64{}
+	for _, b := range budgets {
+		counted[b.Name] += b.Counted
+	}
+	if counted["daily-spend"] != 150_000_000 || counted["per-counterparty"] != 150_000_000 {
+		t.Errorf("counted %v, want 150000000 in daily-spend and per-counterparty", counted)
+	}
+
+	// Its refund is a payment.refund, which the observed refund rule governs.
+	refundReq := []string{"-X", "POST", s.proxy + "/stripe/v1/refunds", "-H", "Authorization: Bearer sk_test_123",
+		"-H", "Content-Type: application/x-www-form-urlencoded", "-d", "payment_intent=" + pi.ID + "&amount=8000"}
+	ans = explainLive(t, s, "admin-tok", refundReq...)
+	var modes []string
+	for _, r := range ans.Rules {
+		modes = append(modes, r.Match+" "+r.Mode)
+	}
+	if ans.EffectType != "payment.refund" || strings.Join(modes, ", ") != "payment.* enforce, payment.refund observe" {
+		t.Errorf("refund explained as %s under %v", ans.EffectType, modes)
+	}
+	rf, err := sc.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Amount: stripe.Int64(8000)})
+	if err != nil {
+		t.Fatalf("refund: %v", err)
+	}
+	if got := rf.LastResponse.Header.Get("Ratchet-Decision"); got != "execute" {
+		t.Errorf("refund Ratchet-Decision %q, want execute (the refund rule only observes)", got)
+	}
+	code, out, errs = cli(t, "admin-tok", nil, "audit", "export", "--admin", s.admin)
+	if code != 0 || !strings.Contains(out, `"type":"policy.observed"`) || !strings.Contains(out, `"operation":"stripe.refunds.create"`) {
+		t.Errorf("audit export has no observation of the refund: %d %s", code, errs)
+	}
+}
