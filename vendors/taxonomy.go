@@ -77,6 +77,7 @@ var operationTypes = map[string]string{
 	"adyen.payments.capture":          TypeCapture,
 	"adyen.payments.cancel":           TypeCancel,
 	"adyen.payments.technical_cancel": TypeCancel,
+	"adyen.cancels.create":            TypeCancel,
 	"adyen.payments.amount_update":    TypeUpdate,
 	"adyen.payments.refund":           TypeRefund,
 	"adyen.payments.reverse":          TypeRefund,
