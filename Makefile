@@ -46,7 +46,7 @@ interop: build
 # The operator console in Debian's Chromium (playwright-core) against a real
 # ratchet serve, an agent speaking MCP beside it (console/browser/, about 10
 # seconds). CHROMIUM names the browser when it is not /usr/bin/chromium.
-# console-screenshots also rewrites the README's docs/console-*.png.
+# console-screenshots also rewrites docs/console-*.png (docs/console.md's pictures).
 CONSOLE_NPM = cd console/browser && { [ node_modules/.installed -nt package.json ] || \
 	{ npm install --no-package-lock && touch node_modules/.installed; }; }
 console-test: build
