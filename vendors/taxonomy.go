@@ -12,7 +12,7 @@ package vendors
 // payment links, orders) keeps its operation as its effect type: outside
 // payment.*, gated as before.
 //
-// The table below is the one reference: docs/effect-types.md shows it
+// The table below is the one reference: docs/proxy.md starts with it
 // (one row per operation, with the SDK-shaped request that lands there)
 // and TestEffectTypeTable classifies every row of that page and checks
 // it against this map, so the page and the code cannot disagree.

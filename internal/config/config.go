@@ -446,7 +446,7 @@ func (c *Config) policyGaps() []Problem {
 			warns = append(warns, Problem{Path: fmt.Sprintf("policies[%d].match", i), Message: fmt.Sprintf(
 				"%q matches proxied money-moving calls only by their vendor operation, the effect type the proxy gave them before "+
 					"vendor-neutral types; it still applies, but their effect types are now %s: match those (e.g. \"payment.*\", "+
-					"with vendor: or operation: to narrow), as MCP agents' begins do (docs: the effect-type table)",
+					"with vendor: or operation: to narrow), as MCP agents' begins do (docs/proxy.md: the effect-type table)",
 				r.Match, strings.Join(sortedKeys(byOperation), ", "))})
 		}
 	}
@@ -454,7 +454,7 @@ func (c *Config) policyGaps() []Problem {
 		warns = append(warns, Problem{Path: "policies", Message: "no rule matches any money-moving call the proxy gates " +
 			"(it names them payment.charge, payment.refund, payment.payout, … with the vendor and its operation beside them): " +
 			"a stripe-go or Square SDK call through the proxy meets no threshold or ceiling; add a rule such as match: \"payment.*\" " +
-			"(docs: the effect-type table)"})
+			"(docs/proxy.md: the effect-type table)"})
 	}
 	return warns
 }
