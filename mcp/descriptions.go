@@ -26,7 +26,7 @@ var beginSpec = toolSpec{
 - approval_required: a human must approve. Do not act; ask again with the same key after retry_after_seconds.
 - denied: policy or budget refused it (see reason). Do not act; tell the user.
 
-If budget_warning is present, a spend ceiling exists but counted nothing because no cost was sent: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
+If budget_warning (no cost sent) or dimension_warning (a dimension not declared) is present, a ceiling counted nothing: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
 
 Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
@@ -45,7 +45,7 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 	},
 	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
 		"result": nil, "vendor_reference": nil, "retry_after_seconds": nil, "reason": nil, "approval_id": nil,
-		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "integration_warning": nil,
+		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "dimension_warning": nil, "integration_warning": nil,
 		"vendor_idempotency_key": {"value": nil, "location": nil, "name": nil, "enforced": nil}},
 }
 

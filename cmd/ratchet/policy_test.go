@@ -1,20 +1,25 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
 // exampleConfig is configs/ratchet.example.yaml as an operator fills it
@@ -172,5 +177,135 @@ func TestStripeGoPaymentMeetsTheExampleConfigsRules(t *testing.T) {
 	code, out, errs = cli(t, "admin-tok", nil, "audit", "export", "--admin", s.admin)
 	if code != 0 || !strings.Contains(out, `"type":"policy.observed"`) || !strings.Contains(out, `"operation":"stripe.refunds.create"`) {
 		t.Errorf("audit export has no observation of the refund: %d %s", code, errs)
+	}
+}
+
+// TestPolicyExplainAgreesWithTheServer: for MCP begins and proxied
+// requests in turn, what `ratchet policy explain --admin` says each would
+// get is what the running server then decides: deny (by type and by
+// vendor), threshold, money and count ceilings, per-dimension ceilings
+// declared and not, required dimensions, observe mode. The PostgreSQL
+// variant runs the same cases against a server on a shared ledger.
+func TestPolicyExplainAgreesWithTheServer(t *testing.T) {
+	t.Run("badger", func(t *testing.T) { explainAgreement(t, "") })
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSNOrDefault()
+		if err := pgtest.Reachable(dsn); err != nil {
+			if pgtest.Required() {
+				t.Fatalf("PostgreSQL required: %v", err)
+			}
+			t.Skip("no PostgreSQL:", err)
+		}
+		schema := pgtest.Schema(t, dsn, "explain_")
+		t.Setenv("RATCHET_TEST_EXPLAIN_DSN", dsn)
+		explainAgreement(t, "ledger: {backend: postgres, dsn_env: RATCHET_TEST_EXPLAIN_DSN, schema: "+schema+"}\n")
+	})
+}
+
+func explainAgreement(t *testing.T, ledgerConfig string) {
+	mock := stripemock.Start(t)
+	data := filepath.Join(t.TempDir(), "data")
+	s := startServe(t, data, ledgerConfig+"auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: shop, agent_id: bot}]\n"+
+		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+
+		"proxy:\n  namespace: shop\n  upstreams: {stripe: '"+mock+"'}\n"+
+		"policies:\n"+
+		"  - {match: 'payment.*', ceilings: [{name: daily, limit_micros: 300000000, window: 24h, per: global}]}\n"+
+		"  - match: payment.charge\n    approval_threshold_micros: 100000000\n    require_dimensions: [counterparty]\n"+
+		"    ceilings: [{name: per-payer, limit_micros: 120000000, window: 24h, per: 'dimension:counterparty'}]\n"+
+		"  - {match: payment.refund, mode: observe, approval_threshold_micros: 1000000}\n"+
+		"  - {match: 'payment.*', vendor: adyen, deny: true}\n"+
+		"  - match: email.send\n    ceilings: [{name: mails, limit_count: 1, window: 1h, per: agent}, {name: per-list, limit_count: 5, window: 1h, per: 'dimension:list'}]\n"+
+		"  - {match: 'db.drop.*', deny: true}\n")
+	cs := connect(t, s.mcp, "agent-tok")
+	mcpBegin := func(args map[string]any) string {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if le := mcp.ErrorOf(res); le != nil {
+			return "error " + string(le.Code)
+		}
+		return res.StructuredContent.(map[string]any)["decision"].(string)
+	}
+	proxied := func(path, form string) string {
+		req, _ := http.NewRequest(http.MethodPost, s.proxy+"/stripe"+path, strings.NewReader(form))
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if d := resp.Header.Get("Ratchet-Decision"); d != "" {
+			return d
+		}
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.Unmarshal(b, &e)
+		return "error " + strings.TrimPrefix(e.Error.Code, "ratchet_")
+	}
+	type step struct {
+		name    string
+		begin   map[string]any // an MCP begin, or
+		path    string         // a proxied Stripe request
+		form    string
+		want    string
+		observe string // what explain says an observed rule would answer
+	}
+	pay := func(key string, cost int64, payer string) map[string]any {
+		m := map[string]any{"idempotency_key": key, "effect_type": "payment.charge", "vendor": "stripe", "estimated_cost_micros": cost}
+		if payer != "" {
+			m["dimensions"] = map[string]any{"counterparty": payer}
+		}
+		return m
+	}
+	steps := []step{
+		{name: "an agent's charge under every limit", begin: pay("c-1", 50_000_000, "cus_A"), want: "execute"},
+		{name: "a proxied $110 charge: threshold", path: "/v1/payment_intents", form: "amount=11000&currency=usd&customer=cus_B", want: "approval_required"},
+		{name: "an agent's charge over the payer's ceiling", begin: pay("c-2", 80_000_000, "cus_A"), want: "denied"},
+		{name: "a proxied charge over the payer's ceiling", path: "/v1/payment_intents", form: "amount=8000&currency=usd&customer=cus_A", want: "denied"},
+		{name: "an agent's charge without its required dimension", begin: pay("c-3", 1_000_000, ""), want: "error dimension_required"},
+		{name: "a proxied charge without a customer", path: "/v1/payment_intents", form: "amount=100&currency=usd", want: "error dimension_required"},
+		{name: "an agent's charge at adyen: denied by vendor", begin: map[string]any{"idempotency_key": "a-1", "effect_type": "payment.charge", "vendor": "adyen",
+			"estimated_cost_micros": 1, "dimensions": map[string]any{"counterparty": "x"}}, want: "denied"},
+		{name: "an agent's table drop: denied by type", begin: map[string]any{"idempotency_key": "d-1", "effect_type": "db.drop.table"}, want: "denied"},
+		{name: "a proxied refund: the observed rule would ask", path: "/v1/refunds", form: "payment_intent=pi_1&amount=500", want: "execute", observe: "cost_required"},
+		{name: "an agent's refund: the observed rule would ask", begin: map[string]any{"idempotency_key": "r-1", "effect_type": "payment.refund", "estimated_cost_micros": 5_000_000}, want: "execute", observe: "approval_required"},
+		{name: "an agent's mail without its list: executes, warned", begin: map[string]any{"idempotency_key": "m-1", "effect_type": "email.send"}, want: "execute"},
+		{name: "an agent's second mail: the count ceiling", begin: map[string]any{"idempotency_key": "m-2", "effect_type": "email.send", "dimensions": map[string]any{"list": "news"}}, want: "denied"},
+		{name: "a proxied charge filling the daily ceiling", path: "/v1/payment_intents", form: "amount=9900&currency=usd&customer=cus_C", want: "execute"},
+		{name: "an agent's charge filling the daily ceiling", begin: pay("c-4", 99_000_000, "cus_D"), want: "execute"},
+		{name: "a proxied charge over the daily ceiling", path: "/v1/payment_intents", form: "amount=9900&currency=usd&customer=cus_E", want: "denied"},
+	}
+	for _, st := range steps {
+		var args []string
+		if st.begin != nil {
+			b, _ := json.Marshal(st.begin)
+			f := filepath.Join(t.TempDir(), "begin.json")
+			writeFile(t, f, string(b))
+			args = []string{"--begin", f, "--namespace", "shop", "--agent-id", "bot"}
+		} else {
+			args = []string{"-X", "POST", s.proxy + "/stripe" + st.path, "-H", "Authorization: Bearer sk_test_123",
+				"-H", "Content-Type: application/x-www-form-urlencoded", "-d", st.form}
+		}
+		ans := explainLive(t, s, "admin-tok", args...)
+		explained := explainedDecision(ans)
+		var got string
+		if st.begin != nil {
+			got = mcpBegin(st.begin)
+		} else {
+			got = proxied(st.path, st.form)
+		}
+		if explained != got {
+			t.Errorf("%s: explain said %s, the server decided %s", st.name, explained, got)
+		}
+		if got != st.want {
+			t.Errorf("%s: the server decided %s, want %s", st.name, got, st.want)
+		}
+		if st.observe != "" && (ans.Observed == nil || ans.Observed.Would != st.observe) {
+			t.Errorf("%s: explain's observation %+v, want %s", st.name, ans.Observed, st.observe)
+		}
 	}
 }
