@@ -194,7 +194,7 @@ func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
 // pages are the console's addresses; each serves the same page, whose
 // script shows the view the path names (so each is a link to share).
 var pages = []string{"/{$}", "/approvals", "/approvals/{id}", "/attention", "/effects", "/effects/{id}",
-	"/budgets", "/groups", "/grants"}
+	"/budgets", "/groups", "/grants", "/explain"}
 
 // guard applies the admin API's rules against web pages to the console's
 // own endpoints (the API's are applied by the API).
@@ -470,7 +470,10 @@ func (c *console) withSession(h func(http.ResponseWriter, *http.Request, *sessio
 // forward passes /console/api/v1/... to the admin API as /v1/..., with the
 // session's token in place of the cookie.
 func (c *console) forward(w http.ResponseWriter, r *http.Request, s *session) {
-	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+	// POST /v1/explain changes nothing (it is a read in the admin API's
+	// modes too): a read-only console explains.
+	explain := r.Method == http.MethodPost && r.URL.Path == "/console/api/v1/explain"
+	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead && !explain {
 		// The admin API refuses it too; the console does not rely on that.
 		writeError(w, http.StatusForbidden, CodeReadOnly, "the console is read-only: auth.agents are configured and auth.admins are not, "+
 			"and an agent on this host must not approve its own actions; configure auth.admins to approve, reject or resolve")
