@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -307,5 +308,84 @@ func explainAgreement(t *testing.T, ledgerConfig string) {
 		if st.observe != "" && (ans.Observed == nil || ans.Observed.Would != st.observe) {
 			t.Errorf("%s: explain's observation %+v, want %s", st.name, ans.Observed, st.observe)
 		}
+	}
+}
+
+// stripeNode runs interop/stripe/forward.mjs: stripe-node through the
+// forward proxy, trusting the CA serve exported.
+func stripeNode(t *testing.T, proxyURL, caFile string, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{"forward.mjs"}, args...)...)
+	cmd.Dir = "../../interop/stripe"
+	cmd.Env = append(os.Environ(), "PROXY="+proxyURL, "NODE_EXTRA_CA_CERTS="+caFile)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("stripe-node %v: %v\n%s", args, err, out)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("stripe-node %v: %v\n%s", args, err, out)
+	}
+	return res
+}
+
+// TestStripeNodeForwardUnderTheExampleConfig is the stripe-node half of
+// issue 29's user path: through the forward proxy (HTTPS_PROXY and
+// Ratchet's CA) under the shipped example config, a $150 PaymentIntent is
+// approval_required (403), approved with the CLI, then executes and
+// counts in the payment.* ceiling; a refund meets the refund rule.
+// Needs Node.js and `npm install --no-package-lock` in interop/stripe.
+func TestStripeNodeForwardUnderTheExampleConfig(t *testing.T) {
+	if _, err := os.Stat("../../interop/stripe/node_modules/stripe"); err != nil {
+		if os.Getenv("RATCHET_REQUIRE_INTEROP") != "" {
+			t.Fatal("stripe-node is required: npm install --no-package-lock in interop/stripe")
+		}
+		t.Skip("stripe-node not installed (npm install --no-package-lock in interop/stripe)")
+	}
+	mock := stripemock.Start(t)
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := exampleConfig(t, data, mock, "agent-tok", "admin-tok")
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	b, _ := os.ReadFile(cfg)
+	writeFile(t, cfg, strings.Replace(string(b), "  # ca_export_path: /var/run/ratchet-ca/ca.crt", "  ca_export_path: "+ca, 1))
+	s := startServeConfig(t, cfg, data)
+
+	first := stripeNode(t, s.proxy, ca, "charge", "15000", "cus_1")
+	if first["status"] != float64(403) || first["decision"] != "approval_required" {
+		t.Fatalf("a $150 PaymentIntent: %v, want 403 approval_required", first)
+	}
+	code, out, errs := cli(t, "admin-tok", nil, "approvals", "list", "--state", "pending", "--admin", s.admin, "-o", "json")
+	var approvals []ledger.Approval
+	if code != 0 || json.Unmarshal([]byte(out), &approvals) != nil || len(approvals) != 1 {
+		t.Fatalf("approvals list: %d %s %s", code, out, errs)
+	}
+	if code, out, errs = cli(t, "admin-tok", nil, "approvals", "approve", approvals[0].ApprovalID, "--admin", s.admin); code != 0 {
+		t.Fatalf("approve: %d %s %s", code, out, errs)
+	}
+	again := stripeNode(t, s.proxy, ca, "charge", "15000", "cus_1")
+	if again["status"] != float64(200) || again["decision"] != "execute" {
+		t.Fatalf("after approval: %v, want 200 execute", again)
+	}
+	code, out, errs = cli(t, "admin-tok", nil, "budgets", "--admin", s.admin, "-o", "json")
+	var budgets []ledger.Budget
+	if code != 0 || json.Unmarshal([]byte(out), &budgets) != nil {
+		t.Fatalf("budgets: %d %s %s", code, out, errs)
+	}
+	var daily int64
+	for _, b := range budgets {
+		if b.Name == "daily-spend" {
+			daily += b.Counted
+		}
+	}
+	if daily != 150_000_000 {
+		t.Errorf("daily-spend counted %d, want 150000000", daily)
+	}
+	refund := stripeNode(t, s.proxy, ca, "refund", again["id"].(string), "8000")
+	if refund["status"] != float64(200) || refund["decision"] != "execute" {
+		t.Errorf("refund: %v, want 200 execute (the refund rule observes)", refund)
+	}
+	code, out, _ = cli(t, "admin-tok", nil, "audit", "export", "--admin", s.admin)
+	if code != 0 || !strings.Contains(out, `"type":"policy.observed"`) || !strings.Contains(out, `"effect_type":"payment.refund"`) {
+		t.Errorf("audit export has no observation of the refund")
 	}
 }
