@@ -412,6 +412,7 @@ views.effect = (id) => {
           ['Effect type', e.effect_type],
           ['Namespace', e.namespace],
           ['Vendor', e.vendor || '—'],
+          e.operation && ['Vendor operation', h('code', null, e.operation)],
           ['Vendor reference', e.vendor_reference || '—'],
           ['Vendor idempotency key', h('span', { class: 'muted' }, e.vendor ? 'handed to the agent with each execute; Ratchet does not show it again' : 'no vendor named')],
           ['Estimated cost', money(e.estimated_cost_micros)],
