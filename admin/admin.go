@@ -7,22 +7,32 @@
 // Authentication: tokens are configured by their SHA-256 under
 // auth.admins, each with a name that is recorded on every approval and
 // resolution. An agent's token is refused with 403 wherever it is
-// presented: agents cannot approve their own actions. The probes and
-// /metrics need no token. Which tokens are configured decides the mode:
+// presented: agents cannot approve their own actions. Which tokens are
+// configured decides the mode:
 //
-//   - auth.admins listed: every /v1 call needs an admin token.
+//   - auth.admins listed: every /v1 call, read or change, needs an admin
+//     token.
 //   - no admins and no agents (the built-in default, as "make run"): the
 //     API is unauthenticated and must listen on loopback only (serve
 //     refuses otherwise). Whoever is on the machine is trusted, as MCP is
 //     then unauthenticated too.
-//   - auth.agents listed and no admins: read-only. A sidecar shares
-//     loopback with its agent, so an unauthenticated API would let the
-//     agent approve its own action, with its token or without one. Reads,
-//     /metrics and the probes work; approve, reject and resolve answer 403
-//     admin_auth_required until auth.admins are configured. This is a
-//     warning of "ratchet config validate", not an error: the sidecar is
-//     safe (approval-gated actions wait, then expire), and a deployment
-//     that uses no approvals keeps working on upgrade.
+//   - auth.agents listed and no admins: closed. A sidecar shares loopback
+//     with its agent, so an unauthenticated API would let the agent
+//     approve its own action, or read every namespace's effects, audit
+//     log and budgets, by leaving its token off: the agent tokens would
+//     protect nothing. Every /v1 call answers 403 admin_auth_required
+//     until auth.admins are configured (reads used to answer; see
+//     docs/design.md). This is a warning of "ratchet config validate",
+//     not an error: the sidecar is safe (approval-gated actions wait,
+//     then expire), and a deployment that uses no approvals keeps working.
+//
+// In every mode the probes (/healthz, /readyz) and /metrics need no token:
+// a kubelet and a Prometheus scraper carry none, and giving a scraper an
+// admin token would let it approve payments. /metrics holds counters by
+// effect type, vendor and outcome, and spend per namespace and ceiling
+// name: no effect id, key, agent or run. Keep it so; an operator who must
+// hide even those keeps the admin listener on loopback or behind a network
+// policy. "ratchet config validate" says what is open (config.Open).
 //
 // Web pages: an operator's browser runs pages from anywhere, and a page
 // may send a "simple" cross-site POST (text/plain, no preflight) to
@@ -87,10 +97,10 @@ type Engine interface {
 // Options configures Handler.
 type Options struct {
 	// Admins maps SHA-256 hex digests of admin tokens to names; empty means
-	// unauthenticated (loopback only), and read-only if Agents is not empty.
+	// unauthenticated (loopback only), and closed if Agents is not empty.
 	Admins map[string]string
 	// Agents are the SHA-256 digests of agent tokens, refused here; with
-	// no Admins, their presence makes the API read-only.
+	// no Admins, their presence closes the API (every /v1 call refused).
 	Agents map[string]bool
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
@@ -117,22 +127,22 @@ func Handler(eng Engine, opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals, read))
-	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve), change))
-	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject), change))
-	mux.Handle("GET /v1/effects", a.auth(a.listEffects, read))
-	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect, read))
-	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve, change))
-	mux.Handle("GET /v1/budgets", a.auth(a.budgets, read))
-	mux.Handle("GET /v1/audit", a.auth(a.auditExport, read))
-	mux.Handle("GET /v1/grants", a.auth(a.listGrants, read))
-	mux.Handle("POST /v1/grants", a.auth(a.createGrant, change))
-	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(a.revokeGrant, change))
-	mux.Handle("GET /v1/outbox", a.auth(a.outbox, read))
-	mux.Handle("POST /v1/explain", a.auth(a.explain, read))
+	mux.Handle("GET /v1/approvals", a.auth(a.listApprovals))
+	mux.Handle("POST /v1/approvals/{id}/approve", a.auth(a.decide(eng.Approve)))
+	mux.Handle("POST /v1/approvals/{id}/reject", a.auth(a.decide(eng.Reject)))
+	mux.Handle("GET /v1/effects", a.auth(a.listEffects))
+	mux.Handle("GET /v1/effects/{id}", a.auth(a.getEffect))
+	mux.Handle("POST /v1/effects/{id}/resolve", a.auth(a.resolve))
+	mux.Handle("GET /v1/budgets", a.auth(a.budgets))
+	mux.Handle("GET /v1/audit", a.auth(a.auditExport))
+	mux.Handle("GET /v1/grants", a.auth(a.listGrants))
+	mux.Handle("POST /v1/grants", a.auth(a.createGrant))
+	mux.Handle("POST /v1/grants/{id}/revoke", a.auth(a.revokeGrant))
+	mux.Handle("GET /v1/outbox", a.auth(a.outbox))
+	mux.Handle("POST /v1/explain", a.auth(a.explain))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
-	}, read))
+	}))
 	return a.guard(mux)
 }
 
@@ -171,8 +181,8 @@ func (a *api) guard(next http.Handler) http.Handler {
 // The error codes of the admin API's own refusals (the engine's codes are
 // ledger.Code values).
 const (
-	// CodeAdminAuthRequired: a state change on a read-only API (agents
-	// configured, no admins).
+	// CodeAdminAuthRequired: any /v1 call while agents are configured and
+	// admins are not.
 	CodeAdminAuthRequired = "admin_auth_required"
 	// CodeHostNotAllowed: a Host that is not loopback, unauthenticated.
 	CodeHostNotAllowed = "host_not_allowed"
@@ -185,21 +195,19 @@ const (
 	CodeUnsupportedMediaType = "unsupported_media_type"
 )
 
+// MsgAdminAuthRequired answers every /v1 call (CodeAdminAuthRequired)
+// while agents are configured and admins are not; the console says the
+// same.
+const MsgAdminAuthRequired = "auth.agents are configured and auth.admins are not, so the admin API answers no one: " +
+	"an agent on this host must neither approve its own actions nor read other namespaces' effects by leaving its token off; " +
+	"configure auth.admins (ratchet token hash < token-file) and call with an admin token (RATCHET_ADMIN_TOKEN)"
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n] + "…"
 }
-
-// access says whether an endpoint changes state (which a read-only API
-// refuses).
-type access bool
-
-const (
-	read   access = false
-	change access = true
-)
 
 type api struct {
 	eng  Engine
@@ -221,9 +229,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, who string) error
 
 // auth checks who is calling (see the package doc for the modes) and
 // turns returned errors into JSON.
-func (a *api) auth(h handlerFunc, acc access) http.Handler {
+func (a *api) auth(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who, err := a.authenticate(r, acc)
+		who, err := a.authenticate(r)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -237,7 +245,7 @@ func (a *api) auth(h handlerFunc, acc access) http.Handler {
 
 // authenticate returns the caller's name for the record: an admin's name,
 // or "local" when the API is unauthenticated.
-func (a *api) authenticate(r *http.Request, acc access) (string, error) {
+func (a *api) authenticate(r *http.Request) (string, error) {
 	token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	token = strings.TrimSpace(token)
 	digest := ""
@@ -258,10 +266,8 @@ func (a *api) authenticate(r *http.Request, acc access) (string, error) {
 		}
 		return name, nil
 	}
-	if acc == change && len(a.opts.Agents) > 0 {
-		return "", &apiError{http.StatusForbidden, CodeAdminAuthRequired,
-			"the admin API is read-only: auth.agents are configured and auth.admins are not, and an agent on this host must not " +
-				"approve its own actions; configure auth.admins (ratchet token hash < token-file) to approve, reject or resolve"}
+	if len(a.opts.Agents) > 0 {
+		return "", &apiError{http.StatusForbidden, CodeAdminAuthRequired, MsgAdminAuthRequired}
 	}
 	return "local", nil
 }

@@ -54,10 +54,10 @@ func pendingState(t *testing.T, eng *ledger.Engine, approvalID string) string {
 	return ""
 }
 
-// With agent tokens configured and no admin tokens, the admin API is
-// read-only: an agent shares the sidecar's loopback, and must not approve
-// its own action, with its token or without one.
-func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
+// With agent tokens configured and no admin tokens, an agent shares the
+// sidecar's loopback, and must not approve its own action, with its token
+// or without one.
+func TestNoChangesWithAgentsAndNoAdmins(t *testing.T) {
 	url, apr, eff, eng := serveAdmin(t, admin.Options{Agents: map[string]bool{sum("agent-tok"): true}})
 	agent := map[string]string{"Content-Type": "application/json", "Authorization": "Bearer agent-tok"}
 	for _, c := range []struct {
@@ -81,12 +81,6 @@ func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
 	if e, _ := eng.Get(context.Background(), "", eff, ""); e.State != ledger.StateIndeterminate {
 		t.Fatalf("effect is %s", e.State)
 	}
-	// Reads, metrics and probes still work.
-	for _, p := range []string{"/v1/approvals", "/v1/effects", "/v1/effects/" + eff, "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
-		if status, code := webtest.Send(t, http.MethodGet, url+p, "", nil); status != 200 {
-			t.Errorf("GET %s: %d %s", p, status, code)
-		}
-	}
 	// The message says what to do.
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/approvals/"+apr+"/approve", strings.NewReader(`{}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -98,6 +92,57 @@ func TestReadOnlyWithAgentsAndNoAdmins(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(b), "auth.admins") {
 		t.Errorf("message: %s", b)
+	}
+}
+
+// TestReadsNeedAnAdminTokenWhenAgentsAreConfigured: once agents are
+// configured, the token check must protect something: with no admins, no
+// read of any namespace (effects, approvals, budgets, the audit log,
+// grants, the outbox) answers a local process that leaves its token off,
+// an agent's token or a web page; the probes and /metrics still answer
+// (they name no effect, key or agent). Reads used to answer anyone on
+// loopback, so a token-fixed agent read every other namespace by leaving
+// its token off.
+func TestReadsNeedAnAdminTokenWhenAgentsAreConfigured(t *testing.T) {
+	url, _, eff, _ := serveAdmin(t, admin.Options{Agents: map[string]bool{sum("agent-tok"): true}})
+	reads := []string{"/v1/approvals", "/v1/effects", "/v1/effects/" + eff, "/v1/effects?namespace=other", "/v1/budgets",
+		"/v1/audit", "/v1/grants", "/v1/outbox", "/v1/nonexistent"}
+	for _, p := range reads {
+		for _, who := range []struct {
+			name   string
+			header map[string]string
+			status int
+			code   string
+		}{
+			{"a local process without a token", nil, http.StatusForbidden, admin.CodeAdminAuthRequired},
+			{"an agent's token", map[string]string{"Authorization": "Bearer agent-tok"}, http.StatusForbidden, string(ledger.CodeUnauthorized)},
+			{"an unknown token", map[string]string{"Authorization": "Bearer guess"}, http.StatusForbidden, admin.CodeAdminAuthRequired},
+			{"a page of another site", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+				http.StatusForbidden, admin.CodeAdminAuthRequired},
+			{"a rebinding page", map[string]string{"Host": "evil.example:8788"}, http.StatusForbidden, admin.CodeHostNotAllowed},
+		} {
+			if status, code := webtest.Send(t, http.MethodGet, url+p, "", who.header); status != who.status || code != who.code {
+				t.Errorf("GET %s by %s: %d %s, want %d %s", p, who.name, status, code, who.status, who.code)
+			}
+		}
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		if status, code := webtest.Send(t, http.MethodGet, url+p, "", nil); status != 200 {
+			t.Errorf("GET %s: %d %s, want 200 (probes and metrics need no token)", p, status, code)
+		}
+	}
+	// With admins too, a read needs an admin's token, and the admin reads.
+	url, _, _, _ = serveAdmin(t, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}})
+	if status, code := webtest.Send(t, http.MethodGet, url+"/v1/effects", "", nil); status != http.StatusUnauthorized || code != string(ledger.CodeUnauthorized) {
+		t.Errorf("GET /v1/effects without a token, admins configured: %d %s, want 401 unauthorized", status, code)
+	}
+	if status, code := webtest.Send(t, http.MethodGet, url+"/v1/effects", "", map[string]string{"Authorization": "Bearer admin-tok"}); status != 200 {
+		t.Errorf("GET /v1/effects as an admin: %d %s", status, code)
+	}
+	// With no tokens at all (make run), loopback is trusted, reads included.
+	url, _, _, _ = serveAdmin(t, admin.Options{})
+	if status, code := webtest.Send(t, http.MethodGet, url+"/v1/effects", "", nil); status != 200 {
+		t.Errorf("GET /v1/effects with no tokens configured: %d %s", status, code)
 	}
 }
 
@@ -179,7 +224,7 @@ func TestUnauthenticatedAPIRefusesPeersBeyondLoopback(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 	approve := "/v1/approvals/" + big.ApprovalID + "/approve"
-	for name, opts := range map[string]admin.Options{"open": {}, "read-only": {Agents: map[string]bool{sum("agent-tok"): true}}} {
+	for name, opts := range map[string]admin.Options{"open": {}, "agents, no admins": {Agents: map[string]bool{sum("agent-tok"): true}}} {
 		h := admin.Handler(eng, opts)
 		for _, remote := range []string{"203.0.113.9:40000", "[2001:db8::1]:40000", "10.0.0.7:5555"} {
 			for _, c := range []struct{ method, path string }{{"POST", approve}, {"GET", "/v1/approvals"}, {"GET", "/healthz"}} {
@@ -190,7 +235,7 @@ func TestUnauthenticatedAPIRefusesPeersBeyondLoopback(t *testing.T) {
 			}
 		}
 		for _, remote := range []string{"127.0.0.1:40000", "[::1]:40000"} {
-			if status, body := send(h, "GET", "/v1/approvals", remote, nil); status != 200 {
+			if status, body := send(h, "GET", "/healthz", remote, nil); status != 200 {
 				t.Errorf("%s: from %s (a port-forward): %d %s", name, remote, status, body)
 			}
 		}

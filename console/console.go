@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
@@ -43,7 +44,7 @@ type Options struct {
 	// admin API's; empty means no sign-in (see the package doc).
 	Admins map[string]string
 	// Agents are the SHA-256 digests of agent tokens, which cannot sign
-	// in; with no Admins their presence makes the console read-only.
+	// in; with no Admins their presence closes the console (ModeAdminRequired).
 	Agents map[string]bool
 	// Namespaces are searched when an operator looks an effect up by its
 	// idempotency key without naming a namespace; nil means "default".
@@ -84,8 +85,9 @@ const (
 	CodeCSRFInvalid = "csrf_token_invalid"
 	// CodeSignInUnavailable: signing in when no admin tokens are configured.
 	CodeSignInUnavailable = "sign_in_unavailable"
-	// CodeReadOnly: a state change while the console is read-only.
-	CodeReadOnly = "admin_auth_required"
+	// CodeAdminRequired: any session or read while agents are configured
+	// and admins are not (ModeAdminRequired); the admin API's code.
+	CodeAdminRequired = admin.CodeAdminAuthRequired
 	// CodeHostNotAllowed: a Host header the console does not answer.
 	CodeHostNotAllowed = "host_not_allowed"
 	// CodePeerNotAllowed: without admin tokens, a connection from beyond
@@ -117,8 +119,10 @@ const (
 	ModeSignIn Mode = "sign_in"
 	// ModeOpen: no tokens at all; open on loopback.
 	ModeOpen Mode = "open"
-	// ModeReadOnly: agents and no admins; open on loopback, no changes.
-	ModeReadOnly Mode = "read_only"
+	// ModeAdminRequired: agents and no admins; the pages load and say to
+	// configure auth.admins, and nothing else answers (no session, no
+	// read, no change).
+	ModeAdminRequired Mode = "admin_required"
 )
 
 type console struct {
@@ -156,7 +160,7 @@ func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
 	case len(opts.Admins) > 0:
 		c.mode = ModeSignIn
 	case len(opts.Agents) > 0:
-		c.mode = ModeReadOnly
+		c.mode = ModeAdminRequired
 	default:
 		c.mode = ModeOpen
 	}
@@ -316,12 +320,12 @@ type sessionView struct {
 	Name      string     `json:"name,omitempty"`
 	CSRF      string     `json:"csrf,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// CanDecide is false when the console is read-only.
+	// CanDecide is false when the console is closed (ModeAdminRequired).
 	CanDecide bool `json:"can_decide"`
 }
 
 func (c *console) view(s *session) sessionView {
-	v := sessionView{Mode: c.mode, CanDecide: c.mode != ModeReadOnly}
+	v := sessionView{Mode: c.mode, CanDecide: c.mode != ModeAdminRequired}
 	if s != nil {
 		exp := s.expires
 		v.SignedIn, v.Name, v.CSRF, v.ExpiresAt = true, s.name, s.csrf, &exp
@@ -349,6 +353,10 @@ const MsgNotAnAdminToken = "not an admin token: sign in with one of auth.admins 
 // the tokenless session the page needs for its CSRF token (the one the
 // request presents if it is live).
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
+	if c.mode == ModeAdminRequired {
+		writeError(w, http.StatusForbidden, CodeAdminRequired, msgAdminRequired)
+		return
+	}
 	if c.mode != ModeSignIn {
 		var body signInBody
 		if err := decode(w, r, &body); err != nil {
@@ -356,12 +364,7 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if body.Token != "" {
-			msg := "no admin tokens are configured: the console is open on loopback and needs no sign-in"
-			if c.mode == ModeReadOnly {
-				msg = "no admin tokens are configured, so the console is read-only (an agent on this host must not approve its own actions); " +
-					"configure auth.admins (ratchet token hash < token-file) to sign in and decide"
-			}
-			writeError(w, http.StatusConflict, CodeSignInUnavailable, msg)
+			writeError(w, http.StatusConflict, CodeSignInUnavailable, "no admin tokens are configured: the console is open on loopback and needs no sign-in")
 			return
 		}
 		s := c.current(r)
@@ -443,10 +446,18 @@ func (c *console) current(r *http.Request) *session {
 	return nil
 }
 
+// msgAdminRequired answers everything but the pages in ModeAdminRequired.
+const msgAdminRequired = "the console is closed: " + admin.MsgAdminAuthRequired
+
 // withSession requires a live session, and the session's CSRF token on
-// anything but a GET or HEAD.
+// anything but a GET or HEAD. In ModeAdminRequired there are no sessions:
+// it refuses, whatever the request carries.
 func (c *console) withSession(h func(http.ResponseWriter, *http.Request, *session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.mode == ModeAdminRequired {
+			writeError(w, http.StatusForbidden, CodeAdminRequired, msgAdminRequired)
+			return
+		}
 		s := c.current(r)
 		if s == nil {
 			writeError(w, http.StatusUnauthorized, CodeSignInRequired, "sign in to the console first (or again: sessions expire, and end when Ratchet restarts)")
@@ -470,15 +481,6 @@ func (c *console) withSession(h func(http.ResponseWriter, *http.Request, *sessio
 // forward passes /console/api/v1/... to the admin API as /v1/..., with the
 // session's token in place of the cookie.
 func (c *console) forward(w http.ResponseWriter, r *http.Request, s *session) {
-	// POST /v1/explain changes nothing (it is a read in the admin API's
-	// modes too): a read-only console explains.
-	explain := r.Method == http.MethodPost && r.URL.Path == "/console/api/v1/explain"
-	if c.mode == ModeReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead && !explain {
-		// The admin API refuses it too; the console does not rely on that.
-		writeError(w, http.StatusForbidden, CodeReadOnly, "the console is read-only: auth.agents are configured and auth.admins are not, "+
-			"and an agent on this host must not approve its own actions; configure auth.admins to approve, reject or resolve")
-		return
-	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/console/api")
 	r2.URL.RawPath = ""

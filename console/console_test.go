@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,26 +351,57 @@ func TestModes(t *testing.T) {
 			t.Fatalf("a page by another Host name: %d", code)
 		}
 	})
-	t.Run("read-only", func(t *testing.T) {
-		eng := newEngine(t)
-		srv := serve(t, eng, console.Options{Agents: agents})
-		b := newBrowser(t, srv)
-		v := b.open()
-		if v.Mode != "read_only" || !v.SignedIn || v.CanDecide {
-			t.Fatalf("session: %+v", v)
+}
+
+// TestAgentsWithoutAdminsOpenNothing: with agents configured and no admin
+// tokens, the console makes no session and reads nothing, for a local
+// process (an agent on the sidecar's loopback leaving its token off), an
+// agent's token, or a web page: not the admin API's reads through it and
+// not its own (search, history, groups), which read the engine directly.
+// The page is served and says what to configure. It used to be
+// read-only: a tokenless session read every namespace.
+func TestAgentsWithoutAdminsOpenNothing(t *testing.T) {
+	eng := newEngine(t)
+	srv := serve(t, eng, console.Options{Agents: agents})
+	ap := pendingApproval(t, eng, "p1")
+	b := newBrowser(t, srv)
+	var v sessionView
+	if _, code := b.do("GET", "/console/session", nil, nil, &v); code != "" {
+		t.Fatalf("GET /console/session: %q", code)
+	}
+	if v.Mode != string(console.ModeAdminRequired) || v.SignedIn || v.CanDecide {
+		t.Errorf("session view %+v, want mode %s, not signed in, cannot decide", v, console.ModeAdminRequired)
+	}
+	for name, body := range map[string]map[string]string{"no token": {}, "an agent's token": {"token": "agent-tok"}} {
+		resp, code := b.do("POST", "/console/session", body, nil, nil)
+		if resp.StatusCode != http.StatusForbidden || code != console.CodeAdminRequired {
+			t.Errorf("a session with %s: %d %q, want 403 %s", name, resp.StatusCode, code, console.CodeAdminRequired)
 		}
-		if _, code := b.signIn("agent-tok"); code != console.CodeSignInUnavailable {
-			t.Fatalf("sign-in: %q", code)
+		if len(resp.Cookies()) != 0 {
+			t.Errorf("a session with %s set cookies %v", name, resp.Cookies())
 		}
-		ap := pendingApproval(t, eng, "p1")
-		if code := b.post("/console/api/v1/approvals/"+ap.ApprovalID+"/approve", map[string]string{}, nil); code != console.CodeReadOnly {
-			t.Fatalf("approve: %q, want %s", code, console.CodeReadOnly)
+	}
+	reads := []string{"/console/api/v1/approvals", "/console/api/v1/effects", "/console/api/v1/budgets", "/console/api/v1/audit",
+		"/console/api/search?key=p1", "/console/api/history/" + ap.EffectID, "/console/api/groups"}
+	for _, p := range reads {
+		for name, h := range map[string]map[string]string{
+			"a local process":          nil,
+			"an agent's token":         {"Authorization": "Bearer agent-tok"},
+			"a page of another site":   {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+			"a rebinding page":         {"Host": "evil.example:8788"},
+			"a same-origin page (XHR)": {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"},
+		} {
+			if st, code := webtest.Send(t, "GET", srv.URL+p, "", h); st != http.StatusForbidden {
+				t.Errorf("GET %s by %s: %d %s, want 403", p, name, st, code)
+			}
 		}
-		var list struct{ Approvals []ledger.Approval }
-		if _, code := b.do("GET", "/console/api/v1/approvals", nil, nil, &list); code != "" || len(list.Approvals) != 1 {
-			t.Fatalf("reads: %q %+v", code, list)
-		}
-	})
+	}
+	if st, code := webtest.Send(t, "GET", srv.URL+"/approvals", "", nil); st != 200 {
+		t.Errorf("the page: %d %s", st, code)
+	}
+	if list, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending); len(list) != 1 {
+		t.Errorf("pending approvals: %d, want 1", len(list))
+	}
 }
 
 // TestGuard: what a hostile page could send to the console's own
@@ -589,8 +621,8 @@ func sendTo(h http.Handler, method, url, remote, body string, header map[string]
 	return rec
 }
 
-// TestWithoutAdminsOnlyLoopbackPeersAreServed: open and read-only mode
-// trust whoever is on this machine, so a peer beyond loopback (a
+// TestWithoutAdminsOnlyLoopbackPeersAreServed: without admins (open, or
+// closed with agents) the console trusts only this machine, so a peer beyond loopback (a
 // port-forward bound to 0.0.0.0, ssh -L with GatewayPorts) that sends
 // Host: 127.0.0.1 gets nothing: no session, no approval. A port-forward
 // connects from loopback and is served.
@@ -611,16 +643,24 @@ func TestWithoutAdminsOnlyLoopbackPeersAreServed(t *testing.T) {
 				}
 			}
 		}
-		// From loopback (a port-forward), the same requests work.
+		// From loopback (a port-forward), the same requests pass the
+		// peer check: open mode serves them, and with agents the console
+		// is closed (TestAgentsWithoutAdminsOpenNothing).
 		rec := sendTo(h, "POST", "http://127.0.0.1:8788/console/session", "127.0.0.1:40000", `{}`, json, nil)
+		if len(opts.Agents) > 0 {
+			if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), console.CodeAdminRequired) {
+				t.Errorf("with agents, a session from loopback: %d %s, want 403 %s", rec.Code, rec.Body, console.CodeAdminRequired)
+			}
+			continue
+		}
 		var v sessionView
 		if err := jsonUnmarshal(rec.Body.String(), &v); err != nil || rec.Code != 200 || !v.SignedIn {
 			t.Fatalf("from loopback: %d %s", rec.Code, rec.Body)
 		}
 		rec = sendTo(h, "POST", "http://127.0.0.1:8788/console/api/v1/approvals/"+ap.ApprovalID+"/approve", "[::1]:40000", `{"note":"local"}`,
 			map[string]string{"Content-Type": "application/json", "X-Ratchet-CSRF": v.CSRF}, rec.Result().Cookies())
-		if want := map[bool]int{true: 200, false: 403}[len(opts.Agents) == 0]; rec.Code != want {
-			t.Errorf("%d agents: approve from loopback: %d %s, want %d", len(opts.Agents), rec.Code, rec.Body, want)
+		if rec.Code != 200 {
+			t.Errorf("approve from loopback: %d %s, want 200", rec.Code, rec.Body)
 		}
 	}
 }
@@ -633,7 +673,7 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // sessions made and thrown away by a local script push out each other,
 // not the operator's, which is in use.
 func TestCrossSiteRequestsCannotEvictTheOperatorsSession(t *testing.T) {
-	for _, opts := range []console.Options{{}, {Agents: agents}} {
+	for _, opts := range []console.Options{{}} { // with agents and no admins there are no sessions
 		eng := newEngine(t)
 		srv := serve(t, eng, opts)
 		b := newBrowser(t, srv)
@@ -785,13 +825,16 @@ func TestSecureCookieBehindATLSProxy(t *testing.T) {
 	}
 }
 
-// TestReadOnlyCannotBeBypassed: not through other paths, methods,
-// encodings or an agent's token.
-func TestReadOnlyCannotBeBypassed(t *testing.T) {
+// TestClosedConsoleCannotBeBypassed: with agents and no admins, nothing
+// changes, not through other paths, methods, encodings, a session cookie
+// or CSRF token made up, or an agent's token.
+func TestClosedConsoleCannotBeBypassed(t *testing.T) {
 	eng := newEngine(t)
 	srv := serve(t, eng, console.Options{Agents: agents})
 	b := newBrowser(t, srv)
-	b.open()
+	b.csrf = "made-up"
+	u, _ := url.Parse(srv.URL)
+	b.c.Jar.SetCookies(u, []*http.Cookie{{Name: "ratchet_console", Value: "made-up"}})
 	ap := pendingApproval(t, eng, "p1")
 	id := ap.ApprovalID
 	paths := []string{
@@ -818,7 +861,7 @@ func TestReadOnlyCannotBeBypassed(t *testing.T) {
 	list, _ := eng.ListApprovals(context.Background(), "", ledger.ApprovalPending)
 	grants, _ := eng.ListGrants(context.Background(), "", true)
 	if len(list) != 1 || len(grants) != 0 {
-		t.Fatalf("read-only bypassed: pending %d grants %d", len(list), len(grants))
+		t.Fatalf("the closed console was bypassed: pending %d grants %d", len(list), len(grants))
 	}
 }
 

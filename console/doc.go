@@ -9,7 +9,7 @@
 // API has and every change (approve, reject, resolve, and whatever the API
 // grows, such as grants) goes through the admin handler under
 // /console/api/v1/..., with the signed-in admin's token, so the admin API's
-// rules (its modes, its read-only refusal, the name recorded as decided_by,
+// rules (its modes, its refusals, the name recorded as decided_by,
 // its logs) are the console's rules. The console reads the engine itself
 // only for what the API has no endpoint for: finding an effect by its
 // idempotency key or by effect type, an effect's history from the audit log,
@@ -30,9 +30,12 @@
 // address and in all (429 with Retry-After). With no admins the console
 // follows the admin API's rule: open to whoever connects from loopback
 // (the peer, not only the Host header) when no agents are configured
-// either, read-only when agents are (an agent on the same host must not
-// approve itself); the page then POSTs /console/session for a session
-// without a token, so that CSRF protection still applies. A GET never makes
+// either, and then the page POSTs /console/session for a session without
+// a token, so that CSRF protection still applies; closed when agents are
+// (ModeAdminRequired: an agent on the same host must neither approve
+// itself nor read other namespaces by leaving its token off), when the
+// pages load and say to configure auth.admins, and no session is made and
+// nothing is read, the console's own reads of the engine included. A GET never makes
 // a session (a page elsewhere can make the browser send one), and when the
 // sessions kept are at their bound, one never used since it was made goes
 // first.

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -24,6 +25,20 @@ import (
 // transaction as the decision, so no two begins can both take the last of a
 // budget.
 //
+// Clock jumps. A bucket that leaves the window is not dropped: it is merged
+// into a bin of past spend, one per window it began in, at most pastBins
+// (the oldest two merged when there are more), and a bin counts whole like
+// a bucket while any of it overlaps the window. So a clock that jumps ahead
+// by a window or more, and is then corrected, finds every unit counted
+// before the jump still counted (and what was begun on the wrong reading,
+// stamped ahead, counted until real time passes it): a reading that later
+// proves wrong may let spend go on that reading, never forget it. Merging
+// never lowers what is counted at any reading; after a correction a bin may
+// count some spend a little longer than the window (early refusal, never
+// late). Retention forgets a counter's past spend only once it is older
+// than the effects' retention (purgeCounters): a jump past that forgets
+// effects as well.
+//
 // Shares (a shared store, several engines). A counter every begin of every
 // replica wrote would make all their batches wait for one another (see
 // pgstore). So on a shared store a ceiling is held in escrow: the counter
@@ -45,12 +60,29 @@ import (
 // covers new begins again, without the pool. A report adjusts the share
 // its reservation names, whichever replica took it.
 //
+// A share's grant is a promise only while what it counts stays within it.
+// A settlement above the estimate (or of a begin that reserved nothing)
+// makes it count more: cover then grows the share's grant and the pool's,
+// and reclaims the others' unused grants if the pool is then over its
+// limit, in the settlement's transaction, so that the next begin on any
+// replica that cannot stay within its grant decides on the exact sum. A
+// clock set back can make a share count more than its grant too (past
+// spend back in the window): so when a begin asks the pool, it counts
+// every other share at its grant or what it counts, whichever is more
+// (othersHold), and a share whose newest bucket is ahead of the clock
+// (its grant may have been taken on a reading that proved wrong) asks the
+// pool even within its grant.
+//
 // What a begin's answer counts on a shared store is its replica's share,
 // the pool's buckets and every other share's whole grant (the most the
 // others can have counted): counted is an upper bound and remaining a
 // lower bound. Budgets (the operator's listing) adds up every share.
 
 const bucketsPerWindow = 60
+
+// pastBins is how many bins of spend that has left the window a counter
+// keeps (see "Clock jumps").
+const pastBins = 4
 
 // shareChunk is the part of a limit a share takes from the pool beyond
 // what it needs: a replica asks the pool once per sixteenth of the limit
@@ -119,34 +151,95 @@ func (r *counterRec) counted(c *ceiling, now time.Time) int64 {
 	return sum
 }
 
-// add puts amount and count into the bucket starting at start (creating it)
-// and drops buckets that have left the window.
+// add puts amount and count into the bucket starting at start (creating it),
+// or into the bin of past spend that holds it (a clock set back), then
+// compacts what has left the window (see "Clock jumps").
 func (r *counterRec) add(c *ceiling, now time.Time, start, end, amount, count int64) {
-	kept := r.Buckets[:0]
 	found := false
-	for _, b := range r.Buckets {
-		if b.Start == start {
+	for i := range r.Buckets {
+		if b := &r.Buckets[i]; b.Start <= start && end <= b.End {
 			b.Amount, b.Count, found = satAdd(b.Amount, amount), b.Count+count, true
-		}
-		if live(b, c.window, now) || b.Start == start {
-			kept = append(kept, b)
+			break
 		}
 	}
 	if !found {
-		kept = append(kept, bucket{Start: start, End: end, Amount: amount, Count: count})
+		r.Buckets = append(r.Buckets, bucket{Start: start, End: end, Amount: amount, Count: count})
 	}
-	r.Buckets = kept
+	r.compact(c, now)
 }
 
-// adjust changes the bucket starting at start, if it is still kept. Amounts
-// never go below zero.
-func (r *counterRec) adjust(start, amount, count int64) {
-	for i := range r.Buckets {
-		if r.Buckets[i].Start == start {
-			r.Buckets[i].Amount = max(0, satAdd(r.Buckets[i].Amount, amount))
-			r.Buckets[i].Count = max(0, r.Buckets[i].Count+count)
+// compact merges the buckets that have left the window ending now into
+// bins of past spend, one per window they began in, at most pastBins (the
+// oldest two merged into one when there are more), and drops those that
+// hold nothing. A bin spans the buckets merged into it and, like a bucket,
+// counts whole while any of it overlaps the window: merging never changes
+// what is counted now, and counts more, never less, at any other reading.
+func (r *counterRec) compact(c *ceiling, now time.Time) {
+	if c.window == 0 {
+		return
+	}
+	w, cut := int64(c.window), now.Add(-c.window).UnixNano()
+	kept := r.Buckets[:0]
+	var past []bucket
+	for _, b := range r.Buckets {
+		switch {
+		case b.End > cut:
+			kept = append(kept, b)
+		case b.Amount == 0 && b.Count == 0:
+		default:
+			i := slices.IndexFunc(past, func(p bucket) bool { return floorDiv(p.Start, w) == floorDiv(b.Start, w) })
+			if i < 0 {
+				past = append(past, b)
+			} else {
+				past[i] = merge(past[i], b)
+			}
 		}
 	}
+	if len(past) > pastBins {
+		slices.SortFunc(past, func(a, b bucket) int { return cmp.Compare(a.End, b.End) })
+		for len(past) > pastBins {
+			past = append([]bucket{merge(past[0], past[1])}, past[2:]...)
+		}
+	}
+	r.Buckets = append(kept, past...)
+}
+
+// merge is one bucket holding both a and b.
+func merge(a, b bucket) bucket {
+	return bucket{Start: min(a.Start, b.Start), End: max(a.End, b.End), Amount: satAdd(a.Amount, b.Amount), Count: satAdd(a.Count, b.Count)}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// adjust changes the bucket starting at start, or the bin of past spend it
+// was merged into, if it is still kept. Amounts never go below zero.
+func (r *counterRec) adjust(start, amount, count int64) {
+	i := slices.IndexFunc(r.Buckets, func(b bucket) bool { return b.Start == start })
+	if i < 0 {
+		i = slices.IndexFunc(r.Buckets, func(b bucket) bool { return b.Start <= start && start < b.End })
+	}
+	if i >= 0 {
+		r.Buckets[i].Amount = max(0, satAdd(r.Buckets[i].Amount, amount))
+		r.Buckets[i].Count = max(0, r.Buckets[i].Count+count)
+	}
+}
+
+// behind reports whether now is before the newest bucket r counts in: the
+// clock has been set back since, and what was decided on the later
+// reading (a share's grant) may rest on a reading that proved wrong.
+func (r *counterRec) behind(now time.Time) bool {
+	for _, b := range r.Buckets {
+		if b.Start > now.UnixNano() {
+			return true
+		}
+	}
+	return false
 }
 
 func satAdd(a, b int64) int64 {
@@ -281,10 +374,14 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return satAdd(u.counted, u.amount) <= u.c.limit, nil
 	}
 	need := satAdd(u.counted, u.amount) - u.rec.Grant
-	if need <= 0 {
+	if need <= 0 && !u.rec.behind(now) {
 		return true, nil
 	}
-	free := u.c.limit - satAdd(u.pool.counted(u.c, now), u.pool.Grant)
+	held, err := u.othersHold(t, now)
+	if err != nil {
+		return false, err
+	}
+	free := u.c.limit - satAdd(satAdd(u.pool.counted(u.c, now), held), u.rec.Grant)
 	if free < need {
 		total, err := u.reclaim(t, now)
 		if err != nil {
@@ -294,6 +391,11 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 			u.counted, u.exact = total, true
 			return false, nil
 		}
+	} else {
+		u.pool.Grant = satAdd(held, u.rec.Grant)
+	}
+	if need <= 0 {
+		return true, nil
 	}
 	take := min(free, satAdd(need, u.c.limit/shareChunk))
 	u.rec.Grant += take
@@ -305,6 +407,27 @@ func (u *ceilingUse) admit(t *opTxn, now time.Time) (bool, error) {
 		return false, err
 	}
 	return true, t.Set(u.key, u.rec.encode())
+}
+
+// othersHold returns the most the pool's other shares can count: each
+// share's grant, or what it counts if that is more (its clock was set back
+// after its grant shrank, see "Clock jumps", or a settlement not yet
+// covered).
+func (u *ceilingUse) othersHold(t *opTxn, now time.Time) (int64, error) {
+	var held int64
+	for _, r := range u.pool.Shares {
+		if r == u.rec.Replica {
+			continue
+		}
+		var sh counterRec
+		if err := getCounter(t, shareKey(u.poolKey, r), &sh); errors.Is(err, ErrNotFound) {
+			continue
+		} else if err != nil {
+			return 0, err
+		}
+		held = satAdd(held, max(sh.Grant, sh.counted(u.c, now)))
+	}
+	return held, nil
 }
 
 // admitSpent makes room in the ceiling for money already spent (an
@@ -391,9 +514,10 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 func (r *counterRec) money() bool { return r.Unit == "micros" }
 
 // settle replaces what each money reservation holds with actual (report
-// succeeded with actual_cost_micros); count reservations are unchanged.
-func settle(t *opTxn, rec *effectRec, actual int64) error {
-	return adjustReservations(t, rec, func(r *reservation, c *counterRec) (int64, int64) {
+// succeeded with actual_cost_micros, or a vendor's record); count
+// reservations are unchanged.
+func settle(t *opTxn, p *policy, rec *effectRec, actual int64, now time.Time) error {
+	return adjustReservations(t, p, rec, now, func(r *reservation, c *counterRec) (int64, int64) {
 		if !c.money() {
 			return 0, 0
 		}
@@ -404,15 +528,15 @@ func settle(t *opTxn, rec *effectRec, actual int64) error {
 }
 
 // release gives back everything the effect holds (failed, resolved failed).
-func release(t *opTxn, rec *effectRec) error {
-	err := adjustReservations(t, rec, func(r *reservation, _ *counterRec) (int64, int64) {
+func release(t *opTxn, p *policy, rec *effectRec, now time.Time) error {
+	err := adjustReservations(t, p, rec, now, func(r *reservation, _ *counterRec) (int64, int64) {
 		return -r.Amount, -r.Count
 	})
 	rec.Reservations = nil
 	return err
 }
 
-func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterRec) (int64, int64)) error {
+func adjustReservations(t *opTxn, p *policy, rec *effectRec, now time.Time, f func(*reservation, *counterRec) (int64, int64)) error {
 	for i := range rec.Reservations {
 		r := &rec.Reservations[i]
 		k := []byte(r.Counter)
@@ -428,11 +552,73 @@ func adjustReservations(t *opTxn, rec *effectRec, f func(*reservation, *counterR
 			continue
 		}
 		c.adjust(r.Bucket, da, dc)
+		if da > 0 || dc > 0 {
+			if err := cover(t, p, k, &c, now); err != nil {
+				return err
+			}
+		}
 		if err := t.Set(k, c.encode()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cover keeps the promise of "Shares" once a settlement made the counter c,
+// stored at k, count more than it did when its units were granted (an
+// effect that cost more than its estimate, or that reserved nothing and was
+// settled by the vendor's record): every unit counted anywhere must be
+// covered by the pool's grants, or the other replicas would go on granting
+// within grants the limit no longer has room for. A share's grant grows to
+// what it counts, and the pool's with it; when the pool then grants more
+// than its limit leaves, every other share gives back what it does not
+// count (reclaim), so that each replica's next begin asks the pool and is
+// decided on the exact sum, as one engine decides. An exclusive store's
+// counter is exact already. The caller writes c.
+func cover(t *opTxn, p *policy, k []byte, c *counterRec, now time.Time) error {
+	if c.Replica == "" && c.Grant == 0 && len(c.Shares) == 0 {
+		return nil // an exclusive store's counter (or a pool that granted nothing)
+	}
+	cc := c.ceiling(p)
+	u := &ceilingUse{c: cc, key: k, rec: c, pool: c, poolKey: k}
+	if c.Replica == "" {
+		// A pool counting buckets of its own (a ledger written before
+		// shares): no share of its own takes part in reclaim.
+		u.rec = &counterRec{}
+	} else {
+		counted := c.counted(cc, now)
+		if counted <= c.Grant {
+			return nil
+		}
+		u.poolKey, u.pool, u.counted = c.poolKey(k), &counterRec{}, counted
+		if err := getCounter(t, u.poolKey, u.pool); errors.Is(err, ErrNotFound) {
+			// A share whose begins reserved nothing never asked a pool.
+			*u.pool = counterRec{Namespace: c.Namespace, Ceiling: c.Ceiling, Per: c.Per, Scope: c.Scope, RunID: c.RunID,
+				Unit: c.Unit, Limit: c.Limit, Window: c.Window}
+		} else if err != nil {
+			return err
+		}
+		u.pool.Grant = satAdd(u.pool.Grant, counted-c.Grant)
+		c.Grant = counted
+		if !slices.Contains(u.pool.Shares, c.Replica) {
+			u.pool.Shares = append(u.pool.Shares, c.Replica)
+		}
+	}
+	if satAdd(u.pool.counted(cc, now), u.pool.Grant) <= cc.limit {
+		return t.Set(u.poolKey, u.pool.encode())
+	}
+	_, err := u.reclaim(t, now)
+	return err
+}
+
+// ceiling returns the policy's ceiling the counter counts for, or, one no
+// longer in the policy, the ceiling as the counter recorded it.
+func (r *counterRec) ceiling(p *policy) *ceiling {
+	if c, ok := p.ceiling(r.Ceiling); ok {
+		return c
+	}
+	w, _ := parseWindow(r.Window)
+	return &ceiling{Ceiling: Ceiling{Name: r.Ceiling, Per: r.Per, Window: r.Window}, window: w, limit: r.Limit, money: r.money()}
 }
 
 // Counters are the hottest records (every begin reads and writes each

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -62,4 +63,65 @@ func TestCounterCodec(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPastSpendIsMergedNeverForgotten: whatever the clock reads from one
+// grant to the next (steps ahead by hours, back again), a counter counts
+// exactly what every grant ever made would count at the latest reading
+// yet, and at least that at any other: spend that left the window is merged
+// into bins of past spend, never dropped, and the bins stay bounded.
+func TestPastSpendIsMergedNeverForgotten(t *testing.T) {
+	c := &ceiling{Ceiling: Ceiling{Name: "c", Window: "1h"}, window: time.Hour, limit: 1 << 40, money: true}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var r counterRec
+	var all []bucket // every grant, never merged or dropped
+	truth := func(at time.Time) (n int64) {
+		for _, b := range all {
+			if live(b, c.window, at) {
+				n += b.Amount
+			}
+		}
+		return n
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	now, latest := t0, t0
+	var readings []time.Time
+	for i := range 2000 {
+		switch rng.IntN(10) {
+		case 0:
+			now = now.Add(time.Duration(rng.IntN(5)+1) * time.Hour) // a jump ahead
+		case 1:
+			now = now.Add(-time.Duration(rng.IntN(3)+1) * time.Hour) // corrected, or a step back
+		default:
+			now = now.Add(time.Duration(rng.IntN(300)) * time.Second)
+		}
+		readings = append(readings, now)
+		s, e := c.bucketFor(now)
+		amount := int64(rng.IntN(100) + 1)
+		r.add(c, now, s, e, amount, 1)
+		all = append(all, bucket{Start: s, End: e, Amount: amount, Count: 1})
+		if !now.Before(latest) {
+			latest = now
+			if got, want := r.counted(c, now), truth(now); got != want {
+				t.Fatalf("grant %d: counted %d at the latest reading, want exactly %d", i, got, want)
+			}
+		}
+		for _, at := range readings[max(0, len(readings)-50):] {
+			if got, want := r.counted(c, at), truth(at); got < want {
+				t.Fatalf("grant %d: at an earlier reading %v the counter counts %d, less than the %d granted then", i, at.Sub(t0), got, want)
+			}
+		}
+		if live := liveBuckets(r.Buckets, c, now); len(r.Buckets)-live > pastBins {
+			t.Fatalf("grant %d: %d buckets kept beyond the %d live ones, want at most %d bins of past spend", i, len(r.Buckets)-live, live, pastBins)
+		}
+	}
+}
+
+func liveBuckets(bs []bucket, c *ceiling, now time.Time) (n int) {
+	for _, b := range bs {
+		if live(b, c.window, now) {
+			n++
+		}
+	}
+	return n
 }

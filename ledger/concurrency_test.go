@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
 func TestSameKeyManyGoroutines(t *testing.T) {
@@ -225,21 +224,7 @@ func replicas(t *testing.T, ceiling string, limit int64, window string, n int) (
 	if testBackend != "postgres" {
 		t.Skip("only a shared store (PostgreSQL) has several engines")
 	}
-	h := newHarness(t, []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: ceiling, LimitMicros: i64(limit), Window: window, Per: "global"}}}})
-	var engines []*ledger.Engine
-	for range n {
-		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		engines = append(engines, e)
-	}
-	return h, engines
+	return fleet(t, []ledger.Rule{{Match: "*", Ceilings: []ledger.Ceiling{{Name: ceiling, LimitMicros: i64(limit), Window: window, Per: "global"}}}}, n)
 }
 
 // TestSharesDecideExactlyAtTheLimit: each replica counts in a share of its

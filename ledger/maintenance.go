@@ -191,13 +191,17 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 	return true, moveStateCount(t, rec.State, "")
 }
 
-// purgeCounters deletes ceiling counters with nothing left in their window
-// (a counterparty seen once, an agent gone), so that scopes do not
-// accumulate forever. A counter for a run window never empties by time and
-// is kept. Each deletion re-checks the counter inside the writer. On a
-// shared store, an idle share (of a replica that stopped, most often) is
-// deleted and its grant given back to its pool; a pool goes once it has
-// granted nothing and counts nothing.
+// purgeCounters deletes ceiling counters that count nothing and hold no
+// spend within the retention (a counterparty seen once, an agent gone), so
+// that scopes do not accumulate forever. Spend that has left its window is
+// kept that long in case the clock that moved it out proves wrong (see
+// "Clock jumps" in budget.go): a counter is forgotten no sooner than the
+// effects that spent in it. A counter for a run window never empties by
+// time and is kept. Each deletion re-checks the counter inside the writer.
+// On a shared store, an idle share (of a replica that stopped, most often)
+// is deleted, its grant given back to its pool and what it kept of past
+// spend merged into the pool's; a pool goes once it has granted nothing
+// and holds nothing within the retention.
 func (e *Engine) purgeCounters(ctx context.Context) error {
 	var dead [][]byte
 	err := e.view(ctx, func(r Reader) error {
@@ -207,7 +211,7 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 			if err := decodeCounter(v, &c); err != nil {
 				return false, err
 			}
-			if e.counterIdle(&c, now) {
+			if e.counterIdle(&c, now) && (c.Replica != "" || e.counterForgettable(&c, now)) {
 				dead = append(dead, k)
 			}
 			return true, nil
@@ -228,7 +232,7 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 					}
 					return nil, err
 				}
-				if !e.counterIdle(&c, now) {
+				if !e.counterIdle(&c, now) || c.Replica == "" && !e.counterForgettable(&c, now) {
 					continue
 				}
 				if err := t.Delete(k); err != nil {
@@ -254,7 +258,8 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 }
 
 // returnGrant gives the grant of share, deleted, back to the pool at k,
-// and deletes the pool if it is idle then.
+// with the past spend the share kept, and deletes the pool if it may be
+// forgotten then.
 func (e *Engine) returnGrant(t *opTxn, k []byte, share *counterRec, now time.Time) error {
 	var pool counterRec
 	if err := getCounter(t, k, &pool); errors.Is(err, ErrNotFound) {
@@ -264,7 +269,9 @@ func (e *Engine) returnGrant(t *opTxn, k []byte, share *counterRec, now time.Tim
 	}
 	pool.Grant = max(0, pool.Grant-share.Grant)
 	pool.Shares = slices.DeleteFunc(pool.Shares, func(r string) bool { return r == share.Replica })
-	if e.counterIdle(&pool, now) {
+	pool.Buckets = append(pool.Buckets, share.Buckets...)
+	pool.compact(pool.ceiling(e.policy), now)
+	if e.counterIdle(&pool, now) && e.counterForgettable(&pool, now) {
 		if err := t.Delete(thresholdKey(k)); err != nil {
 			return err
 		}
@@ -276,6 +283,18 @@ func (e *Engine) returnGrant(t *opTxn, k []byte, share *counterRec, now time.Tim
 // counterIdle reports whether a counter counts nothing any more (and, a
 // pool, has granted nothing).
 func (e *Engine) counterIdle(c *counterRec, now time.Time) bool {
+	return e.counterEmptySince(c, now, 0)
+}
+
+// counterForgettable reports whether a counter holds no spend within the
+// retention, counted or past (and, a pool, has granted nothing).
+func (e *Engine) counterForgettable(c *counterRec, now time.Time) bool {
+	return e.counterEmptySince(c, now, e.defaults.Retention)
+}
+
+// counterEmptySince reports whether a counter holds nothing in its window
+// ending at now less ago, and, a pool, has granted nothing.
+func (e *Engine) counterEmptySince(c *counterRec, now time.Time, ago time.Duration) bool {
 	w, err := parseWindow(c.Window)
 	if err != nil || w == 0 {
 		return false // a run window, or one no longer understood: keep it
@@ -284,7 +303,7 @@ func (e *Engine) counterIdle(c *counterRec, now time.Time) bool {
 		return false
 	}
 	for _, b := range c.Buckets {
-		if live(b, w, now) && (b.Amount != 0 || b.Count != 0) {
+		if live(b, w, now.Add(-ago)) && (b.Amount != 0 || b.Count != 0) {
 			return false
 		}
 	}

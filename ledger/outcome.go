@@ -332,7 +332,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		}
 	}
 	if o.actual != nil {
-		if err := settle(t, rec, *o.actual); err != nil {
+		if err := settle(t, e.policy, rec, *o.actual, now); err != nil {
 			return nil, err
 		}
 		rec.ActualCostMicros = o.actual
@@ -343,7 +343,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	case StateSucceeded:
 		rec.Result, rec.CompletedAt, rec.Reason, rec.Since = o.result, &now, "", nil
 	case StateFailed:
-		if err := release(t, rec); err != nil {
+		if err := release(t, e.policy, rec, now); err != nil {
 			return nil, err
 		}
 		rec.Error, rec.CompletedAt, rec.Reason, rec.Since = o.errText, &now, "", nil

@@ -125,7 +125,8 @@ func (e *Engine) List(ctx context.Context, f Filter) (*Page, error) {
 }
 
 // Budgets returns every live ceiling counter with its scope, limit, counted
-// and remaining. An empty namespace returns every namespace.
+// and remaining (a counter kept only for its past spend, see "Clock jumps",
+// is not live). An empty namespace returns every namespace.
 func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error) {
 	now := e.clock.Now()
 	out := []Budget{}
@@ -141,8 +142,8 @@ func (e *Engine) Budgets(ctx context.Context, namespace string) ([]Budget, error
 				return false, err
 			}
 			cc, ok := e.policy.ceiling(c.Ceiling)
-			if !ok {
-				return true, nil // the ceiling was removed from the policy
+			if !ok || e.counterIdle(&c, now) {
+				return true, nil // the ceiling was removed from the policy, or counts nothing now
 			}
 			counted := c.counted(cc, now)
 			pool := string(c.poolKey(k)) // a share adds to its pool's row (see Shares)

@@ -39,6 +39,14 @@ type call struct {
 func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
 	r, span := startSpan(r, v.Name()) // trace.go
 	defer span.End()
+	if !standardMethod(r.Method) {
+		p.log.Warn("proxy request refused: not a standard method", "vendor", v.Name(), "method", printable(r.Method, 32))
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_method_not_allowed", "Ratchet: the method "+strconv.Quote(printable(r.Method, 32))+
+			" is not an HTTP method as RFC 9110 (or RFC 5789, PATCH) spells it, and a vendor may read it as one Ratchet's rules do not see; "+
+			"send it in upper case; nothing was sent or recorded")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -102,7 +110,8 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	if res.Reason != "" {
 		h.Set(HeaderReason, res.Reason)
 	}
-	p.log.Info("proxy decision", "vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt)
+	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
+		"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
 	switch res.Decision {
 	case ledger.DecisionExecute:
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
@@ -154,6 +163,35 @@ func (p *Proxy) gatedBegin(r *http.Request, v vendors.Vendor, path string, body 
 	req := p.beginRequest(r, v, path, body, e, owned)
 	req.LeaseSeconds = p.lease(v, e)
 	return req
+}
+
+// standardMethod reports whether method is one of RFC 9110's methods, or
+// RFC 5789's PATCH (PayPal and Adyen use it), exactly as written. Methods
+// are case-sensitive (RFC 9110 9.1), but a vendor's server may read
+// "post" as POST, while vendors' rules (vendors.Request) match only the
+// upper-case name: such a request would pass ungated, unstamped and
+// unrecorded. It is refused instead, as is any method of no RFC, in every
+// mode (all reach vendor). A vendor API has no use for either.
+func standardMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch:
+		return true
+	}
+	return false
+}
+
+// labels are the caller's Ratchet-Agent-Id and Ratchet-Run-Id, for the
+// decision's log line: what the caller says it is, named as labels, never
+// as the agent or run (see "Identity" in proxy.go).
+func labels(r *http.Request) []any {
+	var out []any
+	for _, l := range []struct{ name, header string }{{"label_agent_id", HeaderAgentID}, {"label_run_id", HeaderRunID}} {
+		if v := r.Header.Get(l.header); v != "" {
+			out = append(out, l.name, printable(v, ledger.MaxIDLen))
+		}
+	}
+	return out
 }
 
 // lease is how long a proxied call holds its key: the upstream timeout and
@@ -227,7 +265,7 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 	}
 	req := ledger.BeginRequest{
 		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(), Operation: e.Operation,
-		Payload: content, RunID: r.Header.Get(HeaderRunID), AgentID: r.Header.Get(HeaderAgentID),
+		Payload: content, AgentID: p.opts.AgentID, // never a header's (see "Identity" in proxy.go)
 		GroupKey: r.Header.Get(HeaderGroupKey), SameAs: same, SameWithin: p.dedupeWindow(v),
 	}
 	if e.Counterparty != "" {

@@ -61,10 +61,31 @@
 // refused), and a request the vendor could read otherwise than Ratchet (a
 // repeated account header, credential or key, a repeated form field, a
 // duplicate JSON key, a body that does not parse) is refused with 400 in
-// the vendor's shape (vendors.Effect.Refuse), never sent or recorded.
+// the vendor's shape (vendors.Effect.Refuse), never sent or recorded. So
+// is a method that is not RFC 9110's (or PATCH) exactly as written
+// ("post", "PROPFIND"; gate.go, standardMethod): vendors' rules name
+// upper-case methods, and a server that reads "post" as POST would act on
+// a request Ratchet never gated.
 //
 // The caller's vendor key is never forwarded: Ratchet's replaces it, a new
 // one per attempt.
+//
+// Identity: the proxy is unauthenticated (legacy callers present nothing
+// but the vendor's credential), so nothing a request says is whose call it
+// is. Every gated request is begun as Options.AgentID (proxy.agent_id,
+// which the operator configured) with no run: grants cover it only when
+// granted to that agent (a run-scoped grant never does), per-agent
+// ceilings count every proxied call as that one agent, per-run ceilings as
+// one run, and a lapsed lease is that agent's unreported expiry. The
+// Ratchet-Agent-Id and Ratchet-Run-Id headers are labels: logged with the
+// decision as label_agent_id and label_run_id, never given to the engine,
+// never stored as the effect's agent or run (which the console, the admin
+// API and the audit log show as identities), and never sent upstream.
+// Before, they were the begin's agent and run: any local process could
+// name an agent to use its grant, rotate them to dodge per-agent and
+// per-run ceilings, and push a token-fixed MCP agent over max_unreported.
+// Ratchet-Group-Key still joins a group (package ledger's rules for
+// groups apply).
 //
 // Decisions recorded here, where the spec is silent:
 //   - The payload hashed into the fingerprint is the same canonical content,
@@ -136,6 +157,11 @@ type Options struct {
 	Upstreams map[string]string
 	// Namespace is the tenant of every request (default "default").
 	Namespace string
+	// AgentID is the agent every gated request is begun as (proxy.agent_id):
+	// whose grants cover it, whose per-agent ceilings count it, whose
+	// unreported expiries it adds to. Empty is no agent, the empty scope.
+	// Never a header: see "Identity" in the package doc.
+	AgentID string
 	// DedupeWindow is how long identical requests without an idempotency
 	// key are one call (default DefaultDedupeWindow).
 	DedupeWindow time.Duration

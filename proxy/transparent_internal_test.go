@@ -2,15 +2,23 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
+	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 // recordingConn keeps what is written to it.
@@ -159,11 +167,7 @@ func TestTransparentRefusesADirectConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := p.Transparent()
+	tp, ln := listenTransparent(t, p)
 	done := make(chan error)
 	go func() { done <- tp.Serve(ln) }()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -185,6 +189,17 @@ func TestTransparentRefusesADirectConnection(t *testing.T) {
 	if obs.get(NoVendor+"/refused") != 1 || !strings.Contains(logs.String(), "transparent connection refused") {
 		t.Fatalf("counted %v, logged %s", obs.n, logs.String())
 	}
+}
+
+// listenTransparent returns p's transparent handler and a loopback
+// listener for it to serve.
+func listenTransparent(t *testing.T, p *Proxy) (*Transparent, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Transparent(), ln
 }
 
 type syncBuf struct {
@@ -232,5 +247,73 @@ func TestSocketOwner(t *testing.T) {
 		if _, ok := socketOwner(&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}); ok {
 			t.Error("found an owner for a socket that is not here")
 		}
+	}
+}
+
+// TestNonStandardMethodsAreRefusedTransparently: a connection iptables
+// redirected (its original destination faked here, as REDIRECT would
+// give it) to api.stripe.com is intercepted, and a request inside it
+// whose method is not a standard one exactly as written is refused in
+// Stripe's shape, never sent or recorded (see TestNonStandardMethodsAreRefused
+// for the other modes).
+func TestNonStandardMethodsAreRefusedTransparently(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, `{"id":"pi_1","object":"payment_intent","status":"succeeded"}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	eng := enginetest.Open(t, dir, ledger.Options{})
+	ca, err := LoadOrCreateCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(eng, Options{Upstreams: map[string]string{"stripe": up.URL}, CA: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, ln := listenTransparent(t, p)
+	tp.origDst = func(net.Conn) (*net.TCPAddr, error) {
+		return &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 443}, nil
+	}
+	tp.owner = func(net.Addr) (int, bool) { return 0, false }
+	go tp.Serve(ln)
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM())
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return net.Dial("tcp", ln.Addr().String()) },
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "api.stripe.com"},
+	}}
+	send := func(method string) (int, string) {
+		req, _ := http.NewRequest(method, "https://api.stripe.com/v1/payment_intents", strings.NewReader("amount=100&currency=usd"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for _, method := range []string{"post", "Post", "PROPFIND"} {
+		status, body := send(method)
+		if status != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400 (%s)", method, status, body)
+		}
+		if !strings.Contains(body, `"code":"ratchet_method_not_allowed"`) {
+			t.Errorf("%s: not Stripe's error shape with code ratchet_method_not_allowed: %s", method, body)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the vendor saw %d requests with a non-standard method", n)
+	}
+	if page, err := eng.List(context.Background(), ledger.Filter{}); err != nil || len(page.Effects) != 0 {
+		t.Errorf("effects recorded for refused requests: %v %v", page, err)
+	}
+	if status, body := send(http.MethodPost); status != 200 {
+		t.Errorf("POST: status %d, want 200 (%s)", status, body)
 	}
 }

@@ -44,8 +44,10 @@ const approvalPolicy = "policies:\n  - match: 'payment.*'\n    approval_threshol
 
 // With auth.agents and no auth.admins, the agent, which shares the
 // sidecar's loopback, cannot approve its own action: not with its token,
-// not without one. The admin API is read-only, says so, and config
-// validate warns at the line of auth.agents.
+// not without one; nor can it read, through the API or the CLI (issue
+// 28: reads need an admin token whenever agents are configured). The
+// admin API says so, serve logs it, and config validate warns at the line
+// of auth.agents and says what is open.
 func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	s := startServe(t, data, "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+approvalPolicy)
@@ -66,11 +68,20 @@ func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "admin_auth_required") || !strings.Contains(errs, "auth.admins") {
 		t.Errorf("approvals approve: %d %s", code, errs)
 	}
-	// Reads, metrics and probes still answer; the approval is untouched.
-	if st := approvalState(t, s, "", id); st != "pending" {
-		t.Fatalf("approval is %s", st)
+	// No read answers, with the agent's token or without one, from the
+	// API or the CLI; metrics and probes still answer.
+	for _, tok := range []string{"", "agent-tok"} {
+		code, out, errs := cli(t, tok, nil, "effects", "list", "-o", "json", "--admin", s.admin)
+		if code != 1 || !strings.Contains(errs, "admin_auth_required") && !strings.Contains(errs, "unauthorized") || strings.Contains(out, "inv:big") {
+			t.Errorf("effects list with token %q: %d %q %q, want refused", tok, code, out, errs)
+		}
 	}
-	for _, p := range []string{"/v1/effects", "/v1/budgets", "/metrics", "/healthz", "/readyz"} {
+	for _, p := range []string{"/v1/effects", "/v1/budgets", "/v1/approvals", "/v1/audit"} {
+		if status, code := webtest.Send(t, http.MethodGet, s.admin+p, "", nil); status != http.StatusForbidden || code != "admin_auth_required" {
+			t.Errorf("GET %s: %d %s, want 403 admin_auth_required", p, status, code)
+		}
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
 		if status, code := webtest.Send(t, http.MethodGet, s.admin+p, "", nil); status != 200 {
 			t.Errorf("GET %s: %d %s", p, status, code)
 		}
@@ -79,14 +90,21 @@ func TestAgentCannotApproveItsOwnActionWithoutAdmins(t *testing.T) {
 		"idempotency_key": "inv:big", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}); again["decision"] != "approval_required" {
 		t.Fatalf("begin after the attempts: %v", again)
 	}
-	if !strings.Contains(s.stderr.String(), "the admin API is read-only") {
-		t.Errorf("serve did not log the read-only admin API:\n%s", s.stderr)
+	if !strings.Contains(s.stderr.String(), "the admin API and the console answer no one") {
+		t.Errorf("serve did not log the closed admin API:\n%s", s.stderr)
 	}
-	// config validate: valid (exit 0), with a warning at auth.agents' line.
+	// config validate: valid (exit 0), with a warning at auth.agents' line,
+	// and what is open.
 	cfgFile := filepath.Join(data, "..", "data.yaml")
 	code, out, errs := runArgs(t, "", "config", "validate", cfgFile)
 	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(errs, cfgFile+":3: warning: auth.agents:") || !strings.Contains(errs, "add auth.admins") {
 		t.Fatalf("config validate: %d %q %q", code, out, errs)
+	}
+	for _, want := range []string{"open: admin API and console (127.0.0.1:0): closed", "open: 127.0.0.1:0/healthz, /readyz and /metrics: no token",
+		"open: proxy (127.0.0.1:0): asks no credential"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config validate does not say %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -19,19 +19,9 @@ import (
 // PostgreSQL ledger, as a fleet of sidecars would, with 30 clients spread
 // over them beginning the same keys and spending against one ceiling.
 func TestFleetOnPostgres(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn, "fleet_")
-	t.Setenv("RATCHET_PG_DSN", dsn)
-	shared := t.TempDir()
-	extra := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
-		"secrets: {hmac_key_file: '" + filepath.Join(shared, "hmac.key") + "'}\n" +
-		"policies:\n  - match: 'fleet.*'\n    approval_threshold_micros: 100000000\n    ceilings:\n" +
-		"      - {name: fleet-spend, limit_micros: 20000000, window: 24h, per: global}\n" +
-		"  - match: 'wire.*'\n    approval_threshold_micros: 100000000\n"
-	var servers []*server
-	for i := range 3 {
-		servers = append(servers, startServe(t, filepath.Join(t.TempDir(), fmt.Sprint("data", i)), extra))
-	}
+	servers := startFleet(t, 3, "policies:\n  - match: 'fleet.*'\n    approval_threshold_micros: 100000000\n    ceilings:\n"+
+		"      - {name: fleet-spend, limit_micros: 20000000, window: 24h, per: global}\n"+
+		"  - match: 'wire.*'\n    approval_threshold_micros: 100000000\n")
 
 	const keys = 40 // 40 keys of 1 unit against a ceiling of 20
 	var mu sync.Mutex
@@ -96,4 +86,21 @@ func TestFleetOnPostgres(t *testing.T) {
 	if got := callTool(t, c, "ratchet_begin_effect", big); got["decision"] != "in_flight" {
 		t.Fatalf("via C: %v", got)
 	}
+}
+
+// startFleet runs n "ratchet serve" processes on one PostgreSQL ledger in a
+// schema of its own, with one HMAC key, each with its own data directory
+// and config plus extra (the policies).
+func startFleet(t *testing.T, n int, extra string) []*server {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "fleet_")
+	t.Setenv("RATCHET_PG_DSN", dsn)
+	cfg := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
+		"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n" + extra
+	var servers []*server
+	for i := range n {
+		servers = append(servers, startServe(t, filepath.Join(t.TempDir(), fmt.Sprint("data", i)), cfg))
+	}
+	return servers
 }

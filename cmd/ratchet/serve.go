@@ -86,7 +86,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		if len(agents) == 0 {
 			log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
-		} // with agents, the config's warning below says the API is read-only
+		} // with agents, the config's warning below says the API is closed
 	}
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: "+w.Path+": "+w.Message, "line", w.Line)
@@ -212,7 +212,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 // explain` classifies requests with, as serve does.
 func proxyOptions(cfg *config.Config) proxy.Options {
 	return proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
+		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
 	}

@@ -151,7 +151,7 @@ function decideForm(actions) {
     },
   }, a.label));
   if (!S.session?.can_decide) {
-    return h('div', { class: 'decide muted' }, 'read-only');
+    return h('div', { class: 'decide muted' }, 'cannot decide here');
   }
   return h('div', { class: 'decide' }, note, buttons);
 }
@@ -831,9 +831,9 @@ function header() {
   const banner = $('banner');
   $('nav').hidden = !s?.signed_in;
   banner.hidden = true;
-  if (s?.mode === 'read_only') {
+  if (s?.mode === 'admin_required') {
     banner.hidden = false;
-    banner.textContent = 'Read-only: agent tokens are configured and admin tokens are not, so nothing can be approved or resolved here (an agent on this host must not approve its own actions). Configure auth.admins to decide.';
+    banner.textContent = 'Closed: agent tokens are configured and admin tokens are not, so the console shows and decides nothing (an agent on this host must neither approve its own actions nor read other namespaces). Configure auth.admins and sign in with an admin token.';
   }
   if (!s?.signed_in) {
     who.replaceChildren();
@@ -841,7 +841,7 @@ function header() {
     who.replaceChildren(h('span', null, 'Signed in as ', h('strong', null, s.name)), ' ',
       h('button', { type: 'button', class: 'link', onclick: signOut }, 'Sign out'));
   } else {
-    who.replaceChildren(h('span', { class: 'muted' }, s.mode === 'open' ? 'No admin tokens: open on loopback' : 'Read-only'));
+    who.replaceChildren(h('span', { class: 'muted' }, 'No admin tokens: open on loopback'));
   }
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('here', a.dataset.page === S.route?.page);
 }
@@ -858,6 +858,13 @@ function render() {
   clearInterval(S.timer);
   const root = $('view');
   root.replaceChildren();
+  if (S.session?.mode === 'admin_required') {
+    S.route = null;
+    header();
+    document.title = 'Closed · Ratchet';
+    root.append(h('h1', null, 'Closed'), h('p', null, 'Configure auth.admins (ratchet token hash < token-file) and restart Ratchet to sign in.'));
+    return;
+  }
   if (!S.session?.signed_in) {
     S.route = null;
     header();
@@ -931,7 +938,7 @@ async function start() {
     // Without admin tokens there is no sign-in: the page asks for its
     // tokenless session (for its CSRF token) with a POST, as a GET never
     // makes one.
-    if (!S.session.signed_in && S.session.mode !== 'sign_in') {
+    if (!S.session.signed_in && S.session.mode === 'open') {
       S.session = await api('/console/session', { method: 'POST', body: {} });
     }
   } catch (err) {

@@ -129,8 +129,9 @@ func TestExampleConfigIsNotUsableAsIs(t *testing.T) {
 	}
 }
 
-// Agents without admins make the admin API read-only: the config is valid,
-// and its warning names the line of auth.agents and says what to add.
+// Agents without admins close the admin API and the console: the config
+// is valid, and its warning names the line of auth.agents and says what
+// to add.
 func TestAgentsWithoutAdminsWarnsAtTheAgentsLine(t *testing.T) {
 	const tok = "3a6eb0790f39ac87c94f3856b2dd2c5d110e6811602261a9a923d3bb23adc8b7"
 	cfg, err := Parse(strings.NewReader("data_dir: ./data\nauth:\n  agents:\n    - {token_sha256: "+tok+", namespace: shop}\n"+
@@ -139,7 +140,7 @@ func TestAgentsWithoutAdminsWarnsAtTheAgentsLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := cfg.Warnings()
-	if len(w) != 1 || w[0].Line != 3 || w[0].Path != "auth.agents" || !strings.Contains(w[0].Message, "read-only") ||
+	if len(w) != 1 || w[0].Line != 3 || w[0].Path != "auth.agents" || !strings.Contains(w[0].Message, "answer no one") ||
 		!strings.Contains(w[0].Message, "add auth.admins") || !strings.Contains(w[0].Message, "policies[0] (payment.*)") {
 		t.Fatalf("warnings %+v", w)
 	}

@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -163,6 +165,14 @@ type Proxy struct {
 	// Namespace is the tenant of every request through the proxy
 	// (default "default").
 	Namespace string `yaml:"namespace"`
+	// AgentID is the agent every proxied call is begun as: grants for it
+	// cover proxied calls, its per-agent ceilings count them, a lapsed
+	// lease is its unreported expiry. Empty: no agent (the scope shared by
+	// every call without one). The proxy is unauthenticated, so the
+	// Ratchet-Agent-Id and Ratchet-Run-Id headers are only labels; it may
+	// not be an agent that a token of auth.agents fixes in the same
+	// namespace (any local process would then act as that agent).
+	AgentID string `yaml:"agent_id"`
 	// UpstreamTimeout bounds a vendor call (default 60s); a call that runs
 	// out is reported unknown.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
@@ -390,15 +400,16 @@ func Parse(r io.Reader, name string) (*Config, error) {
 // with the lines of a parsed file (line 0 for a config built in code).
 // "ratchet config validate" prints them and serve logs them.
 //
-// Agents without admins is a warning, not an error: the admin API is then
-// read-only (see package admin), which is safe, and a deployment that
-// uses no approvals and resolves nothing by hand keeps working.
+// Agents without admins is a warning, not an error: the admin API and the
+// console are then closed (see package admin), which is safe, and a
+// deployment that uses no approvals and resolves nothing by hand keeps
+// working.
 func (c *Config) Warnings() []Problem {
 	var warns []Problem
 	if len(c.Auth.Agents) > 0 && len(c.Auth.Admins) == 0 {
-		msg := "agents are configured and auth.admins are not, so the admin API is read-only: approve, reject and resolve " +
-			"answer 403 admin_auth_required (an agent shares the sidecar's loopback and must not approve its own actions); " +
-			"add auth.admins with tokens of their own to decide approvals"
+		msg := "agents are configured and auth.admins are not, so the admin API and the console answer no one: every /v1 call, " +
+			"read or change, answers 403 admin_auth_required (an agent shares the sidecar's loopback and must neither approve its own " +
+			"actions nor read other namespaces by leaving its token off); add auth.admins with tokens of their own to read and decide"
 		for i, r := range c.Policies {
 			if r.ApprovalThresholdMicros != nil {
 				msg += fmt.Sprintf("; until then nobody can approve what policies[%d] (%s) sends for approval", i, r.Match)
@@ -408,6 +419,7 @@ func (c *Config) Warnings() []Problem {
 		warns = append(warns, Problem{Path: "auth.agents", Message: msg})
 	}
 	warns = append(warns, c.policyGaps()...)
+	warns = append(warns, c.proxyRunWarnings()...)
 	if c.root != nil {
 		for i := range warns {
 			warns[i].Line = lineOf(c.root, warns[i].Path)
@@ -457,6 +469,81 @@ func (c *Config) policyGaps() []Problem {
 			"(docs/proxy.md: the effect-type table)"})
 	}
 	return warns
+}
+
+// proxyRunWarnings: proxied calls have no run (the proxy's Ratchet-Run-Id
+// header is a label, never an identity), so a ceiling per run, or over a
+// run's lifetime, counts every proxied call as one run, the lifetime one
+// for good. That is the safe reading, and it is what such a ceiling now
+// does to a vendor's calls: said once per ceiling whose rule can match a
+// proxied vendor's effect types ("*", the vendor's name and a dot, or a
+// type of the taxonomy its money-moving calls get).
+func (c *Config) proxyRunWarnings() []Problem {
+	var warns []Problem
+	ops := vendors.Operations()
+	for i, r := range c.Policies {
+		vendor := ""
+		for _, v := range sortedKeys(c.Proxy.Upstreams) {
+			if r.Match == "*" || strings.HasPrefix(r.Match, v+".") {
+				vendor = v
+				break
+			}
+			for _, op := range sortedKeys(ops) {
+				if strings.HasPrefix(op, v+".") && r.Matches(ops[op], v, op) {
+					vendor = v
+					break
+				}
+			}
+			if vendor != "" {
+				break
+			}
+		}
+		if vendor == "" {
+			continue
+		}
+		for j, ce := range r.Ceilings {
+			if ce.Per != "run" && ce.Window != "run" {
+				continue
+			}
+			warns = append(warns, Problem{Path: fmt.Sprintf("policies[%d].ceilings[%d]", i, j), Message: fmt.Sprintf(
+				"%q counts per run, and calls through the proxy to %s have no run: the Ratchet-Run-Id header is a label, never an identity, "+
+					"so every proxied call counts as one run%s; use per: agent with proxy.agent_id, or per: global, for proxied calls",
+				ce.Name, vendor, map[bool]string{true: " and, over a run's lifetime, never starts again", false: ""}[ce.Window == "run"])})
+		}
+	}
+	return warns
+}
+
+// Open says, one line per listener, what answers without a credential and
+// to whom: "ratchet config validate" prints it, so an operator reads what
+// a local process (or anything that reaches a listener) may do without a
+// token. Package admin's doc holds the rules it describes.
+func (c *Config) Open() []string {
+	var out []string
+	if len(c.Auth.Agents) == 0 {
+		out = append(out, fmt.Sprintf("MCP (%s): no auth.agents, so unauthenticated: any caller is in namespace default and names its own agent_id", c.Listen.MCP))
+	} else {
+		out = append(out, fmt.Sprintf("MCP (%s): a token of auth.agents is required; each fixes its namespace (and agent_id, where set)", c.Listen.MCP))
+	}
+	switch {
+	case len(c.Auth.Admins) > 0:
+		out = append(out, fmt.Sprintf("admin API and console (%s): every read and change needs an admin token (auth.admins)", c.Listen.Admin))
+	case len(c.Auth.Agents) > 0:
+		out = append(out, fmt.Sprintf("admin API and console (%s): closed: agents are configured and admins are not, so every /v1 call answers 403 admin_auth_required", c.Listen.Admin))
+	default:
+		out = append(out, fmt.Sprintf("admin API and console (%s): no tokens at all, so open to every process on this machine (loopback only): it reads every namespace and approves", c.Listen.Admin))
+	}
+	out = append(out, fmt.Sprintf("%s/healthz, /readyz and /metrics: no token in any mode (counts by effect type, vendor and outcome, spend per namespace and ceiling; no effect ids, keys or agents)", c.Listen.Admin))
+	agent := "no agent (the scope every call without one shares)"
+	if c.Proxy.AgentID != "" {
+		agent = "agent " + strconv.Quote(c.Proxy.AgentID)
+	}
+	out = append(out, fmt.Sprintf("proxy (%s): asks no credential: every process that reaches it is begun in namespace %s as %s, in no run; "+
+		"Ratchet-Agent-Id and Ratchet-Run-Id are labels only", c.Listen.Proxy, c.Proxy.Namespace, agent))
+	if c.Listen.Transparent != "" {
+		out = append(out, fmt.Sprintf("transparent proxy (%s): the same as the proxy, for the connections the rules redirect", c.Listen.Transparent))
+	}
+	return out
 }
 
 // yamlError turns yaml.v3's messages into Problems with lines.
@@ -619,6 +706,7 @@ func (c *Config) problems() []Problem {
 	if msg := namespaceProblem(c.Proxy.Namespace); msg != "" {
 		add("proxy.namespace", "%s", msg)
 	}
+	c.proxyAgentProblems(add)
 	for i, a := range c.Auth.Admins {
 		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
 	}
@@ -635,6 +723,34 @@ func (c *Config) problems() []Problem {
 		add("ledger.backend", "%q must be badger or postgres", c.Ledger.Backend)
 	}
 	return probs
+}
+
+// proxyAgentProblems checks proxy.agent_id: an id the engine accepts, and
+// not an agent whose token fixes it in the proxy's namespace. The proxy
+// asks no credential, so a proxy acting as such an agent would let any
+// local process use that agent's grants and add to its unreported
+// expiries, which its token exists to keep its own.
+func (c *Config) proxyAgentProblems(add func(path, format string, args ...any)) {
+	id := c.Proxy.AgentID
+	switch {
+	case id == "":
+		return
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		add("proxy.agent_id", "must be valid UTF-8 without control characters")
+	case utf8.RuneCountInString(id) > ledger.MaxIDLen:
+		add("proxy.agent_id", "is %d characters; the limit is %d", utf8.RuneCountInString(id), ledger.MaxIDLen)
+	}
+	ns := c.Proxy.Namespace
+	if ns == "" {
+		ns = ledger.DefaultNamespace
+	}
+	for i, a := range c.Auth.Agents {
+		if a.AgentID == id && a.Namespace == ns {
+			add("proxy.agent_id", "%q is the agent auth.agents[%d]'s token fixes in namespace %q: the proxy asks for no credential, "+
+				"so any local process would use that agent's grants and count against its limits; give the proxy an agent id of its own", id, i, ns)
+			return
+		}
+	}
 }
 
 // namespaceProblem says what is wrong with a namespace in the engine's own
