@@ -345,7 +345,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	var grant *Grant // a scoped approval that covers it (grants.go)
 	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
-		g, err := e.grantFor(t, req.Namespace, req.EffectType, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
+		g, err := e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
 		if err != nil {
 			return nil, err
 		}
@@ -642,4 +642,15 @@ func notApplied(res *BeginResult) []string {
 		return nil
 	}
 	return res.DimensionWarning.Ceilings
+}
+
+// grantForEffect is grantFor by the effect type, then by the operation:
+// as for rules, a grant made on the proxy's old names (stripe.*) still
+// covers the proxied calls it covered, now typed payment.charge.
+func (e *Engine) grantForEffect(t *opTxn, ns, effectType, operation, agent, run string, cost int64, now time.Time) (*Grant, error) {
+	g, err := e.grantFor(t, ns, effectType, agent, run, cost, now)
+	if g != nil || err != nil || operation == "" {
+		return g, err
+	}
+	return e.grantFor(t, ns, operation, agent, run, cost, now)
 }
