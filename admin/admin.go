@@ -114,6 +114,10 @@ type Options struct {
 	Metrics http.Handler
 	// Logger gets one line per operator action.
 	Logger *slog.Logger
+	// Explainer serves POST /v1/explain (explain.go) and Gate its proxied
+	// requests; nil leaves them out.
+	Explainer Explainer
+	Gate      Gate
 }
 
 // maxBody bounds admin request bodies.
@@ -147,6 +151,7 @@ func Handler(eng Engine, opts Options) http.Handler {
 	mux.Handle("GET /v1/halts", a.auth(params(a.listHalts)))
 	mux.Handle("POST /v1/halts", a.auth(params(a.createHalt)))
 	mux.Handle("POST /v1/halts/{id}/lift", a.auth(params(a.liftHalt)))
+	mux.Handle("POST /v1/explain", a.auth(params(a.explain)))
 	mux.Handle("/v1/", a.auth(func(w http.ResponseWriter, r *http.Request, _ string) error {
 		return &apiError{http.StatusNotFound, "not_found", "no such admin endpoint: " + r.Method + " " + r.URL.Path}
 	}))

@@ -198,7 +198,7 @@ func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
 // pages are the console's addresses; each serves the same page, whose
 // script shows the view the path names (so each is a link to share).
 var pages = []string{"/{$}", "/approvals", "/approvals/{id}", "/attention", "/effects", "/effects/{id}",
-	"/budgets", "/groups", "/grants"}
+	"/budgets", "/groups", "/grants", "/explain"}
 
 // guard applies the admin API's rules against web pages to the console's
 // own endpoints (the API's are applied by the API).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -35,6 +36,13 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	}
 	res := v.(*BeginResult)
 	e.obs.Begin(in.req.EffectType, res.Decision, time.Since(start))
+	if w := res.DimensionWarning; w != nil {
+		if dw, ok := e.obs.(DimensionWarningObserver); ok {
+			dw.DimensionWarning(in.req.EffectType, len(w.Ceilings))
+		}
+		e.log.WarnContext(ctx, "ceiling not applied: the begin declared none of its dimension", "namespace", in.req.Namespace,
+			"effect_type", in.req.EffectType, "effect_id", res.EffectID, "ceilings", w.Ceilings, "dimensions", w.Dimensions)
+	}
 	if o := in.observed; o != nil {
 		if ob, ok := e.obs.(ObservedObserver); ok {
 			ob.Observed(in.req.EffectType, o.would)
@@ -43,7 +51,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 			"effect_id", res.EffectID, "decision", res.Decision, "would", o.would, "reason", o.reason, "rule", o.rule)
 	}
 	e.log.InfoContext(ctx, "begin", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
-		"decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
+		"vendor", in.req.Vendor, "operation", in.req.Operation, "decision", res.Decision, "effect_id", res.EffectID, "attempt", res.Attempt, "reason", res.Reason)
 	return res, nil
 }
 
@@ -98,8 +106,9 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 		return nil, err
 	}
 	t.emit(Event{Type: EventEffectBegun, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
-		Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
-		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims})
+		Vendor: req.Vendor, Operation: req.Operation, Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
+		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims,
+		NotApplied: notApplied(res)})
 	if o := in.observed; o != nil && o.changes(res.Decision) {
 		t.emit(Event{Type: EventPolicyObserved, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
 			Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, Decision: Decision(o.would),
@@ -357,7 +366,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	var grant *Grant // a scoped approval that covers it (grants.go)
 	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
-		g, err := e.grantFor(t, req.Namespace, req.EffectType, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
+		g, err := e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
 		if err != nil {
 			return nil, err
 		}
@@ -389,7 +398,36 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	if len(uncounted) > 0 {
 		res.BudgetWarning = &BudgetWarning{Ceilings: uncounted, Message: "A spend ceiling applies to this action but no estimated_cost_micros was sent, so nothing was counted against it. Tell the operator, and send the cost on every begin that spends money."}
 	}
+	res.DimensionWarning = dimensionWarning(in)
 	return res, nil
+}
+
+// dimensionWarning names the enforced ceilings of a begin's rules that are
+// per a dimension the begin did not declare, and so did not apply to it
+// (scopeOf): nil when there are none. Declaring is the agent's to do and
+// require_dimensions the operator's way to make it so; until then the
+// answer, ratchet_dimension_warnings_total and the effect.begun audit
+// record say which ceiling was not applied, so that a limit never fails to
+// apply unseen.
+func dimensionWarning(in *beginInput) *DimensionWarning {
+	var w *DimensionWarning
+	for _, c := range in.pol.ceilings {
+		if _, ok := in.dims[c.dim]; c.dim == "" || ok || c.observed {
+			continue
+		}
+		if w == nil {
+			w = &DimensionWarning{}
+		}
+		w.Ceilings = append(w.Ceilings, c.Name)
+		if !contains(w.Dimensions, c.dim) {
+			w.Dimensions = append(w.Dimensions, c.dim)
+		}
+	}
+	if w != nil {
+		w.Message = fmt.Sprintf("A ceiling per dimension applies to this action but the begin declared no %s, so the ceiling was not applied. "+
+			"Tell the operator, and declare %s on every begin of this type.", strings.Join(w.Dimensions, ", "), strings.Join(w.Dimensions, ", "))
+	}
+	return w
 }
 
 // approvalCovers reports whether a granted, unexpired approval covers a
@@ -558,7 +596,7 @@ func (e *Engine) newEffect(in *beginInput, now time.Time) *effectRec {
 	rec := &effectRec{Dimensions: in.dims}
 	rec.Effect = Effect{
 		EffectID: e.ids.next("eff_", now), Namespace: req.Namespace, IdempotencyKey: req.IdempotencyKey,
-		EffectType: req.EffectType, Vendor: req.Vendor, RunID: req.RunID, AgentID: req.AgentID,
+		EffectType: req.EffectType, Vendor: req.Vendor, Operation: req.Operation, RunID: req.RunID, AgentID: req.AgentID,
 		GroupKey: req.GroupKey, Fingerprint: in.fingerprint, Compensation: req.Compensation,
 		CompensatesEffectID: req.CompensatesEffectID, CreatedAt: now,
 	}
@@ -638,4 +676,23 @@ func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWar
 	id, since := a.oldest()
 	return &IntegrationWarning{UnreportedCount: len(a.Unreported), OldestEffectID: id, OldestSince: since,
 		Message: "You have begun effects whose leases expired without a report. Report the outcome after every action, and tell the operator: those effects are blocked until resolved."}, nil
+}
+
+// notApplied is what an effect.begun record says of a dimension warning.
+func notApplied(res *BeginResult) []string {
+	if res.DimensionWarning == nil {
+		return nil
+	}
+	return res.DimensionWarning.Ceilings
+}
+
+// grantForEffect is grantFor by the effect type, then by the operation:
+// as for rules, a grant made on the proxy's old names (stripe.*) still
+// covers the proxied calls it covered, now typed payment.charge.
+func (e *Engine) grantForEffect(t *opTxn, ns, effectType, operation, agent, run string, cost int64, now time.Time) (*Grant, error) {
+	g, err := e.grantFor(t, ns, effectType, agent, run, cost, now)
+	if g != nil || err != nil || operation == "" {
+		return g, err
+	}
+	return e.grantFor(t, ns, operation, agent, run, cost, now)
 }

@@ -29,10 +29,13 @@ import (
 // UnreportedAgent empty or AgentID: nearly all) is written in format 1, so
 // that the version before format 2 reads it and a rolling upgrade or a
 // rollback of a fleet meets format 2 only for records another agent took
-// over; the decoder fills the agents in from AgentID.
+// over; the decoder fills the agents in from AgentID. Likewise format 3
+// (Operation, the vendor's operation of a proxied effect) is written only
+// for a record that has one.
 const (
 	recBinaryV1 = 1 // without AttemptAgent and UnreportedAgent
-	recBinary   = 2
+	recBinaryV2 = 2 // without Operation
+	recBinary   = 3
 )
 
 func encodeEffect(r *effectRec) ([]byte, error) {
@@ -45,8 +48,11 @@ func encodeEffect(r *effectRec) ([]byte, error) {
 		unreportedAgent = ""
 	}
 	format := byte(recBinaryV1)
-	if attemptAgent != "" || unreportedAgent != "" {
+	switch {
+	case r.Operation != "":
 		format = recBinary
+	case attemptAgent != "" || unreportedAgent != "":
+		format = recBinaryV2
 	}
 	w.b = append(w.b, format)
 	e := &r.Effect
@@ -87,9 +93,12 @@ func encodeEffect(r *effectRec) ([]byte, error) {
 	w.time(r.GrantedAt)
 	w.time(r.UnreportedAt)
 	w.time(r.RetainedAt)
-	if format == recBinary {
+	if format >= recBinaryV2 {
 		w.str(attemptAgent)
 		w.str(unreportedAgent)
+	}
+	if format >= recBinary {
+		w.str(r.Operation)
 	}
 	return w.b, nil
 }
@@ -98,7 +107,7 @@ func decodeEffect(b []byte, r *effectRec) error {
 	if len(b) > 0 && b[0] == '{' {
 		return decodeJSON(b, r)
 	}
-	if len(b) == 0 || b[0] != recBinary && b[0] != recBinaryV1 {
+	if len(b) == 0 || b[0] < recBinaryV1 || b[0] > recBinary {
 		return errors.New("decoding ledger record: unknown format")
 	}
 	d := recReader{b: b[1:]}
@@ -141,9 +150,12 @@ func decodeEffect(b []byte, r *effectRec) error {
 	r.GrantedAt = d.time()
 	r.UnreportedAt = d.time()
 	r.RetainedAt = d.time()
-	if b[0] >= recBinary {
+	if b[0] >= recBinaryV2 {
 		r.AttemptAgent = d.str()
 		r.UnreportedAgent = d.str()
+	}
+	if b[0] >= recBinary {
+		e.Operation = d.str()
 	}
 	if r.AttemptAgent == "" {
 		r.AttemptAgent = e.AgentID

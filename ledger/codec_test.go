@@ -155,11 +155,12 @@ func FuzzDecodeRecord(f *testing.F) {
 // those two) are read, with both taken to be the effect's first agent.
 func TestRecordCodecReadsFormatOne(t *testing.T) {
 	rec := filledRecord(t)
+	rec.Operation = "" // else format 3
 	b, err := encodeEffect(&rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b[0] != recBinary {
+	if b[0] != recBinaryV2 {
 		t.Fatalf("a record another agent took over written in format %d", b[0])
 	}
 	tail := len(rec.AttemptAgent) + 1 + len(rec.UnreportedAgent) + 1 // each a one-byte length and its bytes
@@ -173,7 +174,7 @@ func TestRecordCodecReadsFormatOne(t *testing.T) {
 // reads (a rollback, or replicas of two versions sharing a ledger).
 func TestRecordCodecWritesFormatOneWhenItCan(t *testing.T) {
 	rec := filledRecord(t)
-	rec.AttemptAgent, rec.UnreportedAgent = rec.AgentID, rec.AgentID
+	rec.AttemptAgent, rec.UnreportedAgent, rec.Operation = rec.AgentID, rec.AgentID, ""
 	b, err := encodeEffect(&rec)
 	if err != nil {
 		t.Fatal(err)
@@ -182,4 +183,26 @@ func TestRecordCodecWritesFormatOneWhenItCan(t *testing.T) {
 		t.Fatalf("written in format %d, want 1", b[0])
 	}
 	wantDecoded(t, b, rec, "a record of one agent")
+}
+
+// TestRecordCodecWritesOperationOnlyInFormatThree: a proxied effect's
+// operation is kept (format 3); a record without one is written as before
+// (format 1 or 2), which the versions before the operation read.
+func TestRecordCodecWritesOperationOnlyInFormatThree(t *testing.T) {
+	rec := filledRecord(t)
+	b, err := encodeEffect(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != recBinary {
+		t.Fatalf("a record with an operation written in format %d, want %d", b[0], recBinary)
+	}
+	wantDecoded(t, b, rec, "a record with an operation")
+	rec.Operation = ""
+	if b, err = encodeEffect(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != recBinaryV2 {
+		t.Fatalf("a record without an operation written in format %d, want %d", b[0], recBinaryV2)
+	}
 }

@@ -119,6 +119,13 @@ type Observer interface {
 	WriteFailed(stage string, ops int)
 }
 
+// DimensionWarningObserver is an Observer also told of each begin whose
+// answer carries a dimension_warning, with the number of ceilings not
+// applied (metrics: ratchet_dimension_warnings_total).
+type DimensionWarningObserver interface {
+	DimensionWarning(effectType string, ceilings int)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Begin(string, Decision, time.Duration) {}
@@ -613,6 +620,9 @@ type opTxn struct {
 	cache  *writerCaches
 	recs   map[string]*effectRec // records this op wrote, for the cache
 	events []Event               // what the op did, journaled if it succeeds (events.go)
+	// dry: a dry run (explain.go), whose writes are dropped; it must
+	// touch nothing of the writer's own.
+	dry bool
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

@@ -67,14 +67,18 @@ type Event struct {
 	Namespace  string    `json:"namespace,omitempty"`
 	EffectID   string    `json:"effect_id,omitempty"`
 	EffectType string    `json:"effect_type,omitempty"`
-	Attempt    int       `json:"attempt,omitempty"`
-	AgentID    string    `json:"agent_id,omitempty"`
-	RunID      string    `json:"run_id,omitempty"`
-	GroupKey   string    `json:"group_key,omitempty"`
-	ApprovalID string    `json:"approval_id,omitempty"`
-	Decision   Decision  `json:"decision,omitempty"`
-	State      State     `json:"state,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
+	// Vendor and Operation are the effect's vendor and the vendor's own
+	// operation (a proxied call's stripe.payment_intents.create).
+	Vendor     string   `json:"vendor,omitempty"`
+	Operation  string   `json:"operation,omitempty"`
+	Attempt    int      `json:"attempt,omitempty"`
+	AgentID    string   `json:"agent_id,omitempty"`
+	RunID      string   `json:"run_id,omitempty"`
+	GroupKey   string   `json:"group_key,omitempty"`
+	ApprovalID string   `json:"approval_id,omitempty"`
+	Decision   Decision `json:"decision,omitempty"`
+	State      State    `json:"state,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
 	// CostMicros is the cost the event is about: a begin's estimate, a
 	// report's actual cost, an approval request's estimate.
 	CostMicros *int64 `json:"cost_micros,omitempty"`
@@ -92,9 +96,12 @@ type Event struct {
 	// Rule is the observed ceiling's name or the observed rule's match
 	// (policy.observed).
 	Rule string `json:"rule,omitempty"`
-	// Vendor, HaltID and Note: a halt's scope vendor, its id and the
-	// operator's note (halt.go).
-	Vendor string `json:"vendor,omitempty"`
+	// NotApplied names the ceilings per a dimension the begin did not
+	// declare, which therefore did not apply to it (effect.begun; see
+	// BeginResult.DimensionWarning).
+	NotApplied []string `json:"ceilings_not_applied,omitempty"`
+	// HaltID and Note: a halt's id and the operator's note (halt.go);
+	// a halt's scope vendor is in Vendor.
 	HaltID string `json:"halt_id,omitempty"`
 	Note   string `json:"note,omitempty"`
 	// Compensation is the undo an approval request's step declared,
@@ -123,7 +130,7 @@ func (t *opTxn) emit(ev Event) {
 // effectEvent is an event about rec, with its labels.
 func effectEvent(typ string, rec *effectRec) Event {
 	return Event{Type: typ, Namespace: rec.Namespace, EffectID: rec.EffectID, EffectType: rec.EffectType,
-		Attempt: rec.Attempt, AgentID: rec.owner(), RunID: rec.RunID, GroupKey: rec.GroupKey, State: rec.State,
+		Vendor: rec.Vendor, Operation: rec.Operation, Attempt: rec.Attempt, AgentID: rec.owner(), RunID: rec.RunID, GroupKey: rec.GroupKey, State: rec.State,
 		Reason: rec.Reason, Dimensions: rec.Dimensions}
 }
 

@@ -305,7 +305,7 @@ func (e *Engine) useGrant(t *opTxn, g *Grant, in *beginInput, rec *effectRec, no
 // request of rec, so that its begin is decided anew (and executes).
 func (e *Engine) waitingGrant(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 	a := rec.Approval
-	g, err := e.grantFor(t, rec.Namespace, rec.EffectType, a.AgentID, a.RunID, a.EstimatedCostMicros, now)
+	g, err := e.grantForEffect(t, rec.Namespace, rec.EffectType, rec.Operation, a.AgentID, a.RunID, a.EstimatedCostMicros, now)
 	return g != nil, err
 }
 

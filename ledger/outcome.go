@@ -204,9 +204,9 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 // new attempt began, nothing holds a reservation) and still marked as an
 // unreported expiry: a timely report is the agent's to make.
 func (e *Engine) overturnLateFailure(t *opTxn, rec *effectRec, req *ResolveRequest, now time.Time) (*Effect, error) {
-	in := &beginInput{req: BeginRequest{Namespace: rec.Namespace, EffectType: rec.EffectType, AgentID: rec.owner(),
+	in := &beginInput{req: BeginRequest{Namespace: rec.Namespace, EffectType: rec.EffectType, Vendor: rec.Vendor, Operation: rec.Operation, AgentID: rec.owner(),
 		RunID: rec.RunID, EstimatedCostMicros: rec.EstimatedCostMicros}, dims: rec.Dimensions,
-		pol: e.policy.forType(rec.EffectType), replica: e.replica}
+		pol: e.policy.forEffect(rec.EffectType, rec.Vendor, rec.Operation), replica: e.replica}
 	if rec.ActualCostMicros != nil {
 		in.req.EstimatedCostMicros = rec.ActualCostMicros
 	}

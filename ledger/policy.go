@@ -8,11 +8,30 @@ import (
 	"time"
 )
 
-// Rule is one entry of the policies list in the config file. Every rule whose
-// Match glob matches an effect type applies, and the strictest value wins.
+// Rule is one entry of the policies list in the config file. Every rule that
+// matches a begin applies, and the strictest value wins.
+//
+// A rule matches when its Match glob matches the begin's effect type, or
+// its operation (the vendor's own name of a proxied call); and, when the
+// rule names them, the begin's vendor is Vendor and its operation matches
+// Operation. Matching the operation with Match keeps a rule written before
+// the proxy's calls had vendor-neutral types (match: "stripe.*") governing
+// the calls it governed: old names are aliases (config validate names the
+// new type). Matching more can only make a begin's policy stricter, since
+// the strictest value of every matching rule wins.
+//
+// Narrowing by Vendor or Operation is exact for the proxy, which sets both
+// from the request it gates. An MCP agent declares its own vendor (and no
+// operation), so a narrowed rule restricts what an agent declares, not what
+// it does: put a limit every agent must meet in a rule that is not narrowed.
 type Rule struct {
 	// Match is a glob over effect types ("payment.*", "*"). "*" crosses dots.
 	Match string `yaml:"match"`
+	// Vendor, when set, limits the rule to begins of this vendor (stripe).
+	Vendor string `yaml:"vendor,omitempty"`
+	// Operation, when set, is a glob the begin's operation must match
+	// (stripe.refunds.*); a begin with no operation never matches it.
+	Operation string `yaml:"operation,omitempty"`
 	// Deny refuses the effect type outright (policy_denied).
 	Deny bool `yaml:"deny,omitempty"`
 	// ApprovalThresholdMicros routes effects whose declared cost reaches it to
@@ -89,6 +108,14 @@ func ValidatePolicies(rules []Rule) []*FieldError {
 			add(rp+".match", "is required (a glob over effect types, e.g. \"payment.*\")")
 		} else if _, err := path.Match(r.Match, ""); err != nil || !globRe.MatchString(r.Match) {
 			add(rp+".match", "%q is not a valid glob over lowercase effect types", r.Match)
+		}
+		if r.Vendor != "" && (r.Vendor != strings.ToLower(r.Vendor) || !vendorRe.MatchString(r.Vendor) || len(r.Vendor) > MaxVendorNameLen) {
+			add(rp+".vendor", "%q is not a vendor name (lowercase, e.g. stripe)", r.Vendor)
+		}
+		if r.Operation != "" {
+			if _, err := path.Match(r.Operation, ""); err != nil || !globRe.MatchString(r.Operation) {
+				add(rp+".operation", "%q is not a valid glob over lowercase operations (e.g. stripe.refunds.*)", r.Operation)
+			}
 		}
 		if t := r.ApprovalThresholdMicros; t != nil && *t < 0 {
 			add(rp+".approval_threshold_micros", "must be >= 0, got %d", *t)
@@ -209,6 +236,9 @@ type effectivePolicy struct {
 	// observe is what the observed rules that match would add; their
 	// ceilings are in ceilings, marked observed.
 	observe observedPolicy
+	// rules are the indexes of the matching rules, in file order
+	// (Explain).
+	rules []int
 }
 
 // policy is the compiled policy: rules in file order.
@@ -240,14 +270,34 @@ func compilePolicy(rules []Rule) (*policy, error) {
 	return p, nil
 }
 
-// forType combines every rule that matches effectType; the strictest wins.
-func (p *policy) forType(effectType string) effectivePolicy {
+// Matches reports whether the rule applies to a begin of effectType by
+// vendor with operation (see Rule).
+func (r Rule) Matches(effectType, vendor, operation string) bool {
+	if r.Vendor != "" && r.Vendor != vendor {
+		return false
+	}
+	if r.Operation != "" {
+		if ok, _ := path.Match(r.Operation, operation); !ok || operation == "" {
+			return false
+		}
+	}
+	if ok, _ := path.Match(r.Match, effectType); ok {
+		return true
+	}
+	ok, _ := path.Match(r.Match, operation)
+	return ok && operation != ""
+}
+
+// forEffect combines every rule that matches a begin of effectType by
+// vendor with operation; the strictest wins.
+func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy {
 	var ep effectivePolicy
 	seen := map[string]bool{}
 	for i, r := range p.rules {
-		if ok, _ := path.Match(r.Match, effectType); !ok {
+		if !r.Matches(effectType, vendor, operation) {
 			continue
 		}
+		ep.rules = append(ep.rules, i)
 		if r.Mode == ModeObserve {
 			ep.observe.add(r)
 			ep.ceilings = append(ep.ceilings, p.ceilings[i]...)

@@ -89,7 +89,7 @@ const firedMemoryMax = 1 << 14
 // fireThresholds emits budget.threshold for every threshold a begin's
 // reservations reached that has not fired in its window.
 func (e *Engine) fireThresholds(t *opTxn, in *beginInput, uses []*ceilingUse, now time.Time) error {
-	if len(e.thresholds) == 0 {
+	if len(e.thresholds) == 0 || t.dry { // e.fired is the writer's
 		return nil
 	}
 	for _, u := range uses {

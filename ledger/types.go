@@ -105,6 +105,15 @@ type BeginRequest struct {
 	// that began its first step, and only that agent adds steps to it; a
 	// compensation is begun only by the agent whose attempt it undoes.
 	AgentClaimed bool `json:"-"`
+	// Operation is the vendor's own operation (stripe.payment_intents.create)
+	// when an adapter knows it: the proxy sets it for every call it gates,
+	// with EffectType the call's type in the taxonomy (package vendors,
+	// taxonomy.go). It is kept with the effect, shown with it and audited;
+	// rules may narrow by it; and it, not EffectType, is what the
+	// fingerprint covers when set, so an effect begun under the name the
+	// proxy gave it before the taxonomy is the same effect after it. It is
+	// an adapter's, never an MCP agent's argument.
+	Operation string `json:"-"`
 	// SameAs, set by an adapter that derives keys from content in windows
 	// (the proxy's dedupe_window), are the keys the same content has in the
 	// neighbouring windows. When IdempotencyKey names no effect and one of
@@ -139,6 +148,15 @@ type BudgetUse struct {
 type BudgetWarning struct {
 	Ceilings []string `json:"ceilings"`
 	Message  string   `json:"message"`
+}
+
+// DimensionWarning says a ceiling per dimension (per: dimension:<name>)
+// applies to the effect type but the begin declared none of its dimension,
+// so the ceiling was not applied.
+type DimensionWarning struct {
+	Ceilings   []string `json:"ceilings"`
+	Dimensions []string `json:"dimensions"`
+	Message    string   `json:"message"`
 }
 
 // IntegrationWarning says this agent has effects whose leases expired without
@@ -197,6 +215,7 @@ type BeginResult struct {
 	Message string `json:"message"`
 
 	BudgetWarning      *BudgetWarning      `json:"budget_warning,omitempty"`
+	DimensionWarning   *DimensionWarning   `json:"dimension_warning,omitempty"`
 	IntegrationWarning *IntegrationWarning `json:"integration_warning,omitempty"`
 }
 
@@ -298,6 +317,7 @@ type Effect struct {
 	IdempotencyKey      string          `json:"idempotency_key"`
 	EffectType          string          `json:"effect_type"`
 	Vendor              string          `json:"vendor,omitempty"`
+	Operation           string          `json:"operation,omitempty"`
 	RunID               string          `json:"run_id,omitempty"`
 	AgentID             string          `json:"agent_id,omitempty"`
 	GroupKey            string          `json:"group_key,omitempty"`

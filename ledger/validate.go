@@ -214,6 +214,11 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if req.Vendor, err = checkVendor("vendor", req.Vendor); err != nil {
 		return nil, err
 	}
+	if req.Operation != "" {
+		if err = checkEffectType("operation", req.Operation); err != nil {
+			return nil, err
+		}
+	}
 	if err = checkCost("estimated_cost_micros", req.EstimatedCostMicros); err != nil {
 		return nil, err
 	}
@@ -260,7 +265,7 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if req.LeaseSeconds < 0 {
 		return nil, invalidArg("lease_seconds", "must be > 0, got %d", req.LeaseSeconds)
 	}
-	in.pol = e.policy.forType(req.EffectType)
+	in.pol = e.policy.forEffect(req.EffectType, req.Vendor, req.Operation)
 	maxLease := e.maxLease(&in.pol)
 	in.lease = req.LeaseSeconds
 	if in.lease == 0 {
@@ -269,7 +274,14 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if in.lease > maxLease {
 		return nil, invalidArg("lease_seconds", "%d exceeds the maximum of %d for %s; ask for a shorter lease and report before it ends", in.lease, maxLease, req.EffectType)
 	}
-	in.fingerprint = fingerprint(e.secret, req.EffectType, req.Vendor, payload)
+	// A proxied call's operation is the name its effect type had before
+	// the taxonomy, and determines its type: fingerprinting it keeps an
+	// effect begun before an upgrade the same action after it.
+	what := req.EffectType
+	if req.Operation != "" {
+		what = req.Operation
+	}
+	in.fingerprint = fingerprint(e.secret, what, req.Vendor, payload)
 	if req.CompensatesEffectID != "" {
 		in.payload = payload
 	}
@@ -282,10 +294,10 @@ func (e *Engine) maxLease(pol *effectivePolicy) int {
 	return minPositive(e.defaults.MaxLeaseSeconds, pol.maxLease)
 }
 
-// MaxLeaseSeconds is the longest lease a begin of effectType may ask for
-// (defaults.max_lease_seconds, lowered by the policy). The proxy caps its
-// own lease with it.
-func (e *Engine) MaxLeaseSeconds(effectType string) int {
-	pol := e.policy.forType(effectType)
+// MaxLeaseSeconds is the longest lease a begin of effectType by vendor with
+// operation may ask for (defaults.max_lease_seconds, lowered by the
+// policy). The proxy caps its own lease with it.
+func (e *Engine) MaxLeaseSeconds(effectType, vendor, operation string) int {
+	pol := e.policy.forEffect(effectType, vendor, operation)
 	return e.maxLease(&pol)
 }

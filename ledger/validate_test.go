@@ -73,10 +73,10 @@ func TestBadBeginInput(t *testing.T) {
 	}
 	// The longest lease allowed is what MaxLeaseSeconds says: the default
 	// cap, or a policy's lower one.
-	if got := h.eng.MaxLeaseSeconds("email.send"); got != 3600 {
+	if got := h.eng.MaxLeaseSeconds("email.send", "", ""); got != 3600 {
 		t.Fatalf("MaxLeaseSeconds(email.send) = %d", got)
 	}
-	if got := h.eng.MaxLeaseSeconds("sms.send"); got != 120 {
+	if got := h.eng.MaxLeaseSeconds("sms.send", "", ""); got != 120 {
 		t.Fatalf("MaxLeaseSeconds(sms.send) = %d", got)
 	}
 	sms := ok()

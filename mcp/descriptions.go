@@ -27,7 +27,7 @@ var beginSpec = toolSpec{
 - denied: policy or budget refused it (see reason). Do not act; tell the user.
 - denied, reason halted: an operator stopped these actions. Stop, try no other way, tell the user.
 
-If budget_warning is present, a spend ceiling exists but counted nothing because no cost was sent: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
+If budget_warning (no cost sent) or dimension_warning (a dimension not declared) is present, a ceiling counted nothing: tell the operator. If integration_warning is present, effects you began expired without a report: report after every action from now on, and tell the operator, because those effects now block.
 
 Errors (isError, text starting with the code) to fix and retry: invalid_argument, idempotency_key_conflict (same key, different action), dimension_required (send the named dimension), cost_required (send estimated_cost_micros), unauthorized.`,
 	fields: map[string]field{
@@ -53,7 +53,7 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 	},
 	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
 		"result": nil, "vendor_reference": nil, "retry_after_seconds": nil, "reason": nil, "approval_id": nil,
-		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "integration_warning": nil,
+		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "dimension_warning": nil, "integration_warning": nil,
 		"vendor_idempotency_key": {"value": nil, "location": nil, "name": nil, "enforced": nil}},
 }
 

@@ -284,7 +284,11 @@ func (t *tools) register(s *sdk.Server) {
 		if err != nil {
 			return nil, "", err
 		}
-		return res, string(res.Decision) + ": " + res.Message, nil
+		text := string(res.Decision) + ": " + res.Message
+		if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
+			text += " Warning: " + w.Message
+		}
+		return res, text, nil
 	})
 	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts

@@ -44,6 +44,8 @@ type Metrics struct {
 	upstream   *prometheus.HistogramVec
 	notify     *prometheus.CounterVec
 	observed   *prometheus.CounterVec
+	dimWarn    *prometheus.CounterVec
+	ops        *prometheus.CounterVec
 	webhooks   *prometheus.CounterVec // webhooks.Observer
 	recovered  *prometheus.CounterVec // recovery.Observer
 	idleClosed *prometheus.CounterVec // ConnState, once asked for
@@ -56,7 +58,9 @@ var (
 	_ ledger.Observer = (*Metrics)(nil)
 	_ proxy.Observer  = (*Metrics)(nil)
 
-	_ ledger.ObservedObserver = (*Metrics)(nil)
+	_ ledger.ObservedObserver         = (*Metrics)(nil)
+	_ ledger.DimensionWarningObserver = (*Metrics)(nil)
+	_ proxy.OperationObserver         = (*Metrics)(nil)
 )
 
 // New registers the metrics. Set the ledger with Watch before serving.
@@ -88,6 +92,13 @@ func New() *Metrics {
 		Help: "Begins an observed policy rule (mode: observe) would have refused, by effect type and what it would have answered; the agent was answered as if the rule were absent."},
 		[]string{"effect_type", "would"})
 	m.reg.MustRegister(m.observed)
+	m.dimWarn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_dimension_warnings_total",
+		Help: "Begins answered with a dimension_warning, by effect type: a ceiling per dimension applied to the type but the begin declared none of its dimension, so it was not applied."},
+		[]string{"effect_type"})
+	m.ops = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_proxy_operations_total",
+		Help: "Gated proxy calls by the vendor's own operation (stripe.payment_intents.create) and decision; ratchet_decisions_total counts them by effect type (payment.charge)."},
+		[]string{"operation", "decision"})
+	m.reg.MustRegister(m.dimWarn, m.ops)
 	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_webhook_events_total",
 		Help: "Vendor webhook events by vendor and stage: received, refused (bad or stale signature), verified, ignored, matched, unknown (no effect has the key), settled, agreed (settled that way already), contradicted, failed (not recorded; the vendor retries)."},
 		[]string{"vendor", "stage"})
@@ -131,6 +142,16 @@ func (m *Metrics) Begin(effectType string, d ledger.Decision, elapsed time.Durat
 // Observed implements ledger.ObservedObserver.
 func (m *Metrics) Observed(effectType, would string) {
 	m.observed.WithLabelValues(m.effectType(effectType), would).Inc()
+}
+
+// DimensionWarning implements ledger.DimensionWarningObserver.
+func (m *Metrics) DimensionWarning(effectType string, _ int) {
+	m.dimWarn.WithLabelValues(m.effectType(effectType)).Inc()
+}
+
+// Operation implements proxy.OperationObserver.
+func (m *Metrics) Operation(operation, decision string) {
+	m.ops.WithLabelValues(m.effectType(operation), decision).Inc()
 }
 
 // Report implements ledger.Observer.

@@ -75,33 +75,34 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		return
 	}
 	if e.Refuse != "" {
-		p.log.Warn("proxy request refused as ambiguous", "vendor", v.Name(), "effect_type", e.EffectType)
+		p.log.Warn("proxy request refused as ambiguous", "vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation)
 		p.opts.Observer.Request(v.Name(), "refused")
 		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+e.Refuse+"; nothing was sent or recorded")
 		return
 	}
 	owner := ownerOf(e)
-	req := p.beginRequest(r, v, path, body, e, false)
-	req.LeaseSeconds = p.lease(e.EffectType)
+	req := p.gatedBegin(r, v, path, body, e, false)
 	res, err := p.eng.Begin(r.Context(), req)
 	if err == nil && res.Decision == ledger.DecisionDuplicate {
 		if kept, ok := storedOwner(res); ok && kept != "" && kept != owner {
 			// Another credential's answer to identical content, and
 			// nothing but the credential says whose call either is:
 			// never replayed to this one, which makes its own call.
-			req = p.beginRequest(r, v, path, body, e, true)
-			req.LeaseSeconds = p.lease(e.EffectType)
+			req = p.gatedBegin(r, v, path, body, e, true)
 			res, err = p.eng.Begin(r.Context(), req)
 		}
 	}
 	if err != nil {
-		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "code", ledger.CodeOf(err))
+		p.log.Warn("proxy begin refused", "vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "code", ledger.CodeOf(err))
 		status, code, msg := errorAnswer(err)
 		p.opts.Observer.Request(v.Name(), "refused")
 		p.write(w, v, status, code, msg)
 		return
 	}
 	p.opts.Observer.Request(v.Name(), string(res.Decision))
+	if o, ok := p.opts.Observer.(OperationObserver); ok {
+		o.Operation(e.Operation, string(res.Decision))
+	}
 	traceDecision(r.Context(), e.EffectType, res)
 	h := w.Header()
 	h.Set(HeaderDecision, string(res.Decision))
@@ -111,7 +112,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 	if res.Reason != "" {
 		h.Set(HeaderReason, res.Reason)
 	}
-	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "decision", res.Decision,
+	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
 		"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
 	switch res.Decision {
 	case ledger.DecisionExecute:
@@ -139,6 +140,15 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		r = r.WithContext(WithAttempt(r.Context(), at)) // attempt.go: for a recording Transport
 		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt, owner})
 	case ledger.DecisionDuplicate:
+		if derived(v, req.IdempotencyKey) {
+			// Nothing but identical content within the window made this
+			// request the earlier one: say so, to the caller and the log,
+			// for the day it was a second genuine purchase.
+			window := p.dedupeWindow(v)
+			h.Set(HeaderDeduped, "content; window="+window.String())
+			p.log.Warn("proxy answered a request without an idempotency key as a duplicate of identical content", "vendor", v.Name(),
+				"effect_type", e.EffectType, "operation", e.Operation, "effect_id", res.EffectID, "dedupe_window", window.String())
+		}
 		p.replay(w, v, res, owner)
 	default:
 		status, code, msg := decisionAnswer(res)
@@ -147,6 +157,14 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		}
 		p.write(w, v, status, code, msg)
 	}
+}
+
+// gatedBegin is the begin the gate sends for a request: beginRequest's,
+// with the call's lease.
+func (p *Proxy) gatedBegin(r *http.Request, v vendors.Vendor, path string, body []byte, e vendors.Effect, owned bool) ledger.BeginRequest {
+	req := p.beginRequest(r, v, path, body, e, owned)
+	req.LeaseSeconds = p.lease(v, e)
+	return req
 }
 
 // standardMethod reports whether method is one of RFC 9110's methods, or
@@ -201,12 +219,26 @@ func labels(r *http.Request) []any {
 }
 
 // lease is how long a proxied call holds its key: the upstream timeout and
-// 15 s to report, capped at the policy's max_lease_seconds for the effect
-// type. Under a lower cap a call slower than the lease turns indeterminate
+// 15 s to report, capped at the policy's max_lease_seconds for the call.
+// Under a lower cap a call slower than the lease turns indeterminate
 // (retries are blocked, not repeated) until the proxy's late report
 // settles it.
-func (p *Proxy) lease(effectType string) int {
-	return min(int(math.Ceil(p.opts.UpstreamTimeout.Seconds()))+15, p.eng.MaxLeaseSeconds(effectType))
+func (p *Proxy) lease(v vendors.Vendor, e vendors.Effect) int {
+	return min(int(math.Ceil(p.opts.UpstreamTimeout.Seconds()))+15, p.eng.MaxLeaseSeconds(e.EffectType, v.Name(), e.Operation))
+}
+
+// dedupeWindow is how long identical content without a key is one call
+// for vendor v (Options.DedupeWindows, else DedupeWindow).
+func (p *Proxy) dedupeWindow(v vendors.Vendor) time.Duration {
+	if d, ok := p.opts.DedupeWindows[v.Name()]; ok && d > 0 {
+		return d
+	}
+	return p.opts.DedupeWindow
+}
+
+// derived reports whether key is one beginRequest derived from content.
+func derived(v vendors.Vendor, key string) bool {
+	return strings.HasPrefix(key, v.Name()+":auto:")
 }
 
 // beginRequest builds the begin for a gated request. Its key is, in
@@ -241,7 +273,8 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		if minted, ok := vendors.StripeKeyMinted(e.CallerKey); ok && e.KeyFromSDK {
 			at = minted
 		}
-		bucket := at.UnixNano() / int64(p.opts.DedupeWindow)
+		window := p.dedupeWindow(v)
+		bucket := at.UnixNano() / int64(window)
 		derive := func(bucket int64) string {
 			parts := string(content) + "\x00" + e.Scope + "\x00" + hashed(e.Credential)
 			if owned {
@@ -255,9 +288,9 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		key, same = derive(bucket), []string{derive(bucket - 1), derive(bucket + 1)}
 	}
 	req := ledger.BeginRequest{
-		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(),
+		Namespace: p.opts.Namespace, IdempotencyKey: key, EffectType: e.EffectType, Vendor: v.Name(), Operation: e.Operation,
 		Payload: content, AgentID: p.opts.AgentID, // never a header's (see "Identity" in proxy.go)
-		GroupKey: r.Header.Get(HeaderGroupKey), SameAs: same, SameWithin: p.opts.DedupeWindow,
+		GroupKey: r.Header.Get(HeaderGroupKey), SameAs: same, SameWithin: p.dedupeWindow(v),
 	}
 	if e.Counterparty != "" {
 		cp := e.Counterparty
@@ -266,7 +299,13 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		}
 		req.Dimensions = map[string]string{"counterparty": cp}
 	}
-	if e.Money != nil {
+	switch {
+	case e.FollowUp:
+		// A confirm, capture or cancel counts zero: its payment's amount
+		// was counted, and approved, at its create (vendors' taxonomy.go).
+		zero := int64(0)
+		req.EstimatedCostMicros = &zero
+	case e.Money != nil:
 		if micros, ok := e.Money.Micros(p.opts.CurrencyMicros); ok {
 			req.EstimatedCostMicros = &micros
 		}

@@ -274,7 +274,7 @@ func TestDotSegmentsDoNotEscapePolicy(t *testing.T) {
 	if resp, b := send("/v1/x/../payment_intents", "amount=100&currency=usd"); resp.Header.Get("Ratchet-Decision") != "execute" {
 		t.Fatalf("$1: %s", b)
 	}
-	if effs := e.effects(t); effs[len(effs)-1].EffectType != "stripe.payment_intents.create" || len(paths) != 1 || paths[0] != "/v1/payment_intents" {
+	if effs := e.effects(t); effs[len(effs)-1].Operation != "stripe.payment_intents.create" || len(paths) != 1 || paths[0] != "/v1/payment_intents" {
 		t.Fatalf("effect type %q; the upstream saw %q", effs[len(effs)-1].EffectType, paths)
 	}
 	for _, p := range []string{"/v1/payment_intents;x=1", "/v1/payment_intents%3Bx", `/v1\payment_intents`} {

@@ -63,7 +63,7 @@ func TestStripeGoThroughReverseProxy(t *testing.T) {
 	}
 	effs := e.effects(t)
 	if len(effs) != 1 || effs[0].State != ledger.StateSucceeded || effs[0].VendorReference != pi.ID ||
-		effs[0].EffectType != "stripe.payment_intents.create" || *effs[0].EstimatedCostMicros != 20_000_000 || effs[0].RunID != "" { // Ratchet-Run-Id is a label, not the run
+		effs[0].EffectType != "payment.charge" || effs[0].Operation != "stripe.payment_intents.create" || *effs[0].EstimatedCostMicros != 20_000_000 || effs[0].RunID != "" { // Ratchet-Run-Id is a label, not the run
 		t.Fatalf("ledger: %+v", effs)
 	}
 	// Same key, other content: a conflict, as a readable stripe error.

@@ -15,7 +15,7 @@ import (
 // writes the same vendor key where the vendor echoes a caller's tag back
 // in its events, and package webhooks settles the effect by it:
 //
-//	vendor        request (effect type)           tag                                   echoed in the event as
+//	vendor        request (operation)             tag                                   echoed in the event as
 //	Square        square.payments.create          reference_id (≤ 40)                   data.object.payment.reference_id
 //	Adyen         adyen.payments.create           metadata.ratchet_key                  additionalData["metadata.ratchet_key"]
 //	Checkout.com  checkout.payments.create        metadata.ratchet_key                  data.metadata.ratchet_key
@@ -54,7 +54,7 @@ var ErrForeignTag = errors.New("metadata." + TagMetadataKey + " is Ratchet's web
 // request must not be sent (see above).
 func tagForWebhooks(e vendors.Effect, body []byte, key string) ([]byte, error) {
 	val, _ := json.Marshal(key)
-	switch e.EffectType {
+	switch e.Operation {
 	case "square.payments.create":
 		return addMember(body, nil, "reference_id", val), nil
 	case "adyen.payments.create", "checkout.payments.create":

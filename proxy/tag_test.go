@@ -42,7 +42,7 @@ func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
 		{"a refund", "checkout.payments.refund", `{}`, `{}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := tagForWebhooks(vendors.Effect{EffectType: c.typ}, []byte(c.body), key)
+			b, err := tagForWebhooks(vendors.Effect{Operation: c.typ}, []byte(c.body), key)
 			got := string(b)
 			if errors.Is(err, ErrForeignTag) {
 				got = refused

@@ -110,7 +110,7 @@ func TestAProxiedStripeCallIsOneTraceFromAgentToVendor(t *testing.T) {
 	for _, a := range begin.Attributes {
 		attrs[string(a.Key)] = a.Value.String()
 	}
-	if attrs["effect_id"] == "" || attrs["effect_type"] != "stripe.payment_intents.create" || attrs["decision"] != "execute" || attrs["namespace"] != "default" {
+	if attrs["effect_id"] == "" || attrs["effect_type"] != "payment.charge" || attrs["decision"] != "execute" || attrs["namespace"] != "default" {
 		t.Fatalf("begin span attributes %v", attrs)
 	}
 	// The vendor got the trace, with the vendor call's span as parent.

@@ -61,7 +61,9 @@ var adyenModifications = map[string]string{
 var adyenReads = map[string]bool{"paymentMethods": true, "cardDetails": true, "originKeys": true}
 
 // Classify implements Vendor.
-func (a Adyen) Classify(r *Request) (Effect, bool) {
+func (a Adyen) Classify(r *Request) (Effect, bool) { return typed(a.classify(r)) }
+
+func (a Adyen) classify(r *Request) (Effect, bool) {
 	parts := segments(r.Path)
 	if len(parts) > 0 && parts[0] == "checkout" { // live endpoints: /checkout/v71/...
 		parts = parts[1:]
@@ -97,15 +99,15 @@ func (a Adyen) Classify(r *Request) (Effect, bool) {
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == "payments":
-		e.EffectType = "adyen.payments.create"
+		e.Operation = "adyen.payments.create"
 	case len(parts) == 3 && parts[0] == "payments" && adyenModifications[parts[2]] != "":
-		e.EffectType = "adyen.payments." + adyenModifications[parts[2]]
+		e.Operation = "adyen.payments." + adyenModifications[parts[2]]
 	case len(parts) == 2 && parts[0] == "payments" && parts[1] == "details":
-		e.EffectType = "adyen.payments.details"
+		e.Operation = "adyen.payments.details"
 	case len(parts) == 1 && parts[0] == "paymentLinks":
-		e.EffectType = "adyen.payment_links.create"
+		e.Operation = "adyen.payment_links.create"
 	default:
-		e.EffectType = restType("adyen", r.Method, parts)
+		e.Operation = restType("adyen", r.Method, parts)
 	}
 	return e, true
 }

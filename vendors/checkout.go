@@ -41,13 +41,15 @@ func (Checkout) KeyRule() KeyRule {
 }
 
 // Classify implements Vendor.
-func (c Checkout) Classify(r *Request) (Effect, bool) {
+func (c Checkout) Classify(r *Request) (Effect, bool) { return typed(c.classify(r)) }
+
+func (c Checkout) classify(r *Request) (Effect, bool) {
 	parts := segments(r.Path)
 	if !mutating(r.Method) || len(parts) == 0 {
 		return Effect{}, false
 	}
 	body := jsonObject(r.Body)
-	e := Effect{EffectType: restType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
+	e := Effect{Operation: restType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
 		Money:        minorMoney(body, []string{"amount"}, []string{"currency"}),
 		Counterparty: firstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
 	}
@@ -70,7 +72,7 @@ func (c Checkout) Classify(r *Request) (Effect, bool) {
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "payments":
 		// captures, refunds, voids: the action, not a nested collection.
 		e.Key = c.KeyRule()
-		e.EffectType = "checkout.payments." + strings.TrimSuffix(part(parts[2]), "s")
+		e.Operation = "checkout.payments." + strings.TrimSuffix(part(parts[2]), "s")
 	}
 	return e, true
 }

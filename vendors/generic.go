@@ -19,11 +19,13 @@ func (Generic) KeyRule() KeyRule {
 }
 
 // Classify implements Vendor: every mutating request is an effect.
-func (g Generic) Classify(r *Request) (Effect, bool) {
+func (g Generic) Classify(r *Request) (Effect, bool) { return typed(g.classify(r)) }
+
+func (g Generic) classify(r *Request) (Effect, bool) {
 	if !mutating(r.Method) {
 		return Effect{}, false
 	}
-	return Effect{EffectType: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
+	return Effect{Operation: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
 		CallerKey: r.Header.Get("Idempotency-Key"), Credential: r.Header.Get("Authorization"),
 		Refuse: singleHeaders(r.Header, "Authorization", "Idempotency-Key")}, true
 }

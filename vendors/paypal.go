@@ -47,7 +47,9 @@ func (PayPal) KeyRule() KeyRule {
 }
 
 // Classify implements Vendor.
-func (p PayPal) Classify(r *Request) (Effect, bool) {
+func (p PayPal) Classify(r *Request) (Effect, bool) { return typed(p.classify(r)) }
+
+func (p PayPal) classify(r *Request) (Effect, bool) {
 	parts := segments(r.Path)
 	if !mutating(r.Method) || len(parts) < 3 || (parts[0] != "v1" && parts[0] != "v2") ||
 		parts[1] == "oauth2" || parts[1] == "identity" { // token requests only read
@@ -76,17 +78,17 @@ func (p PayPal) Classify(r *Request) (Effect, bool) {
 	// /v2/checkout/orders, /v2/payments/captures/{id}/refund: the second
 	// segment is a namespace.
 	res := append([]string{parts[1] + "_" + parts[2]}, parts[3:]...)
-	e.EffectType = restType("paypal", r.Method, res)
+	e.Operation = restType("paypal", r.Method, res)
 	switch {
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[1] == "checkout" && parts[2] == "orders":
-		e.EffectType = "paypal.orders.create"
+		e.Operation = "paypal.orders.create"
 		e.Money = paypalMoney(get(body, "purchase_units", "0", "amount"))
 		e.Counterparty = firstString(body, []string{"purchase_units", "0", "payee", "merchant_id"},
 			[]string{"purchase_units", "0", "payee", "email_address"})
 	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "checkout" && parts[2] == "orders":
-		e.EffectType = "paypal.orders." + part(parts[4])
+		e.Operation = "paypal.orders." + part(parts[4])
 	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "payments":
-		e.EffectType = "paypal." + part(strings.TrimSuffix(parts[2], "s")) + "s." + part(parts[4])
+		e.Operation = "paypal." + part(strings.TrimSuffix(parts[2], "s")) + "s." + part(parts[4])
 		e.Money = paypalMoney(get(body, "amount"))
 	}
 	return e, true

@@ -24,8 +24,16 @@ type Request struct {
 
 // Effect is a request classified as a side effect.
 type Effect struct {
-	// EffectType is <vendor>.<resource>.<action>, e.g. stripe.refunds.create.
+	// EffectType is the vendor-neutral type of a money-moving call
+	// (payment.charge, payment.refund, …; taxonomy.go), else Operation.
 	EffectType string
+	// Operation is the vendor's own operation,
+	// <vendor>.<resource>.<action>, e.g. stripe.refunds.create.
+	Operation string
+	// FollowUp is true for a step of a payment created before (confirm,
+	// capture, cancel), which moves no money its create did not declare:
+	// it counts zero (taxonomy.go, "Counting").
+	FollowUp bool
 	// Money is what the request moves, when the vendor's format says so.
 	Money *Money
 	// Counterparty is who the money goes to or comes from (a customer,

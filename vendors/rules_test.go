@@ -31,7 +31,7 @@ func TestClassify(t *testing.T) {
 		vendor, method, path, fixture string
 		header                        http.Header
 		effect                        bool
-		effectType                    string
+		effectType                    string // the operation (stripe.refunds.create); TestEffectTypeTable checks the types
 		money                         *Money
 		counterparty, callerKey       string
 		keyLoc                        Location
@@ -110,7 +110,7 @@ func TestClassify(t *testing.T) {
 			if !c.effect {
 				return
 			}
-			if e.EffectType != c.effectType || e.Counterparty != c.counterparty || e.CallerKey != c.callerKey {
+			if e.Operation != c.effectType || e.Counterparty != c.counterparty || e.CallerKey != c.callerKey {
 				t.Fatalf("got %+v", e)
 			}
 			if (e.Money == nil) != (c.money == nil) || (e.Money != nil && *e.Money != *c.money) {

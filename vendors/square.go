@@ -48,10 +48,10 @@ func (Square) KeyRule() KeyRule {
 
 // squareEndpoint is one documented Square request that takes a key.
 type squareEndpoint struct {
-	method, pattern, effectType string
-	keyMax                      int      // 0: the endpoint takes no idempotency_key
-	money                       []string // path of a Money object
-	counterparty                [][]string
+	method, pattern, operation string
+	keyMax                     int      // 0: the endpoint takes no idempotency_key
+	money                      []string // path of a Money object
+	counterparty               [][]string
 }
 
 var squareEndpoints = []squareEndpoint{
@@ -87,7 +87,9 @@ func matchPattern(pattern string, parts []string) bool {
 }
 
 // Classify implements Vendor.
-func (s Square) Classify(r *Request) (Effect, bool) {
+func (s Square) Classify(r *Request) (Effect, bool) { return typed(s.classify(r)) }
+
+func (s Square) classify(r *Request) (Effect, bool) {
 	parts := segments(r.Path)
 	if !mutating(r.Method) || len(parts) < 2 || parts[0] != "v2" {
 		return Effect{}, false
@@ -101,7 +103,7 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 		if ep.method != r.Method || !matchPattern(ep.pattern, parts) {
 			continue
 		}
-		e := Effect{EffectType: ep.effectType, Counterparty: firstString(body, ep.counterparty...)}
+		e := Effect{Operation: ep.operation, Counterparty: firstString(body, ep.counterparty...)}
 		e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 		if ep.keyMax > 0 {
 			e.Key = s.KeyRule()
@@ -115,7 +117,7 @@ func (s Square) Classify(r *Request) (Effect, bool) {
 	}
 	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an
 	// unknown endpoint is named by its first segment and method only.
-	e := Effect{EffectType: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}
+	e := Effect{Operation: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}
 	e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 	return e, true
 }

@@ -102,7 +102,9 @@ var stripeNamespaces = map[string]bool{
 }
 
 // Classify implements Vendor.
-func (s Stripe) Classify(r *Request) (Effect, bool) {
+func (s Stripe) Classify(r *Request) (Effect, bool) { return typed(s.classify(r)) }
+
+func (s Stripe) classify(r *Request) (Effect, bool) {
 	parts := segments(r.Path)
 	if !mutating(r.Method) || len(parts) < 2 || (parts[0] != "v1" && parts[0] != "v2") {
 		return Effect{}, false
@@ -112,7 +114,7 @@ func (s Stripe) Classify(r *Request) (Effect, bool) {
 	if (v2 || stripeNamespaces[res[0]]) && len(res) > 1 {
 		res = append([]string{res[0] + "_" + res[1]}, res[2:]...)
 	}
-	e := Effect{EffectType: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
+	e := Effect{Operation: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
 		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization"),
 		Refuse: singleHeaders(r.Header, "Stripe-Account", "Stripe-Context", "Authorization", "Idempotency-Key")}
 	e.KeyFromSDK = stripeKeyFromSDK(e.CallerKey)

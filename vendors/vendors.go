@@ -74,7 +74,8 @@ type Vendor interface {
 	// KeyRule says where the vendor usually takes its idempotency key; an
 	// Effect carries the rule of its own endpoint.
 	KeyRule() KeyRule
-	// Classify reports whether a request is a side effect, and what it is.
+	// Classify reports whether a request is a side effect, and what it is:
+	// its operation, and its effect type in the taxonomy (taxonomy.go).
 	// Reads (GET, HEAD, …) are not effects.
 	Classify(r *Request) (Effect, bool)
 	// Outcome classifies the vendor's answer to an effect.

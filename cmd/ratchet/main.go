@@ -45,6 +45,7 @@ func commands() []command {
 		{"approvals", "list, approve or reject approval requests (admin API)", runApprovals},
 		{"effects", "list, show or resolve effects (admin API)", runEffects},
 		{"budgets", "show every ceiling's counted and remaining (admin API)", runBudgets},
+		{"policy", "explain which rules, ceilings and decision a begin or a proxied request would get (ratchet policy explain)", runPolicy},
 		{"grants", "list, create or revoke grants: scoped approvals (admin API)", runGrants},
 		{"outbox", "list notification events waiting for delivery, or dead letters (admin API)", runOutbox},
 		{"halt", "halt a scope: its new begins are denied until resumed (admin API)", runHalt},

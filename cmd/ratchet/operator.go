@@ -204,7 +204,7 @@ func runEffects(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return o.print(stdout, e, func(w *tabwriter.Writer) {
 			rows := [][2]string{{"effect", e.EffectID}, {"state", string(e.State)}, {"reason", dash(e.Reason)},
 				{"attempt", fmt.Sprint(e.Attempt)}, {"namespace", e.Namespace}, {"key", e.IdempotencyKey},
-				{"type", e.EffectType}, {"vendor", dash(e.Vendor)}, {"agent", dash(e.AgentID)}, {"run", dash(e.RunID)},
+				{"type", e.EffectType}, {"vendor", dash(e.Vendor)}, {"operation", dash(e.Operation)}, {"agent", dash(e.AgentID)}, {"run", dash(e.RunID)},
 				{"group", dash(e.GroupKey)}, {"estimated (µUSD)", money(e.EstimatedCostMicros)},
 				{"actual (µUSD)", money(e.ActualCostMicros)}, {"vendor reference (last report)", dash(e.VendorReference)},
 				{"lease expires", ts(e.LeaseExpiresAt)}, {"completed", ts(e.CompletedAt)},

@@ -158,17 +158,25 @@ func TestOperatorEndToEnd(t *testing.T) {
 	}
 
 	// SIGTERM while a proxied call waits on the vendor: the call completes,
-	// the process exits 0.
+	// the process exits 0. The call is a payment.charge, which the
+	// payment.* threshold governs: its cost ($10, in a currency the config
+	// converts) is declared, under the threshold.
 	got := make(chan *http.Response, 1)
 	go func() {
 		r, err := http.Post(s.proxy+"/adyen/v71/payments", "application/json",
-			strings.NewReader(`{"amount":{"currency":"EUR","value":1000},"reference":"R1","merchantAccount":"M"}`))
+			strings.NewReader(`{"amount":{"currency":"USD","value":1000},"reference":"R1","merchantAccount":"M"}`))
 		if err != nil {
 			t.Error(err)
 		}
 		got <- r
 	}()
-	<-arrived
+	select {
+	case <-arrived:
+	case r := <-got:
+		t.Fatalf("the proxied call never reached the vendor: %+v", r)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the proxied call never reached the vendor")
+	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(200 * time.Millisecond) // shutdown is under way, waiting for the call
 	close(release)

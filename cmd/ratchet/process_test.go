@@ -82,6 +82,13 @@ func startServe(t *testing.T, dataDir string, extraConfig string) *server {
 	t.Helper()
 	cfg := filepath.Join(dataDir, "..", filepath.Base(dataDir)+".yaml")
 	writeFile(t, cfg, "listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"+extraConfig)
+	return startServeConfig(t, cfg, dataDir)
+}
+
+// startServeConfig runs "ratchet serve --config cfg" on dataDir and waits
+// until it listens.
+func startServeConfig(t *testing.T, cfg, dataDir string) *server {
+	t.Helper()
 	cmd := exec.Command(binary, "serve", "--config", cfg, "--data-dir", dataDir)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw

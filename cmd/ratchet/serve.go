@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		agentTokens[sum] = true
 	}
 	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
-		Metrics: m.Handler(), Logger: log})
+		Metrics: m.Handler(), Logger: log, Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
 	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
@@ -213,12 +213,20 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 			return nil, fmt.Errorf("exporting the proxy CA: %w", err)
 		}
 	}
-	return proxy.New(eng, proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(),
+	opts := proxyOptions(cfg)
+	opts.CA, opts.Logger, opts.Observer, opts.Transport = ca, log, obs, rt
+	return proxy.New(eng, opts)
+}
+
+// proxyOptions are the proxy's options from the config, without what
+// serving needs (CA, logger, observer, transport): what `ratchet policy
+// explain` classifies requests with, as serve does.
+func proxyOptions(cfg *config.Config) proxy.Options {
+	return proxy.Options{
+		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
-		MaxBodyBytes:   cfg.Proxy.MaxBodyBytes,
-		CurrencyMicros: cfg.Proxy.CurrencyMicros, CA: ca, Logger: log, Observer: obs, Transport: rt,
-	})
+		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
+	}
 }
 
 // keyNamespaces are the namespaces the console and the admin API look an

@@ -142,6 +142,11 @@ func TestSidecarManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded config with its tokens filled in: %v", err)
 	}
+	// Its rules govern the proxied SDK calls as they do the agent's
+	// begins: config validate has nothing to warn of.
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Errorf("embedded config warns: %+v", w)
+	}
 
 	// Ports and probes line up with the config's listeners.
 	ports := map[string]string{}

@@ -4,7 +4,7 @@
 // page's Content-Security-Policy allows no inline script besides.
 'use strict';
 
-const POLL = { approvals: 1000, approval: 1000, attention: 1000, effects: 3000, effect: 2000, budgets: 2000, groups: 3000, grants: 2000 };
+const POLL = { approvals: 1000, approval: 1000, attention: 1000, effects: 3000, effect: 2000, budgets: 2000, groups: 3000, grants: 2000, explain: 60000 };
 
 const S = { session: null, timer: null, busy: false, route: null, counts: null };
 
@@ -438,6 +438,7 @@ views.effect = (id) => {
           ['Effect type', e.effect_type],
           ['Namespace', e.namespace],
           ['Vendor', e.vendor || '—'],
+          e.operation && ['Vendor operation', h('code', null, e.operation)],
           ['Vendor reference (last report)', e.vendor_reference || '—'],
           ['Vendor idempotency keys', e.attempts?.length
             ? h('ul', { class: 'attempt-keys' }, e.attempts.map((k) => h('li', null, `attempt ${k.attempt}: `,
@@ -735,6 +736,97 @@ views.grants = () => {
   };
 };
 
+// ---- explain: which rules a begin or a proxied request meets -----------
+
+views.explain = () => {
+  let out;
+  return {
+    page: 'explain',
+    title: 'Explain',
+    mount(root) {
+      const msg = h('p', { class: 'err', role: 'alert' });
+      const kind = h('select', { name: 'kind', onchange: () => {
+        for (const el of form.querySelectorAll('[data-kind]')) el.hidden = el.dataset.kind !== kind.value;
+      } }, h('option', { value: 'request' }, 'a request through the proxy'), h('option', { value: 'begin' }, 'an MCP begin'));
+      const area = (name, label, attrs = {}) => h('label', { class: 'note-wide' }, label, h('textarea', { name, rows: 4, cols: 70, ...attrs }));
+      const input = (name, label, attrs = {}) => h('label', null, label, h('input', { name, type: 'text', ...attrs }));
+      const form = h('form', { class: 'search explain-form', onsubmit: async (ev) => {
+        ev.preventDefault();
+        msg.textContent = '';
+        const f = Object.fromEntries([...form.elements].filter((el) => el.name).map((el) => [el.name, el.value]));
+        let body;
+        try {
+          if (kind.value === 'begin') {
+            body = { begin: JSON.parse(f.begin) };
+            if (f.namespace.trim()) body.namespace = f.namespace.trim();
+            if (f.agent_id.trim()) body.agent_id = f.agent_id.trim();
+          } else {
+            const headers = {};
+            for (const line of f.headers.split('\n')) {
+              const i = line.indexOf(':');
+              if (i > 0) (headers[line.slice(0, i).trim()] ??= []).push(line.slice(i + 1).trim());
+            }
+            body = { request: { method: f.method.trim().toUpperCase() || 'POST', url: f.url.trim(), headers, body: f.body } };
+          }
+        } catch (err) {
+          msg.textContent = `The begin is not JSON: ${err.message}`;
+          return;
+        }
+        try {
+          out.replaceChildren(explanation(await api('/console/api/v1/explain', { method: 'POST', body })));
+        } catch (err) {
+          msg.textContent = `Explaining failed: ${err.message}`;
+        }
+      } },
+      h('label', null, 'Explain', kind),
+      h('div', { 'data-kind': 'request' },
+        input('method', 'Method', { value: 'POST', size: 6 }),
+        input('url', 'URL', { size: 60, placeholder: 'api.stripe.com/v1/payment_intents (https, or the proxy URL)' }),
+        area('headers', 'Headers (Name: value, one a line)', { placeholder: 'Content-Type: application/x-www-form-urlencoded' }),
+        area('body', 'Body', { placeholder: 'amount=15000&currency=usd&customer=cus_1' })),
+      h('div', { 'data-kind': 'begin', hidden: true },
+        input('namespace', 'Namespace', { placeholder: 'default' }),
+        input('agent_id', 'Agent'),
+        area('begin', 'Begin arguments (JSON)', { placeholder: '{"idempotency_key": "order-1", "effect_type": "payment.charge", "estimated_cost_micros": 150000000}' })),
+      h('button', { type: 'submit', class: 'ok' }, 'Explain'), msg);
+      out = h('div', { class: 'explanation' });
+      root.append(h('h1', null, 'Explain'),
+        h('p', { class: 'muted' }, 'Which rules a begin or a request through the proxy meets, every ceiling that applies with what it counts now, and the decision it would get. Nothing is recorded: it is the engine\'s own decision on a read of the ledger.'),
+        form, out);
+    },
+    async update() {},
+  };
+};
+
+function explanation(a) {
+  if (a.not_gated) return h('p', null, 'Not gated: ', a.not_gated);
+  if (a.refused) return h('p', { class: 'err' }, 'Refused by the proxy: ', a.refused);
+  const d = a.decision;
+  const t = table('list explain-ceilings', ['Ceiling', 'Per', 'Window', 'Counted', 'Limit', 'Remaining', '']);
+  for (const c of a.ceilings ?? []) {
+    t.body.append(h('tr', null, h('td', null, c.name), h('td', null, c.per), h('td', null, c.window),
+      h('td', { class: 'num' }, amount(c.unit, c.counted)), h('td', { class: 'num' }, amount(c.unit, c.limit)),
+      h('td', { class: 'num' }, amount(c.unit, c.remaining)),
+      h('td', null, [c.observed ? 'observed ' : '', c.not_applied ? `not applied: ${c.not_applied}` : ''].join(''))));
+  }
+  return h('div', null,
+    dl([
+      a.gated && ['Proxy', `${a.gated.vendor} ${a.gated.operation}, key from ${a.gated.key_source}${a.gated.dedupe_window ? ` (identical requests within ${a.gated.dedupe_window} are one call)` : ''}`],
+      ['Effect type', h('code', null, a.effect_type)],
+      a.vendor && ['Vendor', a.vendor],
+      a.operation && ['Operation', h('code', null, a.operation)],
+      ['Rules', a.rules.length ? h('ul', null, a.rules.map((r) => h('li', null, h('code', null, r.match),
+        r.vendor ? ` vendor ${r.vendor}` : '', r.operation ? ` operation ${r.operation}` : '', ` (${r.mode}${r.deny ? ', deny' : ''}), policies[${r.index}]`))) : 'none match: no limit applies'],
+      ['Threshold', a.threshold_micros !== undefined ? money(a.threshold_micros) : '—'],
+      ['Requires', (a.require_dimensions ?? []).join(', ') || '—'],
+      ['Decision', a.error ? `refused: ${a.error.code}: ${a.error.message}` : `${d.decision}${d.reason ? ` (${d.reason})` : ''}: ${d.message}`],
+      d?.dimension_warning && ['Warning', d.dimension_warning.message],
+      d?.budget_warning && ['Warning', d.budget_warning.message],
+      a.observed && ['Observed rule', `would answer ${a.observed.would}${a.observed.reason ? ` (${a.observed.reason})` : ''}`],
+    ]),
+    (a.ceilings ?? []).length ? t.table : null);
+}
+
 // ---- counts in the navigation -----------------------------------------
 
 async function counts() {
@@ -807,6 +899,7 @@ function route() {
   if (p === '/budgets') return views.budgets();
   if (p === '/groups') return views.groups();
   if (p === '/grants') return views.grants();
+  if (p === '/explain') return views.explain();
   return null;
 }
 

@@ -118,7 +118,10 @@ func TestExampleConfigIsNotUsableAsIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Policies) != 5 || cfg.Policies[4].Mode != "observe" || cfg.Auth.Agents[0].Namespace != "shop" || cfg.Auth.Admins[0].Name != "alice" || cfg.Proxy.CurrencyMicros["eur"] != 1_080_000 {
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Errorf("the example, filled in, warns: %+v", w)
+	}
+	if len(cfg.Policies) != 9 || cfg.Policies[8].Mode != "observe" || cfg.Auth.Agents[0].Namespace != "shop" || cfg.Auth.Admins[0].Name != "alice" || cfg.Proxy.CurrencyMicros["eur"] != 1_080_000 {
 		t.Fatalf("example decoded wrongly: %+v", cfg)
 	}
 	if d := cfg.LedgerDefaults(); d.Retention != 720*time.Hour || d.ApprovalTTL != 24*time.Hour || d.MaxLeaseSeconds != 3600 {

@@ -181,7 +181,12 @@ type Proxy struct {
 	// certificate (PEM) on start, for other containers to trust.
 	CAExportPath string            `yaml:"ca_export_path"`
 	Upstreams    map[string]string `yaml:"upstreams"`
-	DedupeWindow Duration          `yaml:"dedupe_window"`
+	// DedupeWindow is how long identical requests that carry no
+	// idempotency key are one call (default 10m; see
+	// proxy.DefaultDedupeWindow for why).
+	DedupeWindow Duration `yaml:"dedupe_window"`
+	// DedupeWindows sets DedupeWindow per vendor (stripe: 1h).
+	DedupeWindows map[string]Duration `yaml:"dedupe_windows"`
 	// InterceptHosts are more hosts per vendor for the forward proxy to
 	// intercept (Adyen live: {prefix}-checkout-live.adyenpayments.com).
 	InterceptHosts map[string][]string `yaml:"intercept_hosts"`
@@ -421,6 +426,7 @@ func (c *Config) Warnings() []Problem {
 		}
 		warns = append(warns, Problem{Path: "auth.agents", Message: msg})
 	}
+	warns = append(warns, c.policyGaps()...)
 	warns = append(warns, c.proxyRunWarnings()...)
 	if c.root != nil {
 		for i := range warns {
@@ -430,19 +436,73 @@ func (c *Config) Warnings() []Problem {
 	return warns
 }
 
+// policyGaps warns of rules that the proxy's money-moving calls escape:
+// with policies and vendor upstreams, none matching any of those calls
+// (the rules were written for MCP agents' types, and stripe-go's charge
+// meets no limit); and a rule that matches them only by their operation,
+// the name the proxy gave them before the effect-type taxonomy, which
+// still applies (old names are aliases, see ledger.Rule) but should name
+// the new type.
+func (c *Config) policyGaps() []Problem {
+	if len(c.Policies) == 0 || len(c.Proxy.Upstreams) == 0 {
+		return nil
+	}
+	ops := vendors.Operations()
+	var warns []Problem
+	covered := false
+	for i, r := range c.Policies {
+		byOperation := map[string]bool{} // the types it reaches only by operation
+		for _, op := range sortedKeys(ops) {
+			vendor, _, _ := strings.Cut(op, ".")
+			if _, on := c.Proxy.Upstreams[vendor]; !on || !r.Matches(ops[op], vendor, op) {
+				continue
+			}
+			covered = true
+			if direct := (ledger.Rule{Match: r.Match}).Matches(ops[op], "", ""); !direct {
+				byOperation[ops[op]] = true
+			}
+		}
+		if len(byOperation) > 0 {
+			warns = append(warns, Problem{Path: fmt.Sprintf("policies[%d].match", i), Message: fmt.Sprintf(
+				"%q matches proxied money-moving calls only by their vendor operation, the effect type the proxy gave them before "+
+					"vendor-neutral types; it still applies, but their effect types are now %s: match those (e.g. \"payment.*\", "+
+					"with vendor: or operation: to narrow), as MCP agents' begins do (docs/proxy.md: the effect-type table)",
+				r.Match, strings.Join(sortedKeys(byOperation), ", "))})
+		}
+	}
+	if !covered {
+		warns = append(warns, Problem{Path: "policies", Message: "no rule matches any money-moving call the proxy gates " +
+			"(it names them payment.charge, payment.refund, payment.payout, … with the vendor and its operation beside them): " +
+			"a stripe-go or Square SDK call through the proxy meets no threshold or ceiling; add a rule such as match: \"payment.*\" " +
+			"(docs/proxy.md: the effect-type table)"})
+	}
+	return warns
+}
+
 // proxyRunWarnings: proxied calls have no run (the proxy's Ratchet-Run-Id
 // header is a label, never an identity), so a ceiling per run, or over a
 // run's lifetime, counts every proxied call as one run, the lifetime one
 // for good. That is the safe reading, and it is what such a ceiling now
 // does to a vendor's calls: said once per ceiling whose rule can match a
-// proxied vendor's effect types ("*", or the vendor's name and a dot).
+// proxied vendor's effect types ("*", the vendor's name and a dot, or a
+// type of the taxonomy its money-moving calls get).
 func (c *Config) proxyRunWarnings() []Problem {
 	var warns []Problem
+	ops := vendors.Operations()
 	for i, r := range c.Policies {
 		vendor := ""
 		for _, v := range sortedKeys(c.Proxy.Upstreams) {
 			if r.Match == "*" || strings.HasPrefix(r.Match, v+".") {
 				vendor = v
+				break
+			}
+			for _, op := range sortedKeys(ops) {
+				if strings.HasPrefix(op, v+".") && r.Matches(ops[op], v, op) {
+					vendor = v
+					break
+				}
+			}
+			if vendor != "" {
 				break
 			}
 		}
@@ -608,6 +668,12 @@ func (c *Config) problems() []Problem {
 		add("audit.retention", "%s is shorter than defaults.retention (%s): the audit log must outlive the effects it records", c.Audit.Retention, c.Defaults.Retention)
 	}
 	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
+	for _, v := range sortedKeys(c.Proxy.DedupeWindows) {
+		if _, known := vendors.Lookup(v); !known || v != strings.ToLower(v) {
+			add("proxy.dedupe_windows."+v, "%q is not a vendor the proxy knows (stripe, square, adyen, paypal, checkout)", v)
+		}
+		checkDur("proxy.dedupe_windows."+v, c.Proxy.DedupeWindows[v])
+	}
 	checkDur("proxy.upstream_timeout", c.Proxy.UpstreamTimeout)
 	for _, v := range sortedKeys(c.Proxy.Upstreams) {
 		if u, err := url.Parse(c.Proxy.Upstreams[v]); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -777,4 +843,13 @@ func lineOf(root *yaml.Node, path string) int {
 		n = next
 	}
 	return line
+}
+
+// DedupeWindowsValue is DedupeWindows as durations.
+func (p *Proxy) DedupeWindowsValue() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(p.DedupeWindows))
+	for v, d := range p.DedupeWindows {
+		out[v] = d.Value()
+	}
+	return out
 }

@@ -83,7 +83,9 @@ func TestOpenSaysWhatAnswersWithoutACredential(t *testing.T) {
 // TestRunCeilingsOverProxiedCallsWarn: a ceiling per run (or over a run's
 // lifetime) whose rule matches a proxied vendor's calls counts them all as
 // one run, since the proxy's run header is a label: config validate says
-// so at the ceiling's line; a rule no proxied call matches says nothing.
+// so at the ceiling's line. A payment.* rule matches proxied calls too,
+// since they have the taxonomy's types (docs/proxy.md); a rule on the old
+// names (stripe.*) is also told the new types.
 func TestRunCeilingsOverProxiedCallsWarn(t *testing.T) {
 	cfg, err := Parse(strings.NewReader("policies:\n"+
 		"  - match: 'stripe.*'\n    ceilings: [{name: per-run, limit_micros: 100, window: 24h, per: run}]\n"+
@@ -94,7 +96,9 @@ func TestRunCeilingsOverProxiedCallsWarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblems(t, cfg.Warnings(), []wantProblem{
+		{2, "policies[0].match", "their effect types are now payment.cancel"},
 		{3, "policies[0].ceilings[0]", `"per-run" counts per run, and calls through the proxy to stripe have no run`},
+		{5, "policies[1].ceilings[0]", "never starts again"},
 		{9, "policies[2].ceilings[1]", "never starts again"},
 	})
 }
