@@ -26,10 +26,16 @@ run: build
 # skipped and why. go test drops passing packages' output, so each suite
 # notes its fate in $(SUITES) (internal/suites).
 SUITES = $(CURDIR)/bin/suites.txt
+# stripe-node for cmd/ratchet's TestStripeNodeForwardUnderTheExampleConfig
+# (interop/stripe), installed when its package.json is newer than the last
+# install, without a lock file.
+STRIPE_NPM = cd interop/stripe && { [ node_modules/.installed -nt package.json ] || \
+	{ npm install --no-package-lock && touch node_modules/.installed; }; }
 test: export RATCHET_SUITES_FILE = $(SUITES)
 test:
 	@mkdir -p bin && rm -f $(SUITES)
 	$(GO) vet ./...
+	@if command -v node >/dev/null 2>&1; then $(STRIPE_NPM); fi
 	$(GO) test -race -count=1 ./...
 	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory interop && printf 'interop\tran\n' >> $(SUITES); \
 	elif [ -n "$$RATCHET_REQUIRE_INTEROP" ]; then echo "Node.js is required for the interop suite" >&2; exit 1; \
