@@ -17,7 +17,7 @@ var beginSpec = toolSpec{
 	name:       "ratchet_begin_effect",
 	title:      "Ask permission for a side effect",
 	idempotent: true,
-	desc: `Ask permission immediately before any action that changes the outside world (charging a card, sending a message, creating a resource, writing to another system), then obey the decision.
+	desc: `Ask permission immediately before any action that changes the outside world (charging a card, sending a message, creating a resource), then obey the decision.
 
 - execute: you hold a lease. Act now, then call ratchet_report_effect before lease_expires_at. If vendor_idempotency_key is returned, send its value to the vendor as the vendor's own idempotency key, at the location and name given; when enforced is true the vendor itself refuses a repeat, even from a caller that skipped this gate.
 - duplicate: it already happened. Do not act; use result as if you had just done it.
@@ -36,7 +36,7 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 		"run_id":          {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
 		"agent_id":        {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
 		"vendor":          {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
-		"payload":         {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused, which catches key collisions."},
+		"payload":         {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused."},
 		"group_key":       {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
 		"dimensions":      {maxProps: ledger.MaxDimensions, valuesMax: ledger.MaxDimValueLen, desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
 		"compensation": {desc: "How to undo this step if its group is rolled back. Declare it now, while you know what undoing means; it is stored as given and shown to approvers. Steps without one are permanent.", props: map[string]field{
