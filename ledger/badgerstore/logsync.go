@@ -167,13 +167,17 @@ func logNumber(name string, k int) (int, bool) {
 //
 // The platform files (sync_*.go) give fdatasync, which syncs a log file,
 // and syncDir, which makes the names in a directory durable.
-func fsyncPath(name string) error {
-	f, err := os.Open(name)
+func fsyncPath(name string) error { return syncFile(name, os.O_RDONLY, (*os.File).Sync) }
+
+// syncFile opens name with flag, syncs it with sync and closes it: the one
+// shape of every sync by name here, the platform files choosing the call.
+func syncFile(name string, flag int, sync func(*os.File) error) error {
+	f, err := os.OpenFile(name, flag, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if err := sync(f); err != nil {
 		return fmt.Errorf("syncing %s: %w", name, err)
 	}
 	return nil

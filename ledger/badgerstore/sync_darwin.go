@@ -2,7 +2,6 @@ package badgerstore
 
 import (
 	"errors"
-	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -15,19 +14,13 @@ import (
 // without it (some network and FUSE mounts answer ENOTSUP or EINVAL) gets
 // a plain fsync, as Go's own os.File.Sync falls back.
 func fdatasync(name string) error {
-	f, err := os.Open(name)
-	if err != nil {
+	return syncFile(name, os.O_RDONLY, func(f *os.File) error {
+		_, err := unix.FcntlInt(f.Fd(), unix.F_FULLFSYNC, 0)
+		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
+			err = unix.Fsync(int(f.Fd()))
+		}
 		return err
-	}
-	defer f.Close()
-	_, err = unix.FcntlInt(f.Fd(), unix.F_FULLFSYNC, 0)
-	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
-		err = unix.Fsync(int(f.Fd()))
-	}
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", name, err)
-	}
-	return nil
+	})
 }
 
 // syncDir makes the names in dir durable: a full fsync of the directory

@@ -1,7 +1,6 @@
 package badgerstore
 
 import (
-	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -10,15 +9,7 @@ import (
 // fdatasync writes a file's dirty pages and what is needed to read them
 // back (fdatasync(2): the data and the size, not the times).
 func fdatasync(name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncing %s: %w", name, err)
-	}
-	return nil
+	return syncFile(name, os.O_RDONLY, func(f *os.File) error { return unix.Fdatasync(int(f.Fd())) })
 }
 
 // syncDir makes the names in dir durable: an fsync of the directory.

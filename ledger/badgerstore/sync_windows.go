@@ -1,9 +1,6 @@
 package badgerstore
 
-import (
-	"fmt"
-	"os"
-)
+import "os"
 
 // fdatasync writes a file's data to stable storage: FlushFileBuffers,
 // which os.File.Sync calls on Windows and which needs a handle opened for
@@ -11,17 +8,7 @@ import (
 // access right"). Badger opens its files sharing read and write, so a
 // second handle is allowed; it is closed at once, before Badger may
 // delete the file.
-func fdatasync(name string) error {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", name, err)
-	}
-	return nil
-}
+func fdatasync(name string) error { return syncFile(name, os.O_RDWR, (*os.File).Sync) }
 
 // syncDir does nothing on Windows: a directory cannot be opened for the
 // writing FlushFileBuffers needs, and NTFS journals a file's creation and
