@@ -42,6 +42,10 @@ const (
 	EventPolicyObserved      = "policy.observed"  // what an observed rule would have answered (observe.go)
 	EventBudgetThreshold     = "budget.threshold" // a ceiling crossed a configured fraction (thresholds.go)
 	EventApprovalExpired     = "approval.expired" // a pending request ran out (the expiry sweep)
+	// EventEffectDetermined: an indeterminate effect's outcome is known
+	// again (a resolve, a late report or a vendor's record settled it);
+	// Reason is how (resolve, report or settlement).
+	EventEffectDetermined = "effect.determined"
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
@@ -51,6 +55,7 @@ var NotifyTypes = map[string]bool{
 	EventApprovalDecided:     true,
 	EventApprovalExpired:     true,
 	EventEffectIndeterminate: true,
+	EventEffectDetermined:    true,
 	EventBudgetThreshold:     true,
 	EventIntegrationWarning:  true,
 	EventEffectContradicted:  true,
