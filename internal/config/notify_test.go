@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -107,4 +108,36 @@ func TestOnCallSinkProblemsNameTheLine(t *testing.T) {
 		{1, "notify.console_url", "is required with notify.sinks[1]"},
 	}
 	wantProblems(t, probs, want)
+}
+
+// TestTheExamplesNotifyBlockIsValid: the commented notify block of the
+// example config, every sink type in it, loads as it is once uncommented.
+func TestTheExamplesNotifyBlockIsValid(t *testing.T) {
+	b, err := os.ReadFile("../../configs/ratchet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "# notify:")
+	end := strings.Index(s[start:], "\n\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no notify block in the example")
+	}
+	var out []string
+	for _, l := range strings.Split(s[start:start+end], "\n") {
+		if rest, ok := strings.CutPrefix(l, "# "); ok {
+			out = append(out, rest)
+		}
+	}
+	cfg, err := Parse(strings.NewReader(strings.Join(out, "\n")), "example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, s := range cfg.Notify.Sinks {
+		types = append(types, s.Type)
+	}
+	if diff := cmp.Diff([]string{"webhook", "slack", "pagerduty", "teams", "email"}, types); diff != "" {
+		t.Errorf("the example's sinks (-want +got):\n%s", diff)
+	}
 }
