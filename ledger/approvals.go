@@ -83,7 +83,7 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 			return nil, newErr(CodeInvalidStateTransition, "approval %s expired at %s; the agent's next begin will ask again", approvalID, a.ExpiresAt.Format(time.RFC3339))
 		}
 		if to == ApprovalApproved { // a halt may let it be rejected, never approved (halt.go)
-			if h, err := haltFor(t, rec.Namespace, rec.EffectType, a.AgentID, rec.Vendor); err != nil || h != nil {
+			if h, err := haltFor(t, rec.Namespace, rec.EffectType, rec.Operation, a.AgentID, rec.Vendor); err != nil || h != nil {
 				if err != nil {
 					return nil, err
 				}

@@ -237,7 +237,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	req := &in.req
 	pol := &in.pol
 	// A halt refuses every attempt in its scope, undos too (halt.go).
-	if h, err := haltFor(t, req.Namespace, req.EffectType, req.AgentID, req.Vendor); err != nil || h != nil {
+	if h, err := haltFor(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.Vendor); err != nil || h != nil {
 		if err != nil {
 			return nil, err
 		}
