@@ -289,6 +289,12 @@ type Approval struct {
 	DecidedBy           string     `json:"decided_by,omitempty"`
 	DecidedAt           *time.Time `json:"decided_at,omitempty"`
 	Note                string     `json:"note,omitempty"`
+	// ApproversRequired is how many distinct people must approve (the
+	// rule's approvers_required, fixed when the request was made); zero is
+	// one. Until that many have, the request stays pending and ApprovedBy
+	// says who has; the last of them is DecidedBy.
+	ApproversRequired int        `json:"approvers_required,omitempty"`
+	ApprovedBy        []Approver `json:"approved_by,omitempty"`
 	// UsedAt is when a granted approval let an attempt execute. An approval
 	// is for one execute: once used, a later attempt (after a definite
 	// failure) asks again.
@@ -299,6 +305,13 @@ type Approval struct {
 	// effect's own declaration, filled in when the approval is read, never
 	// stored with the approval.
 	Compensation *Compensation `json:"compensation,omitempty"`
+}
+
+// Approver is one person's approval of a request that needs several.
+type Approver struct {
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
 }
 
 // Approval states.
