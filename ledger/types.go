@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -305,6 +307,23 @@ type Approval struct {
 	// effect's own declaration, filled in when the approval is read, never
 	// stored with the approval.
 	Compensation *Compensation `json:"compensation,omitempty"`
+}
+
+// Progress is how far an approval that needs several people has come
+// ("1 of 2: approved by admin:alice"); "" when one person decides it.
+func (a *Approval) Progress() string {
+	if a.ApproversRequired < 2 {
+		return ""
+	}
+	by := make([]string, len(a.ApprovedBy))
+	for i, p := range a.ApprovedBy {
+		by[i] = p.By
+	}
+	s := fmt.Sprintf("%d of %d", len(by), a.ApproversRequired)
+	if len(by) > 0 {
+		s += ": approved by " + strings.Join(by, ", ")
+	}
+	return s
 }
 
 // Approver is one person's approval of a request that needs several.
