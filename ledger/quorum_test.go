@@ -263,3 +263,19 @@ func TestTwoApproversAtOnceReachOneQuorum(t *testing.T) {
 		h.clock.Advance(time.Second)
 	}
 }
+
+func TestExplainSaysHowManyPeopleMustApprove(t *testing.T) {
+	h := newHarness(t, quorumRules())
+	for _, c := range []struct {
+		cost int64
+		want int
+	}{{150_000_000, 0}, {1_000_000_000, 2}, {50_000_000, 0}} {
+		ex, err := h.eng.Explain(context.Background(), pay("ex:1", "acct_1", c.cost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.ApproversRequired != c.want {
+			t.Errorf("cost %d: approvers_required %d, want %d", c.cost, ex.ApproversRequired, c.want)
+		}
+	}
+}
