@@ -221,7 +221,14 @@ func approvalRequired(rec *effectRec) *BeginResult {
 	est, thr := a.EstimatedCostMicros, a.ThresholdMicros
 	return &BeginResult{Decision: DecisionApprovalRequired, EffectID: rec.EffectID, Attempt: rec.Attempt + 1,
 		State: StateAwaitingApproval, ApprovalID: a.ApprovalID, ThresholdMicros: &thr, EstimatedCostMicros: &est,
-		Message: fmt.Sprintf("A human must approve this action (approval %s). Do not perform it now; begin again with the same key after an operator approves.", a.ApprovalID)}
+		Message: fmt.Sprintf("%s must approve this action (approval %s). Do not perform it now; begin again with the same key after an operator approves.", approverText(a), a.ApprovalID)}
+}
+
+func approverText(a *Approval) string {
+	if a.ApproversRequired < 2 {
+		return "A human"
+	}
+	return fmt.Sprintf("%d people (%d so far)", a.ApproversRequired, len(a.ApprovedBy))
 }
 
 func denied(rec *effectRec, reason, msg string) *BeginResult {
@@ -237,7 +244,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	req := &in.req
 	pol := &in.pol
 	// A halt refuses every attempt in its scope, undos too (halt.go).
-	if h, err := haltFor(t, req.Namespace, req.EffectType, req.AgentID, req.Vendor); err != nil || h != nil {
+	if h, err := haltFor(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.Vendor); err != nil || h != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -366,12 +373,17 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	var grant *Grant // a scoped approval that covers it (grants.go)
 	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
-		g, err := e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
-		if err != nil {
-			return nil, err
+		// A grant is one operator's decision: it never stands in for a
+		// quorum of several people (approvers_required).
+		need := pol.approvers(*req.EstimatedCostMicros)
+		var g *Grant
+		if need == 1 {
+			if g, err = e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now); err != nil {
+				return nil, err
+			}
 		}
 		if g == nil {
-			return e.requestApproval(t, in, rec, *pol.threshold, now)
+			return e.requestApproval(t, in, rec, *pol.threshold, need, now)
 		}
 		grant = g
 		if err := e.useGrant(t, g, in, rec, now); err != nil {
@@ -558,7 +570,7 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 	return nil
 }
 
-func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, now time.Time) (*BeginResult, error) {
+func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, need int, now time.Time) (*BeginResult, error) {
 	req := &in.req
 	if rec == nil {
 		rec = e.newEffect(in, now)
@@ -574,6 +586,9 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 		EstimatedCostMicros: *req.EstimatedCostMicros, ThresholdMicros: threshold,
 		RequestedAt: now, ExpiresAt: now.Add(e.defaults.ApprovalTTL), State: ApprovalPending,
 	}
+	if need > 1 {
+		rec.Approval.ApproversRequired = need
+	}
 	rec.EstimatedCostMicros = req.EstimatedCostMicros
 	if err := t.Set(key(kindApproval, rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
 		return nil, err
@@ -587,6 +602,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	ev := effectEvent(EventApprovalRequested, rec)
 	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
 	ev.Compensation = rec.Compensation.withoutPayload()
+	ev.ApproversRequired = rec.Approval.ApproversRequired
 	t.emit(ev)
 	return e.approvalAnswer(rec, now), nil
 }
