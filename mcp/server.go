@@ -46,6 +46,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -156,6 +157,14 @@ type HTTPOptions struct {
 	// Agents are the accepted tokens; with none, calls are unauthenticated
 	// and get Options.Identity (serve only on loopback then).
 	Agents Agents
+	// OAuth, when set, accepts access tokens of its issuers that carry
+	// the agent scope, beside Agents; calls are then never
+	// unauthenticated.
+	OAuth *jwtauth.Verifier
+	// ResourceMetadataURL is where the protected resource metadata is
+	// (ResourceMetadataURL of the resource), named in every refusal's
+	// WWW-Authenticate when OAuth is set.
+	ResourceMetadataURL string
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Logger receives the transport's logs; nil discards them.
@@ -207,10 +216,10 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	// token or reaches an unauthenticated loopback sidecar: cross-origin
 	// requests are refused (403) before any tool runs.
 	h = http.NewCrossOriginProtection().Handler(h)
-	if len(opts.Agents) == 0 {
+	if len(opts.Agents) == 0 && opts.OAuth == nil {
 		return h
 	}
-	return requireToken(opts.Agents, maxBody, h)
+	return requireToken(opts.Agents, opts.OAuth, opts.ResourceMetadataURL, maxBody, h)
 }
 
 // statelessProtocol is the first protocol version without sessions, which
