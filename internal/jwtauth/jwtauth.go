@@ -171,7 +171,9 @@ type issuerKeys struct {
 
 	mu        sync.Mutex
 	keys      *jose.JSONWebKeySet
-	fetched   time.Time // of the last fetch, successful or not
+	loaded    time.Time // when keys were loaded
+	tried     time.Time // of the last load, successful or not
+	refreshed time.Time // of the last load for an unknown kid
 	lastError error
 }
 
@@ -521,32 +523,39 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// key returns the issuer's key kid, fetching the key set when it is not
-// cached (or older than MaxAge) and MinRefresh has passed since the last
-// fetch.
+// key returns the issuer's key kid. The key set is loaded when there is
+// none or it is older than MaxAge, and loaded again for a kid it lacks (a
+// rotated key); each of the two at most once per MinRefresh, so that a
+// failing issuer or a stream of made-up kids costs one fetch a minute.
 func (k *issuerKeys) key(ctx context.Context, kid string, opts Options) (*jose.JSONWebKey, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := opts.Now()
-	if k.keys != nil && now.Sub(k.fetched) < opts.MaxAge {
-		if key := findKey(k.keys, kid); key != nil {
-			return key, nil
-		}
-	}
-	if k.fetched.IsZero() || now.Sub(k.fetched) >= opts.MinRefresh {
-		k.fetched = now
+	stale := k.keys == nil || now.Sub(k.loaded) >= opts.MaxAge
+	load := func() {
+		k.tried = now
 		keys, err := k.load(ctx)
 		k.lastError = err
 		if err == nil {
-			k.keys = keys
+			k.keys, k.loaded = keys, now
 		}
+	}
+	if stale && (k.tried.IsZero() || now.Sub(k.tried) >= opts.MinRefresh) {
+		load()
 	}
 	if k.keys != nil {
 		if key := findKey(k.keys, kid); key != nil {
 			return key, nil
 		}
+		if k.refreshed.IsZero() || now.Sub(k.refreshed) >= opts.MinRefresh {
+			k.refreshed = now
+			load()
+			if key := findKey(k.keys, kid); key != nil {
+				return key, nil
+			}
+		}
 	}
-	if k.lastError != nil {
+	if k.keys == nil && k.lastError != nil {
 		return nil, &Error{Status: 401, Code: "invalid_token", Reason: "keys_unavailable",
 			Message: fmt.Sprintf("issuer %s's keys could not be read (%v), so the token cannot be verified: try again later", k.cfg.Name, k.lastError)}
 	}

@@ -126,18 +126,24 @@ func TestAnUnknownKidCostsOneFetchThenIsRefused(t *testing.T) {
 			t.Errorf("kid %s: err = %v, want unknown_kid", kid, err)
 		}
 	}
+	if _, err := v.Verify(ctx, is.Sign(t, is.Std("bot", aud, "ratchet:agent")), jwtauth.RightAgent); err != nil {
+		t.Fatal(err)
+	}
+	if got := is.Fetches(); got != 1 {
+		t.Fatalf("fetches after the first token = %d, want 1", got)
+	}
 	for _, kid := range []string{"made-up-1", "made-up-2", "made-up-3"} {
 		unknown(kid)
 	}
-	if got := is.Fetches(); got != 1 {
-		t.Errorf("fetches after three unknown kids = %d, want 1 (one fetch, then none for a minute)", got)
+	if got := is.Fetches(); got != 2 {
+		t.Errorf("fetches after three unknown kids = %d, want 2 (the first token's, then one for the unknown kids)", got)
 	}
 	if _, err := v.Verify(ctx, is.Sign(t, is.Std("bot", aud, "ratchet:agent")), jwtauth.RightAgent); err != nil {
 		t.Errorf("the known kid after the unknown ones: %v", err)
 	}
 	now = now.Add(jwtauth.DefaultMinRefresh)
 	unknown("made-up-4")
-	if got := is.Fetches(); got != 2 {
-		t.Errorf("fetches after a minute and another unknown kid = %d, want 2", got)
+	if got := is.Fetches(); got != 3 {
+		t.Errorf("fetches after a minute and another unknown kid = %d, want 3", got)
 	}
 }
