@@ -129,8 +129,16 @@ func TestHostileTokensAreRefusedByServeAndRecordNothing(t *testing.T) {
 				inMessage string
 			}{
 				{"no token", "", 401, "", "no bearer token"},
-				{"wrong audience", is.Sign(t, func() jwtauthtest.Claims { c := agentClaims(is, "bot-1", "payments"); c["aud"] = "https://elsewhere.test/mcp"; return c }()), 401, "invalid_token", "audience"},
-				{"wrong issuer", other.Sign(t, func() jwtauthtest.Claims { c := other.Std("bot-1", oauthResource, "ratchet:agent"); c["tenant"] = "payments"; return c }()), 401, "invalid_token", "not one Ratchet trusts"},
+				{"wrong audience", is.Sign(t, func() jwtauthtest.Claims {
+					c := agentClaims(is, "bot-1", "payments")
+					c["aud"] = "https://elsewhere.test/mcp"
+					return c
+				}()), 401, "invalid_token", "audience"},
+				{"wrong issuer", other.Sign(t, func() jwtauthtest.Claims {
+					c := other.Std("bot-1", oauthResource, "ratchet:agent")
+					c["tenant"] = "payments"
+					return c
+				}()), 401, "invalid_token", "not one Ratchet trusts"},
 				{"expired", is.Sign(t, expired), 401, "invalid_token", "expired"},
 				{"not yet valid", is.Sign(t, future), 401, "invalid_token", "not valid before"},
 				{"alg none", is.SignNone(agentClaims(is, "bot-1", "payments")), 401, "invalid_token", `"none"`},
