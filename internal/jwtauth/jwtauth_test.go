@@ -147,3 +147,42 @@ func TestAnUnknownKidCostsOneFetchThenIsRefused(t *testing.T) {
 		t.Errorf("fetches after a minute and another unknown kid = %d, want 3", got)
 	}
 }
+
+// TestAServiceAccountTokenIsAnAgentOfItsNamespace: a projected service
+// account token of a Kubernetes issuer names the service account's
+// namespace and name (or a subjects entry renames it), and never opens the
+// admin API, whatever scope it carries.
+func TestAServiceAccountTokenIsAnAgentOfItsNamespace(t *testing.T) {
+	is := jwtauthtest.New(t)
+	v, err := jwtauth.New(jwtauth.Options{
+		Issuers: []jwtauth.Issuer{{Name: "cluster", Issuer: is.URL, DiscoveryURL: is.DiscoveryURL(), Audiences: []string{"ratchet"},
+			Algorithms: []string{"RS256"}, Kubernetes: true,
+			Subjects: map[string]jwtauth.Subject{"system:serviceaccount:ops:legacy": {Namespace: "billing", AgentID: "legacy-billing"}}}},
+		AgentScope: "ratchet:agent", AdminScope: "ratchet:admin",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var got []string
+	for _, sa := range [][2]string{{"payments", "checkout-agent"}, {"ops", "legacy"}} {
+		p, err := v.Verify(ctx, is.Sign(t, is.ServiceAccount(sa[0], sa[1], "ratchet", time.Hour)), jwtauth.RightAgent)
+		if err != nil {
+			t.Fatalf("%v: %v", sa, err)
+		}
+		got = append(got, p.Namespace+"/"+p.AgentID)
+	}
+	if diff := cmp.Diff([]string{"payments/checkout-agent", "billing/legacy-billing"}, got); diff != "" {
+		t.Errorf("identities (-want +got):\n%s", diff)
+	}
+	admin := is.ServiceAccount("payments", "checkout-agent", "ratchet", time.Hour)
+	admin["scope"] = "ratchet:admin"
+	_, err = v.Verify(ctx, is.Sign(t, admin), jwtauth.RightAdmin)
+	if e, ok := errors.AsType[*jwtauth.Error](err); !ok || e.Status != 403 {
+		t.Errorf("a service account token with the admin scope on the admin API: %v, want 403", err)
+	}
+	_, err = v.Verify(ctx, is.Sign(t, is.ServiceAccount("payments", "checkout-agent", "https://kubernetes.default.svc", time.Hour)), jwtauth.RightAgent)
+	if e, ok := errors.AsType[*jwtauth.Error](err); !ok || e.Reason != "audience" {
+		t.Errorf("the pod's API server token (another audience): %v, want refused for its audience", err)
+	}
+}

@@ -130,3 +130,20 @@ func raw(hdr map[string]any, c Claims) string {
 	p, _ := json.Marshal(c)
 	return base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(p)
 }
+
+// ServiceAccount returns the claims of a projected service account token
+// as the Kubernetes docs show one ("Service account tokens", the
+// TokenRequest API's JWT): sub system:serviceaccount:<ns>:<name>, the
+// audience asked for, and the pod, node and service account under
+// kubernetes.io; valid for ttl from now.
+func (is *Issuer) ServiceAccount(ns, name, aud string, ttl time.Duration) Claims {
+	now := time.Now()
+	return Claims{"iss": is.URL, "sub": "system:serviceaccount:" + ns + ":" + name, "aud": []string{aud},
+		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(ttl).Unix(), "jti": "jti-" + name,
+		"kubernetes.io": map[string]any{
+			"namespace":      ns,
+			"node":           map[string]any{"name": "node-1", "uid": "0a1b2c3d-0000-4000-8000-000000000001"},
+			"pod":            map[string]any{"name": name + "-7d9f8b6c5-x2k4q", "uid": "0a1b2c3d-0000-4000-8000-000000000002"},
+			"serviceaccount": map[string]any{"name": name, "uid": "0a1b2c3d-0000-4000-8000-000000000003"},
+		}}
+}
