@@ -28,7 +28,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	server := fs.String("server", "", "bridge to a running sidecar's MCP URL, e.g. http://127.0.0.1:8787/mcp")
 	ns := fs.String("namespace", "", "namespace for this client (default \"default\")")
 	agent := fs.String("agent-id", "", "fix the agent_id of this client")
-	tokenFile := fs.String("token-file", "", "with --server: read the bearer token from this file before every request (a projected service account token the kubelet rotates); default $RATCHET_TOKEN")
+	tokenFile := fs.String("token-file", os.Getenv("RATCHET_TOKEN_FILE"), "with --server: read the bearer token from this file before every request (a projected service account token the kubelet rotates); default $RATCHET_TOKEN_FILE, else the token in $RATCHET_TOKEN")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

@@ -45,6 +45,9 @@ type OAuthIssuer struct {
 	JWKSURL      string `yaml:"jwks_url"`
 	JWKSFile     string `yaml:"jwks_file"`
 	CAFile       string `yaml:"ca_file"`
+	// BearerTokenFile is sent with each fetch of the keys (a Kubernetes
+	// API server's: Ratchet's own service account token).
+	BearerTokenFile string `yaml:"bearer_token_file"`
 	// Audiences a token may carry (default: oauth.resource; for a
 	// Kubernetes issuer, ratchet).
 	Audiences []string `yaml:"audiences"`
@@ -116,7 +119,7 @@ func (o *OAuth) VerifierOptions() jwtauth.Options {
 	opts := jwtauth.Options{ClockSkew: o.ClockSkew.Value(), AgentScope: o.AgentScope, AdminScope: o.AdminScope}
 	for _, is := range o.Issuers {
 		j := jwtauth.Issuer{Name: is.Name, Issuer: is.Issuer, DiscoveryURL: is.DiscoveryURL, JWKSURL: is.JWKSURL, JWKSFile: is.JWKSFile,
-			CAFile: is.CAFile, Audiences: is.Audiences, Algorithms: is.Algorithms, Kubernetes: is.Kubernetes,
+			CAFile: is.CAFile, BearerTokenFile: is.BearerTokenFile, Audiences: is.Audiences, Algorithms: is.Algorithms, Kubernetes: is.Kubernetes,
 			Namespace: is.Namespace, NamespaceClaim: is.NamespaceClaim, AgentIDClaim: is.AgentIDClaim, AdminNameClaim: is.AdminNameClaim}
 		if len(is.Subjects) > 0 {
 			j.Subjects = map[string]jwtauth.Subject{}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -49,5 +50,40 @@ func TestOAuthConfigIsCheckedWithLines(t *testing.T) {
 	same := "auth:\n  oauth:\n    resource: https://r.example.com/mcp\n    agent_scope: x\n    admin_scope: x\n    issuers:\n" + good
 	if probs := parseProblems(t, same); len(probs) != 1 || probs[0].Path != "auth.oauth.admin_scope" || probs[0].Line != 5 {
 		t.Errorf("one scope for both rights: %+v", probs)
+	}
+}
+
+// TestTheExamplesOAuthBlockIsValid: the commented auth.oauth block of the
+// example config, a corporate issuer and a Kubernetes cluster, loads as it
+// is once uncommented.
+func TestTheExamplesOAuthBlockIsValid(t *testing.T) {
+	b, err := os.ReadFile("../../configs/ratchet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "  # oauth:")
+	end := strings.Index(s[start:], "\n\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no oauth block in the example")
+	}
+	out := []string{"auth:"}
+	for _, l := range strings.Split(s[start:start+end], "\n") {
+		l = strings.Replace(l, "# ", "", 1)
+		if strings.TrimSpace(l) != "" && !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			out = append(out, l)
+		}
+	}
+	cfg, err := Parse(strings.NewReader(strings.Join(out, "\n")), "example")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, strings.Join(out, "\n"))
+	}
+	var names []string
+	for _, is := range cfg.Auth.OAuth.Issuers {
+		names = append(names, fmt.Sprintf("%s kubernetes=%v audiences=%v", is.Name, is.Kubernetes, is.Audiences))
+	}
+	want := []string{"corp kubernetes=false audiences=[https://ratchet.example.com/mcp]", "cluster kubernetes=true audiences=[ratchet]"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("the example's issuers (-want +got):\n%s", diff)
 	}
 }

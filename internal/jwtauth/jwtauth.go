@@ -68,6 +68,12 @@ type Issuer struct {
 	// CAFile, when set, is the PEM bundle that the issuer's TLS
 	// certificate must chain to (a cluster's CA); empty: the system roots.
 	CAFile string
+	// BearerTokenFile, when set, holds a token sent with each fetch of the
+	// keys, read anew each time: a Kubernetes API server serves its
+	// discovery document and keys to authenticated service accounts only
+	// (the system:service-account-issuer-discovery role), so Ratchet sends
+	// its own service account token.
+	BearerTokenFile string
 	// Audiences: a token's aud must hold one of them.
 	Audiences []string
 	// Algorithms are the accepted JWS algorithms (asymmetric only).
@@ -647,6 +653,13 @@ func (k *issuerKeys) get(ctx context.Context, u string) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if f := k.cfg.BearerTokenFile; f != "" {
+		tok, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading bearer_token_file: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
 	resp, err := k.client.Do(req)
 	if err != nil {
 		return nil, err
