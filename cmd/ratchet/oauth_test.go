@@ -226,6 +226,18 @@ func TestHostileTokensAreRefusedByServeAndRecordNothing(t *testing.T) {
 					t.Error("serve's log holds a token")
 				}
 			}
+			resp, err := http.Get(s.admin + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			scrape, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range []string{`ratchet_token_decisions_total{issuer="corp",result="expired"} 1`,
+				`ratchet_token_decisions_total{issuer="unknown",result="issuer"} 1`, `ratchet_token_decisions_total{issuer="corp",result="unknown_kid"} 1`} {
+				if !strings.Contains(string(scrape), line) {
+					t.Errorf("/metrics lacks %s", line)
+				}
+			}
 			if !strings.Contains(s.stderr.String(), "token refused") || !strings.Contains(s.stderr.String(), "reason=expired") {
 				t.Errorf("serve's log does not say which tokens it refused and why:\n%s", s.stderr)
 			}
