@@ -11,6 +11,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -765,6 +766,18 @@ func (c *Config) problems() []Problem {
 	c.proxyAgentProblems(add)
 	for i, a := range c.Auth.Admins {
 		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		if c.Auth.OAuth == nil {
+			continue
+		}
+		// An OAuth admin is recorded as "<issuer name>:<claim>"; a
+		// static admin named so would be the same person on an approval
+		// (where people are counted) and in the audit log.
+		for _, is := range c.Auth.OAuth.Issuers {
+			if is.Name != "" && strings.HasPrefix(a.Name, is.Name+":") {
+				add(fmt.Sprintf("auth.admins[%d].name", i), "%q is named as issuer %s's admins are (%s:<%s>): name a static admin without the prefix %q",
+					a.Name, is.Name, is.Name, cmp.Or(is.AdminNameClaim, "sub"), is.Name+":")
+			}
+		}
 	}
 	probs = append(probs, c.Auth.OAuth.problems()...)
 	probs = append(probs, c.Notify.problems()...)
