@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
+	"github.com/ratchet-mcp/ratchet/internal/jwtauth/jwtauthtest"
 )
 
 // fileIssuer is an issuer whose key set (an RSA key for RS256 and a P-256
@@ -207,5 +208,49 @@ func TestAnIssuerOfSubjectsOnlyAdmitsThoseSubjects(t *testing.T) {
 	p, err = fi.v.Verify(ctx, sign(t, jose.RS256, fi.rsa, "r1", fi.claims("stranger", "ratchet:agent")), jwtauth.RightAgent)
 	if got := reasonOf(err); got != "unknown_subject" {
 		t.Errorf("another subject: decision = %s, want unknown_subject (principal %+v)", got, p)
+	}
+}
+
+// TestACallerWhoHangsUpDoesNotSpoilTheKeysForOthers: the first token
+// loads the issuer's keys; a caller that sends one and hangs up at once
+// (its request's context cancelled) must not leave the issuer's keys
+// unread for a minute, refusing every good token meanwhile (once a minute,
+// that kept an issuer's tokens out for good).
+func TestACallerWhoHangsUpDoesNotSpoilTheKeysForOthers(t *testing.T) {
+	is := jwtauthtest.New(t)
+	v := newVerifier(t, is, map[string]int{})
+	tok := is.Sign(t, is.Std("bot", aud, "ratchet:agent"))
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	v.Verify(gone, is.SignKID(t, is.Std("bot", aud, "ratchet:agent"), "made-up"), jwtauth.RightAgent)
+	if _, err := v.Verify(context.Background(), tok, jwtauth.RightAgent); err != nil {
+		t.Errorf("a good token after a caller hung up: %v", err)
+	}
+}
+
+// TestAnIssuerWhoseKeysCannotBeReadIsNotDescribedToTheCaller: the
+// refusal says to try again later; where the keys were looked for (a URL
+// inside the cluster) and why it failed go to the log only.
+func TestAnIssuerWhoseKeysCannotBeReadIsNotDescribedToTheCaller(t *testing.T) {
+	is := jwtauthtest.New(t)
+	var log bytes.Buffer
+	v, err := jwtauth.New(jwtauth.Options{
+		Issuers: []jwtauth.Issuer{{Name: "cluster", Issuer: is.URL, JWKSURL: is.URL + "/no-such-jwks", Audiences: []string{aud},
+			Algorithms: []string{"RS256"}, Namespace: "payments"}},
+		AgentScope: "ratchet:agent", AdminScope: "ratchet:admin", Logger: slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Verify(context.Background(), is.Sign(t, is.Std("bot", aud, "ratchet:agent")), jwtauth.RightAgent)
+	e, ok := errors.AsType[*jwtauth.Error](err)
+	if !ok || e.Reason != "keys_unavailable" {
+		t.Fatalf("err = %v, want keys_unavailable", err)
+	}
+	if strings.Contains(e.Message, "no-such-jwks") {
+		t.Errorf("the refusal names where the keys are: %s", e.Message)
+	}
+	if !strings.Contains(log.String(), "no-such-jwks") {
+		t.Errorf("the log does not say what failed:\n%s", log.String())
 	}
 }

@@ -576,10 +576,15 @@ func (k *issuerKeys) key(ctx context.Context, kid string, opts Options) (*jose.J
 	stale := k.keys == nil || now.Sub(k.loaded) >= opts.MaxAge
 	load := func() {
 		k.tried = now
-		keys, err := k.load(ctx)
+		// Not the caller's context: one who hangs up at once would leave
+		// the keys unread, and every good token refused, until the next
+		// load a minute later (get bounds the fetch to 10 s).
+		keys, err := k.load(context.WithoutCancel(ctx))
 		k.lastError = err
 		if err == nil {
 			k.keys, k.loaded = keys, now
+		} else if opts.Logger != nil {
+			opts.Logger.Warn("token issuer's keys not read", "issuer", k.cfg.Name, "err", err)
 		}
 	}
 	if stale && (k.tried.IsZero() || now.Sub(k.tried) >= opts.MinRefresh) {
@@ -599,7 +604,9 @@ func (k *issuerKeys) key(ctx context.Context, kid string, opts Options) (*jose.J
 	}
 	if k.keys == nil && k.lastError != nil {
 		return nil, &Error{Status: 401, Code: "invalid_token", Reason: "keys_unavailable",
-			Message: fmt.Sprintf("issuer %s's keys could not be read (%v), so the token cannot be verified: try again later", k.cfg.Name, k.lastError)}
+			// What failed (a URL inside the cluster, a file) is in the
+			// log, not told to whoever sent a token.
+			Message: fmt.Sprintf("issuer %s's keys could not be read, so the token cannot be verified: try again later", k.cfg.Name)}
 	}
 	return nil, refuse("unknown_kid", "issuer %s has no key %q (its key set was read again): the token was not signed by that issuer's current keys", k.cfg.Name, truncate(kid, 100))
 }
