@@ -27,14 +27,10 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	if err != nil {
 		return nil, err
 	}
-	v, err := e.enqueue(ctx, &op{
-		fn:    func(t *opTxn, now time.Time) (any, error) { return e.begin(t, in, now) },
-		reads: in.reads,
-	})
+	res, err := submitReading(ctx, e, in.reads, func(t *opTxn, now time.Time) (*BeginResult, error) { return e.begin(t, in, now) })
 	if err != nil {
 		return nil, err
 	}
-	res := v.(*BeginResult)
 	e.obs.Begin(in.req.EffectType, res.Decision, time.Since(start))
 	if w := res.DimensionWarning; w != nil {
 		if dw, ok := e.obs.(DimensionWarningObserver); ok {
