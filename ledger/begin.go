@@ -40,7 +40,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 			"effect_type", in.req.EffectType, "effect_id", res.EffectID, "ceilings", w.Ceilings, "dimensions", w.Dimensions)
 	}
 	if o := in.observed; o != nil {
-		if ob, ok := e.obs.(ObservedObserver); ok {
+		if ob, ok := e.obs.(ObserveModeObserver); ok {
 			ob.Observed(in.req.EffectType, o.would)
 		}
 		e.log.InfoContext(ctx, "observed rule would have refused", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,

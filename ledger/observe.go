@@ -66,8 +66,8 @@ func (o *observation) changes(d Decision) bool {
 	return false
 }
 
-// ObservedObserver is an Observer that is also told of each observation
+// ObserveModeObserver is an Observer that is also told of each observation
 // (metrics: ratchet_observed_total).
-type ObservedObserver interface {
+type ObserveModeObserver interface {
 	Observed(effectType, would string)
 }

@@ -349,7 +349,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		}
 	}
 	if o.actual != nil {
-		if err := settle(t, e.policy, rec, *o.actual, now); err != nil {
+		if err := chargeActual(t, e.policy, rec, *o.actual, now); err != nil {
 			return nil, err
 		}
 		rec.ActualCostMicros = o.actual
