@@ -67,7 +67,7 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 	if err := checkNote("note", note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	a, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Approval, error) {
 		id, err := t.Get(key(kindApproval, approvalID))
 		if err != nil {
 			return nil, approvalNotFound(err, approvalID)
@@ -130,7 +130,6 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 	if err != nil {
 		return nil, err
 	}
-	a := v.(*Approval)
 	e.log.Info("approval decided", "approval_id", a.ApprovalID, "effect_id", a.EffectID, "state", a.State, "by", a.DecidedBy)
 	return a, nil
 }
