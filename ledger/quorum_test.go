@@ -279,3 +279,29 @@ func TestExplainSaysHowManyPeopleMustApprove(t *testing.T) {
 		}
 	}
 }
+
+// TestOnePersonUnderTwoSpellingsCountsOnce: a decider's name in another
+// case, in full-width letters, with a zero-width space or surrounding
+// spaces (an admin token given a second name that reads the same) is the
+// same decider: alice so spelled four more ways is still 1 of 2, and the
+// agent's name in another spelling never decides.
+func TestOnePersonUnderTwoSpellingsCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, quorumRules())
+	req := pay("q:spell", "acct_1", 1_500_000_000)
+	asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+	approve(t, h.eng, asked.ApprovalID, "admin:alice")
+	for _, by := range []string{"admin:Alice", "admin:ＡＬＩＣＥ", "admin:ali\u200bce", " admin:alice ", "ADMIN:alice"} {
+		if a := approve(t, h.eng, asked.ApprovalID, by); a.State != ledger.ApprovalPending || len(a.ApprovedBy) != 1 {
+			t.Errorf("after %q: state %s, %d approvers; want pending with 1 (alice)", by, a.State, len(a.ApprovedBy))
+		}
+	}
+	for _, by := range []string{"Agent:bot", "ＡＧＥＮＴ:bot", " agent:bot"} {
+		_, err := h.eng.Approve(ctx, asked.ApprovalID, by, "")
+		wantCode(t, err, ledger.CodeUnauthorized)
+	}
+	h.beginWant(req, ledger.DecisionApprovalRequired)
+	if a := approve(t, h.eng, asked.ApprovalID, "admin:bob"); a.State != ledger.ApprovalApproved {
+		t.Errorf("after bob: %s, want approved", a.State)
+	}
+}
