@@ -305,3 +305,75 @@ func TestOnePersonUnderTwoSpellingsCountsOnce(t *testing.T) {
 		t.Errorf("after bob: %s, want approved", a.State)
 	}
 }
+
+// TestARejectionRacingTheLastApprovalEndsOneWay: alice has approved; bob's
+// approval (the last one needed) and carol's rejection come at the same
+// moment through two replicas of one PostgreSQL ledger (on Badger, two
+// goroutines of one engine): exactly one of them wins, the other is told
+// the approval is already decided, one approval.decided is recorded, and
+// the agent's begins agree with the winner: one execute, or denied.
+func TestARejectionRacingTheLastApprovalEndsOneWay(t *testing.T) {
+	h := newHarness(t, quorumRules())
+	engines := []*ledger.Engine{h.eng, h.eng}
+	if testBackend == "postgres" {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1,
+			Audit: true, Route: h.routeOrDefault()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		engines[1] = e
+	}
+	ctx := context.Background()
+	for i := range 20 {
+		req := pay("racerej:"+itoa(int64(i)), "acct_1", 1_500_000_000)
+		asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+		approve(t, h.eng, asked.ApprovalID, "admin:alice")
+		var wg sync.WaitGroup
+		var approveErr, rejectErr error
+		wg.Go(func() { _, approveErr = engines[i%2].Approve(ctx, asked.ApprovalID, "admin:bob", "") })
+		wg.Go(func() { _, rejectErr = engines[(i+1)%2].Reject(ctx, asked.ApprovalID, "admin:carol", "no") })
+		wg.Wait()
+		if (approveErr == nil) == (rejectErr == nil) {
+			t.Fatalf("round %d: approve err %v, reject err %v; want exactly one to succeed", i, approveErr, rejectErr)
+		}
+		lost := approveErr
+		if lost == nil {
+			lost = rejectErr
+		}
+		wantCode(t, lost, ledger.CodeInvalidStateTransition)
+		var decided []string
+		for _, ev := range approvalEvents(t, h, asked.ApprovalID) {
+			if strings.HasPrefix(ev, ledger.EventApprovalDecided) {
+				decided = append(decided, ev)
+			}
+		}
+		if len(decided) != 1 {
+			t.Errorf("round %d: approval.decided events %v, want 1", i, decided)
+		}
+		want := ledger.DecisionDenied
+		if approveErr == nil {
+			want = ledger.DecisionExecute
+		}
+		var got []ledger.Decision
+		for j := range 2 {
+			res, err := engines[j].Begin(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, res.Decision)
+		}
+		second := ledger.DecisionDenied
+		if want == ledger.DecisionExecute {
+			second = ledger.DecisionInFlight
+		}
+		if diff := cmp.Diff([]ledger.Decision{want, second}, got); diff != "" {
+			t.Errorf("round %d: the agent's two begins (-want +got):\n%s", i, diff)
+		}
+		h.clock.Advance(time.Second)
+	}
+}
