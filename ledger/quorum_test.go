@@ -377,3 +377,26 @@ func TestARejectionRacingTheLastApprovalEndsOneWay(t *testing.T) {
 		h.clock.Advance(time.Second)
 	}
 }
+
+// TestARetryAtAHigherCostAfterAQuorumAsksAgain: the agent's begin with
+// the same key and payload but a higher estimated cost, while the quorum
+// is partly there and once it is reached, never rides on the approvals of
+// the lower cost: while pending it is the same request; once approved the
+// higher cost is a new request needing two people again (0 so far), and
+// the approved cost executes once.
+func TestARetryAtAHigherCostAfterAQuorumAsksAgain(t *testing.T) {
+	h := newHarness(t, quorumRules())
+	req := pay("q:cost", "acct_1", 1_500_000_000)
+	more := req
+	more.EstimatedCostMicros = i64(9_000_000_000)
+	asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+	approve(t, h.eng, asked.ApprovalID, "admin:alice")
+	if res := h.beginWant(more, ledger.DecisionApprovalRequired); res.ApprovalID != asked.ApprovalID {
+		t.Errorf("while pending, the higher cost got approval %s, want the pending %s", res.ApprovalID, asked.ApprovalID)
+	}
+	approve(t, h.eng, asked.ApprovalID, "admin:bob")
+	again := h.beginWant(more, ledger.DecisionApprovalRequired)
+	if again.ApprovalID == asked.ApprovalID || !strings.Contains(again.Message, "2 people (0 so far)") {
+		t.Errorf("the higher cost after the quorum: approval %s, %q; want a new request of 2 people (0 so far)", again.ApprovalID, again.Message)
+	}
+}
