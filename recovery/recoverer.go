@@ -142,7 +142,6 @@ func (r *Recoverer) Pass(ctx context.Context) int {
 	return sent
 }
 
-
 // longestWindow is the longest key window of any vendor: a kept request
 // older than that can be sent for none.
 func (r *Recoverer) longestWindow() time.Duration {
