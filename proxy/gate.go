@@ -269,8 +269,8 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		key = callerKey(v, r.Method, path, e, whose)
 	default:
 		at := p.opts.Clock()
-		if minted, ok := vendors.StripeKeyMinted(e.CallerKey); ok && e.KeyFromSDK {
-			at = minted
+		if !e.KeyMinted.IsZero() && e.KeyFromSDK {
+			at = e.KeyMinted
 		}
 		window := p.dedupeWindow(v)
 		bucket := at.UnixNano() / int64(window)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -51,6 +52,10 @@ type Effect struct {
 	// that the SDK's own retries of one call are the same call, nothing
 	// about two calls the application makes.
 	KeyFromSDK bool
+	// KeyMinted is when an SDK minted CallerKey, when the key says so
+	// (stripe-go's carry the time): the proxy keys such a call in the
+	// dedupe window that time falls in. Zero otherwise.
+	KeyMinted time.Time
 	// Scope names the account the request acts for when a header says so
 	// (Stripe-Account, Stripe-Context, PayPal-Auth-Assertion): identical
 	// requests for two accounts are different actions.

@@ -118,6 +118,7 @@ func (s Stripe) classify(r *Request) (Effect, bool) {
 		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization"),
 		Refuse: singleHeaders(r.Header, "Stripe-Account", "Stripe-Context", "Authorization", "Idempotency-Key")}
 	e.KeyFromSDK = stripeKeyFromSDK(e.CallerKey)
+	e.KeyMinted, _ = StripeKeyMinted(e.CallerKey)
 	if r.Method == http.MethodPost || (v2 && r.Method == http.MethodDelete) {
 		e.Key = s.KeyRule()
 	}
