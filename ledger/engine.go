@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Defaults are the engine-wide settings of the config file's defaults block.
@@ -227,7 +228,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
-		vendors:  opts.Vendors,
+		vendors:  cmp.Or(opts.Vendors, all.Registry()),
 		policy:   pol,
 		defaults: opts.Defaults.withZeroesFilled(),
 		clock:    opts.Clock,

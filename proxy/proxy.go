@@ -123,6 +123,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Engine is what the proxy needs from the ledger.
@@ -296,6 +297,9 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 	}
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
+	}
+	if opts.Vendors == nil {
+		opts.Vendors = all.Registry()
 	}
 	p := &Proxy{eng: eng, opts: opts, upstreams: map[string]*url.URL{}, vendors: map[string]vendors.Vendor{}, log: opts.Logger}
 	if p.log == nil {

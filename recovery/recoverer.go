@@ -13,6 +13,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Defaults.
@@ -36,7 +37,7 @@ const (
 // again, or 0 when the vendor publishes no key retention (Square) or does
 // not enforce keys: such a vendor cannot be recovered.
 func Window(vendor string) time.Duration {
-	v, known := vendors.Lookup(vendor)
+	v, known := all.Lookup(vendor)
 	rule := v.KeyRule()
 	if _, ok := v.(vendors.Recoverable); !ok || !known || !rule.Enforced || rule.RetentionHours <= 0 {
 		return 0
@@ -150,7 +151,7 @@ func (r *Recoverer) longestWindow() time.Duration {
 		window = r.Window
 	}
 	var longest time.Duration
-	for _, v := range vendors.Builtin() {
+	for _, v := range all.List() {
 		longest = max(longest, window(v.Name()), Window(v.Name()))
 	}
 	return longest
@@ -324,7 +325,7 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 	if err != nil {
 		return "unknown"
 	}
-	v, _ := vendors.Lookup(q.Vendor)
+	v, _ := all.Lookup(q.Vendor)
 	answer := &vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	o := v.Outcome(answer)
 	if o.Result == vendors.Failed && !storedFailure(q.Vendor, answer) {
@@ -390,7 +391,7 @@ func storedFailure(vendor string, r *vendors.Response) bool {
 	if strings.Contains(s, "idempotenc") || strings.Contains(s, "request_id") {
 		return false
 	}
-	v, _ := vendors.Lookup(vendor)
+	v, _ := all.Lookup(vendor)
 	rv, ok := v.(vendors.Recoverable)
 	return ok && rv.StoredFailure(r)
 }

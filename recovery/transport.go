@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // maxAnswerBytes bounds an answer read to classify it (the proxy's own
@@ -75,7 +76,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(b))
-	v, _ := vendors.Lookup(a.Vendor)
+	v, _ := all.Lookup(a.Vendor)
 	if o := v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}); o.Result != vendors.Unknown {
 		// A definite answer: the proxy reports it, and the request is
 		// never needed again.

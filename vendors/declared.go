@@ -303,7 +303,7 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 	for i, r := range v.def.Routes {
 		p := fmt.Sprintf("routes[%d]", i)
 		rt := route{Route: r, method: strings.ToUpper(r.Method)}
-		if !mutating(rt.method) {
+		if !Mutating(rt.method) {
 			add(p+".method", "%q must be POST, PUT, PATCH or DELETE (reads are never effects)", r.Method)
 		}
 		if !strings.HasPrefix(r.Path, "/") {
@@ -497,39 +497,39 @@ func (v *Declared) ShapeKey(digest []byte) string {
 // route names its type, amount and counterparty, any other call is typed
 // by its path as a built-in vendor's unlisted calls are.
 func (v *Declared) Classify(r *Request) (Effect, bool) {
-	if !mutating(r.Method) {
+	if !Mutating(r.Method) {
 		return Effect{}, false
 	}
-	parts := segments(r.Path)
+	parts := Segments(r.Path)
 	e := Effect{Key: v.rule, Credential: r.Header.Get("Authorization"),
-		Refuse: singleHeaders(r.Header, "Authorization", v.rule.Name)}
+		Refuse: SingleHeaders(r.Header, "Authorization", v.rule.Name)}
 	if a := v.def.Account; a != nil && a.Header != "" {
-		e.Scope = scopeOf(r.Header, a.Header)
+		e.Scope = ScopeOf(r.Header, a.Header)
 		if e.Refuse == "" {
-			e.Refuse = singleHeaders(r.Header, a.Header)
+			e.Refuse = SingleHeaders(r.Header, a.Header)
 		}
 	}
 	if e.Refuse == "" {
-		e.Refuse = strictJSON(r.Body)
+		e.Refuse = StrictJSON(r.Body)
 	}
-	body := jsonObject(r.Body)
+	body := JSONObject(r.Body)
 	if v.rule.Location == InHeader {
 		e.CallerKey = r.Header.Get(v.rule.Name)
 	} else {
-		e.CallerKey = str(body, v.rule.Name)
+		e.CallerKey = Str(body, v.rule.Name)
 	}
 	if a := v.def.Account; a != nil && a.Field != "" {
-		e.Merchant = str(body, strings.Split(a.Field, ".")...)
+		e.Merchant = Str(body, strings.Split(a.Field, ".")...)
 	}
 	rt, ok := v.match(r.Method, parts)
 	if !ok {
-		e.Operation = restType(v.def.Name, r.Method, unversioned(parts))
+		e.Operation = RestType(v.def.Name, r.Method, unversioned(parts))
 		e.EffectType = e.Operation
 		return e, true
 	}
 	e.Operation = rt.Operation
 	if e.Operation == "" {
-		e.Operation = restType(v.def.Name, r.Method, unversioned(parts))
+		e.Operation = RestType(v.def.Name, r.Method, unversioned(parts))
 	}
 	e.EffectType, e.FollowUp = rt.EffectType, rt.FollowUp
 	if rt.Amount != nil {
@@ -577,7 +577,7 @@ func (v *Declared) match(method string, parts []string) (route, bool) {
 
 // fieldString reads a dotted path as a string (a number as its text).
 func fieldString(body any, path string) string {
-	switch x := get(body, strings.Split(path, ".")...).(type) {
+	switch x := Get(body, strings.Split(path, ".")...).(type) {
 	case string:
 		return x
 	case json.Number:
@@ -620,12 +620,12 @@ func (v *Declared) Outcome(r *Response) Outcome {
 	if !ok {
 		res = Unknown
 	}
-	body := jsonObject(r.Body)
+	body := JSONObject(r.Body)
 	o := Outcome{Result: res}
 	if v.def.Outcome.ObjectID != "" {
 		o.VendorReference = fieldString(body, v.def.Outcome.ObjectID)
 	} else {
-		o.VendorReference = str(body, "id")
+		o.VendorReference = Str(body, "id")
 	}
 	if res != Succeeded && v.def.Outcome.Reason != "" {
 		o.Reason = fieldString(body, v.def.Outcome.Reason)

@@ -38,7 +38,7 @@ type Outcome struct {
 // progress), 5xx and anything unexpected unknown; other 4xx failed, since
 // vendors answer them before acting (validation, auth, rate limits) or after
 // refusing (declines).
-func byStatus(status int) Result {
+func ByStatus(status int) Result {
 	switch {
 	case status >= 200 && status < 300:
 		return Succeeded

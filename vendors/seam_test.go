@@ -1,4 +1,4 @@
-package vendors
+package vendors_test
 
 import (
 	"go/ast"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // TestNoVendorNameIsSwitchedOnOutsideVendors: what Ratchet knows about a
@@ -20,7 +22,7 @@ import (
 // or !=.
 func TestNoVendorNameIsSwitchedOnOutsideVendors(t *testing.T) {
 	names := map[string]bool{}
-	for _, v := range Builtin() {
+	for _, v := range all.List() {
 		names[v.Name()] = true
 	}
 	isVendor := func(e ast.Expr) (string, bool) {

@@ -1,16 +1,20 @@
-package vendors
+package vendors_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // tagFor is what the proxy does: the vendor of the operation tags the
 // request when it is a Tagger.
-func tagFor(e Effect, body []byte, key string) ([]byte, error) {
+func tagFor(e vendors.Effect, body []byte, key string) ([]byte, error) {
 	name, _, _ := strings.Cut(e.Operation, ".")
-	if tg, ok := builtin.byName[name].(Tagger); ok {
+	v, _ := all.Lookup(name)
+	if tg, ok := v.(vendors.Tagger); ok {
 		return tg.Tag(e, body, key)
 	}
 	return body, nil
@@ -51,9 +55,9 @@ func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
 		{"a refund", "checkout.payments.refund", `{}`, `{}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := tagFor(Effect{Operation: c.typ}, []byte(c.body), key)
+			b, err := tagFor(vendors.Effect{Operation: c.typ}, []byte(c.body), key)
 			got := string(b)
-			if errors.Is(err, ErrForeignTag) {
+			if errors.Is(err, vendors.ErrForeignTag) {
 				got = refused
 			}
 			if got != c.want {

@@ -4,9 +4,14 @@
 //
 // The package does no I/O. The ledger uses it to shape the vendor key it hands
 // out with an execute decision; the proxy uses the same rules to stamp requests.
-// The built-in vendors are listed once, in Builtin; a vendor the config
-// declares (declared.go) is compiled from its definition and joins them in
-// a Registry, which the ledger, the proxy and recovery are given.
+// Each built-in vendor is a package under vendors/ (vendors/stripe, …)
+// holding everything Ratchet knows about it, listed once in vendors/all; a
+// vendor the config declares (declared.go) is compiled from its definition
+// and joins them in a Registry, which the ledger, the proxy and recovery
+// are given. This package holds what they share: the Vendor interface and
+// the optional ones adapters ask (Tagger, Recoverable, Upstreamer,
+// KeyShaper), the request and answer types, the taxonomy, and the helpers
+// vendor packages read requests with (request.go, tag.go).
 //
 // Outcomes. "failed" means the vendor definitely did not act, so a new
 // attempt with a new key is safe; "unknown" means it may have. Every vendor
@@ -120,10 +125,6 @@ type Key struct {
 	RetentionHours int      `json:"retention_hours"`
 }
 
-// Builtin lists the vendors the code knows, in one place: adding a
-// built-in vendor adds it here. Generic is the fallback and is not listed.
-func Builtin() []Vendor { return []Vendor{Stripe{}, Square{}, Adyen{}, PayPal{}, Checkout{}} }
-
 // KeyShaper is a vendor whose idempotency keys are not Ratchet's usual
 // UUID (a declared vendor whose alphabet or length does not take one).
 type KeyShaper interface {
@@ -136,8 +137,9 @@ type Upstreamer interface {
 	Upstream() string
 }
 
-// Registry is a set of vendors by name and host: the built-in ones and
-// those the config declares. A nil *Registry is the built-in vendors.
+// Registry is a set of vendors by name and host: the built-in ones
+// (package vendors/all lists them) and those the config declares. A nil
+// *Registry knows none: every name gets Generic.
 type Registry struct {
 	byName map[string]Vendor
 	byHost map[string]Vendor
@@ -164,18 +166,11 @@ func NewRegistry(vs ...Vendor) (*Registry, error) {
 	return r, nil
 }
 
-// builtin is the registry of Builtin.
-var builtin = func() *Registry {
-	r, err := NewRegistry(Builtin()...)
-	if err != nil {
-		panic(err) // the built-in list is fixed
-	}
-	return r
-}()
+var empty = &Registry{}
 
 func (r *Registry) or() *Registry {
 	if r == nil {
-		return builtin
+		return empty
 	}
 	return r
 }
@@ -198,12 +193,6 @@ func (r *Registry) ForHost(host string) (Vendor, bool) {
 	v, ok := r.or().byHost[strings.ToLower(host)]
 	return v, ok
 }
-
-// Lookup is Lookup of the built-in vendors.
-func Lookup(name string) (Vendor, bool) { return builtin.Lookup(name) }
-
-// ForHost is ForHost of the built-in vendors.
-func ForHost(host string) (Vendor, bool) { return builtin.ForHost(host) }
 
 // hostNameRe is a lowercase DNS host name: dot-separated labels of letters,
 // digits and inner hyphens.
@@ -233,9 +222,6 @@ func (r *Registry) ShapeKey(vendor string, digest []byte) Key {
 	}
 }
 
-// ShapeKey is ShapeKey of the built-in vendors.
-func ShapeKey(vendor string, digest []byte) Key { return builtin.ShapeKey(vendor, digest) }
-
 // uuidV8 formats the first 16 bytes of digest as an RFC 9562 version 8 UUID.
 func uuidV8(digest []byte) string {
 	var b [16]byte
@@ -256,7 +242,7 @@ func uuidV8(digest []byte) string {
 }
 
 // errorJSON marshals a vendor error body; the values are plain data.
-func errorJSON(v any) []byte {
+func ErrorJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }

@@ -50,7 +50,7 @@ import (
 // comes back in the AUTHORISATION item is from Adyen's API reference,
 // not seen in a stored sample (unconfirmed). AUTHORISATION with success
 // "true" settles the payment succeeded, "false" failed (Adyen answered
-// the request Refused: vendors/adyen.go classifies that failed too).
+// the request Refused: vendors/adyen classifies that failed too).
 // Modifications (CAPTURE, REFUND, …) are their own requests with their
 // own references, ignored.
 type Adyen struct {

@@ -64,6 +64,11 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // Defaults.
@@ -214,22 +219,22 @@ func New(s Settler, opts Options) http.Handler {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stripe != nil {
-		h.receivers[vendors.Stripe{}.Name()] = opts.Stripe
+		h.receivers[stripe.Vendor{}.Name()] = opts.Stripe
 	}
 	if opts.Square != nil {
-		h.receivers[vendors.Square{}.Name()] = opts.Square
+		h.receivers[square.Vendor{}.Name()] = opts.Square
 	}
 	if opts.Adyen != nil {
-		h.receivers[vendors.Adyen{}.Name()] = opts.Adyen
+		h.receivers[adyen.Vendor{}.Name()] = opts.Adyen
 	}
 	if opts.Checkout != nil {
-		h.receivers[vendors.Checkout{}.Name()] = opts.Checkout
+		h.receivers[checkout.Vendor{}.Name()] = opts.Checkout
 	}
 	if opts.PayPal != nil {
 		if ts, ok := s.(TransmissionStore); ok && opts.PayPal.Store == nil {
 			opts.PayPal.Store = ts
 		}
-		h.receivers[vendors.PayPal{}.Name()] = opts.PayPal
+		h.receivers[paypal.Vendor{}.Name()] = opts.PayPal
 	}
 	return h
 }

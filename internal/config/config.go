@@ -35,6 +35,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Config is the whole file.
@@ -264,7 +265,7 @@ func (c *Config) fill() {
 	if c.Proxy.Upstreams == nil {
 		c.Proxy.Upstreams = map[string]string{}
 	}
-	for _, v := range vendors.Builtin() { // each vendor's default (vendors.Upstreamer)
+	for _, v := range all.List() { // each vendor's default (vendors.Upstreamer)
 		if u, ok := v.(vendors.Upstreamer); ok && c.Proxy.Upstreams[v.Name()] == "" {
 			c.Proxy.Upstreams[v.Name()] = u.Upstream()
 		}
@@ -782,12 +783,12 @@ func (c *Config) problems() []Problem {
 // declared vendors; otherwise it returns nil, which is the built-in ones.
 func (c *Config) vendorProblems(add func(path, format string, args ...any)) *vendors.Registry {
 	c.registry = nil
-	all := vendors.Builtin()
+	list := all.List()
 	names, hosts := map[string]int{}, map[string]string{}
 	bad := false
 	for i, d := range c.Vendors {
 		p := fmt.Sprintf("vendors[%d]", i)
-		v, errs := vendors.Compile(d, nil)
+		v, errs := vendors.Compile(d, all.Registry())
 		for _, fe := range errs {
 			add(p+"."+fe.Path, "%s", fe.Message)
 		}
@@ -807,12 +808,12 @@ func (c *Config) vendorProblems(add func(path, format string, args ...any)) *ven
 			bad = true
 			continue
 		}
-		all = append(all, v)
+		list = append(list, v)
 	}
 	if bad {
 		return nil
 	}
-	reg, err := vendors.NewRegistry(all...)
+	reg, err := vendors.NewRegistry(list...)
 	if err != nil { // the checks above leave nothing for it to find
 		add("vendors", "%s", err)
 		return nil

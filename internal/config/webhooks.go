@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/recovery"
-	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -158,7 +158,7 @@ func (w *Webhooks) problems() []Problem {
 // recoverable are the vendors recovery accepts: those with a window.
 func recoverable() []string {
 	var out []string
-	for _, v := range vendors.Builtin() {
+	for _, v := range all.List() {
 		if recovery.Window(v.Name()) > 0 {
 			out = append(out, v.Name())
 		}
@@ -174,7 +174,7 @@ func (r *Recovery) problems() []Problem {
 	seen := map[string]bool{}
 	for i, v := range r.Vendors {
 		p := fmt.Sprintf("recovery.vendors[%d]", i)
-		rules, known := vendors.Lookup(v)
+		rules, known := all.Lookup(v)
 		switch {
 		case known && recovery.Window(v) <= 0 && rules.KeyRule().RetentionHours <= 0:
 			add(p, "%s cannot be recovered: it publishes no idempotency key retention, so a resend could come after it forgot the key and act twice", v)

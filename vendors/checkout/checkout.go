@@ -1,11 +1,16 @@
-package vendors
+// Package checkout is what Ratchet knows about Checkout.com: where it takes an
+// idempotency key, which requests are effects and what they cost, how its
+// answers read, its error shape, and what the adapters ask of it.
+package checkout
 
 import (
 	"net/http"
 	"strings"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Checkout is Checkout.com's unified payments API (api.checkout.com).
+// Vendor is Checkout.com's unified payments API (api.checkout.com).
 //
 // Sources: https://www.checkout.com/docs/payments/manage-payments/idempotency
 // — header Cko-Idempotency-Key on /payments, captures, refunds, voids and
@@ -25,39 +30,41 @@ import (
 // statuses it does not name (it drops it for 401, 403, 404, 409 and 502),
 // so refusals come as 422, in_flight as 429 (Checkout.com's earlier status
 // for a request in progress) and an unknown outcome as 504.
-type Checkout struct{}
+type Vendor struct{}
 
-var _ Vendor = Checkout{}
+var _ vendors.Vendor = Vendor{}
 
 // Name implements Vendor.
-func (Checkout) Name() string { return "checkout" }
+func (Vendor) Name() string { return "checkout" }
 
 // Hosts implements Vendor.
-func (Checkout) Hosts() []string { return []string{"api.checkout.com", "api.sandbox.checkout.com"} }
+func (Vendor) Hosts() []string { return []string{"api.checkout.com", "api.sandbox.checkout.com"} }
 
 // KeyRule implements Vendor.
-func (Checkout) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "Cko-Idempotency-Key", Enforced: true, RetentionHours: 24, PerEndpoint: true}
+func (Vendor) KeyRule() vendors.KeyRule {
+	return vendors.KeyRule{Location: vendors.InHeader, Name: "Cko-Idempotency-Key", Enforced: true, RetentionHours: 24, PerEndpoint: true}
 }
 
 // Classify implements Vendor.
-func (c Checkout) Classify(r *Request) (Effect, bool) { return typed(c.classify(r)) }
+func (c Vendor) Classify(r *vendors.Request) (vendors.Effect, bool) {
+	return vendors.Typed(c.classify(r))
+}
 
-func (c Checkout) classify(r *Request) (Effect, bool) {
-	parts := segments(r.Path)
-	if !mutating(r.Method) || len(parts) == 0 {
-		return Effect{}, false
+func (c Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
+	parts := vendors.Segments(r.Path)
+	if !vendors.Mutating(r.Method) || len(parts) == 0 {
+		return vendors.Effect{}, false
 	}
-	body := jsonObject(r.Body)
-	e := Effect{Operation: restType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
-		Money:        minorMoney(body, []string{"amount"}, []string{"currency"}),
-		Counterparty: firstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
+	body := vendors.JSONObject(r.Body)
+	e := vendors.Effect{Operation: vendors.RestType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
+		Money:        vendors.MinorMoney(body, []string{"amount"}, []string{"currency"}),
+		Counterparty: vendors.FirstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
 	}
-	e.Refuse = singleHeaders(r.Header, "Authorization", "Cko-Idempotency-Key")
+	e.Refuse = vendors.SingleHeaders(r.Header, "Authorization", "Cko-Idempotency-Key")
 	if e.Refuse == "" {
-		e.Refuse = strictJSON(r.Body)
+		e.Refuse = vendors.StrictJSON(r.Body)
 	}
-	if pc := str(body, "processing_channel_id"); pc != "" {
+	if pc := vendors.Str(body, "processing_channel_id"); pc != "" {
 		e.Merchant = "processing_channel_id=" + pc
 	}
 	switch a := r.Header.Get("Authorization"); {
@@ -72,7 +79,7 @@ func (c Checkout) classify(r *Request) (Effect, bool) {
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "payments":
 		// captures, refunds, voids: the action, not a nested collection.
 		e.Key = c.KeyRule()
-		e.Operation = "checkout.payments." + strings.TrimSuffix(part(parts[2]), "s")
+		e.Operation = "checkout.payments." + strings.TrimSuffix(vendors.Part(parts[2]), "s")
 	}
 	return e, true
 }
@@ -81,49 +88,49 @@ func (c Checkout) classify(r *Request) (Effect, bool) {
 // secret key (sk_…, sandbox sk_sbox_…): "Bearer sk_…" with the scheme in
 // any case (RFC 9110 11.1), or the bare key previous accounts send.
 func checkoutSecretKey(a string) bool {
-	if t, ok := bearerToken(a); ok {
+	if t, ok := vendors.BearerToken(a); ok {
 		return strings.HasPrefix(t, "sk_")
 	}
 	return strings.HasPrefix(strings.TrimSpace(a), "sk_")
 }
 
 // Outcome implements Vendor.
-func (Checkout) Outcome(r *Response) Outcome {
-	body := jsonObject(r.Body)
-	o := Outcome{Result: byStatus(r.Status), VendorReference: firstString(body, []string{"id"}, []string{"action_id"})}
-	switch approved, ok := get(body, "approved").(bool); {
-	case o.Result == Succeeded && ok && !approved:
-		o.Result, o.Reason = Failed, "declined: "+str(body, "response_summary")
-	case o.Result != Succeeded:
-		o.Reason = str(body, "error_type")
+func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
+	body := vendors.JSONObject(r.Body)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.FirstString(body, []string{"id"}, []string{"action_id"})}
+	switch approved, ok := vendors.Get(body, "approved").(bool); {
+	case o.Result == vendors.Succeeded && ok && !approved:
+		o.Result, o.Reason = vendors.Failed, "declined: "+vendors.Str(body, "response_summary")
+	case o.Result != vendors.Succeeded:
+		o.Reason = vendors.Str(body, "error_type")
 	}
 	return o
 }
 
 // Refusal implements Vendor: Checkout.com's error object, at a status whose
 // body checkout-sdk-node keeps.
-func (Checkout) Refusal(status int, code, message string) Reply {
+func (Vendor) Refusal(status int, code, message string) vendors.Reply {
 	errType := code
 	switch {
-	case code == RefusalInFlight:
+	case code == vendors.RefusalInFlight:
 		status = http.StatusTooManyRequests
-	case code == RefusalConflict:
+	case code == vendors.RefusalConflict:
 		status, errType = http.StatusUnprocessableEntity, "request_invalid"
 	case status == http.StatusForbidden, status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusNotFound:
 		status = http.StatusUnprocessableEntity
 	case status == http.StatusBadGateway:
 		status = http.StatusGatewayTimeout
 	}
-	return Reply{Status: status, Body: errorJSON(map[string]any{"request_id": "ratchet", "error_type": errType, "error_codes": []string{message}})}
+	return vendors.Reply{Status: status, Body: vendors.ErrorJSON(map[string]any{"request_id": "ratchet", "error_type": errType, "error_codes": []string{message}})}
 }
 
 // Tag implements Tagger: metadata.ratchet_key of a payment, which
 // Checkout.com echoes in data.metadata.ratchet_key (tag.go).
-func (Checkout) Tag(e Effect, body []byte, key string) ([]byte, error) {
+func (Vendor) Tag(e vendors.Effect, body []byte, key string) ([]byte, error) {
 	if e.Operation != "checkout.payments.create" {
 		return body, nil
 	}
-	return tagMetadata(body, key)
+	return vendors.TagMetadata(body, key)
 }
 
 // StoredFailure implements Recoverable. Checkout.com caches a key's answer
@@ -131,7 +138,7 @@ func (Checkout) Tag(e Effect, body []byte, key string) ([]byte, error) {
 // "and the payment is reattempted"
 // (https://www.checkout.com/docs/payments/manage-payments/idempotency).
 // So only a 2xx decline (approved false) is the key's result.
-func (Checkout) StoredFailure(r *Response) bool { return r.Status >= 200 && r.Status < 300 }
+func (Vendor) StoredFailure(r *vendors.Response) bool { return r.Status >= 200 && r.Status < 300 }
 
 // RequestIDHeader implements Recoverable.
-func (Checkout) RequestIDHeader() string { return "Cko-Request-Id" }
+func (Vendor) RequestIDHeader() string { return "Cko-Request-Id" }
