@@ -1,0 +1,152 @@
+// The vendor definitions Ratchet ships (configs/vendors/), each driven by
+// its vendor's official Node SDK through a real "ratchet serve" in reverse
+// proxy mode, against a fake upstream shaped after the vendor's docs
+// (fakes.mjs): a create reaches the vendor once with Ratchet's key in the
+// vendor's place; the same call again is replayed; a call over a ceiling is
+// refused as the SDK's own error carrying Ratchet's message, and never sent;
+// after an upstream 500, a hang or a dropped connection the effect's outcome
+// is unknown and the next attempt (the SDK's own retry, then the
+// application's) is blocked, the vendor having seen one request. Each test
+// has a serve and a fake of its own. Run with "make interop-vendors" (it
+// builds bin/ratchet first), or RATCHET_BIN=... node --test vendors.test.mjs.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { startFake } from './fakes.mjs';
+import { SDKS } from './sdks.mjs';
+import { startServe } from './serve.mjs';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Per vendor: a policy with a ceiling, a call under it and one over it. */
+const CASES = {
+  // 10.00 EUR is 10.80 USD; 500.00 EUR (540 USD) is past the 200 USD ceiling.
+  mollie: {
+    policies: `  - match: "payment.*"
+    vendor: mollie
+    ceilings:
+      - {name: mollie-daily, limit_micros: 200000000, window: 24h, per: global}`,
+    ceiling: 'mollie-daily', small: 10, big: 500,
+  },
+  // 25.00 USD (2500 cents) under a 200 USD ceiling; 250.00 USD over it.
+  increase: {
+    policies: `  - match: "payment.*"
+    vendor: increase
+    ceilings:
+      - {name: increase-daily, limit_micros: 200000000, window: 24h, per: global}`,
+    ceiling: 'increase-daily', small: 25, big: 250,
+  },
+  // Emails cost no money: a count ceiling. The over-ceiling test sends one
+  // under a ceiling of one, then another.
+  resend: {
+    policies: `  - match: "email.send"
+    vendor: resend
+    ceilings:
+      - {name: emails-hourly, limit_count: 100, window: 1h, per: global}`,
+    overPolicies: `  - match: "email.send"
+    vendor: resend
+    ceilings:
+      - {name: emails-hourly, limit_count: 1, window: 1h, per: global}`,
+    ceiling: 'emails-hourly', small: 0, big: 0, countCeiling: true,
+  },
+};
+
+/** A fake upstream and a serve in front of it, both stopped after the test. */
+async function setup(t, vendor, policies = CASES[vendor].policies) {
+  const fake = await startFake(vendor);
+  t.after(() => fake.close());
+  const serve = await startServe(vendor, fake.url, policies);
+  t.after(() => serve.stop());
+  const sdk = SDKS[vendor];
+  const client = sdk.client(serve.proxy);
+  const call = (args) => sdk.call(client, args);
+  return { fake, serve, call, sdk };
+}
+
+/** The one request the vendor saw, with Ratchet's key in its place and not the caller's. */
+function checkStamped(fake, sdk, callerKey) {
+  assert.equal(fake.requests.length, 1, 'the vendor saw one request');
+  const [req] = fake.requests;
+  assert.equal(req.method, 'POST');
+  assert.equal(req.path, sdk.path);
+  const stamped = req.headers['idempotency-key'];
+  assert.match(stamped ?? '', UUID, `Ratchet's key (a UUID) in Idempotency-Key, got ${stamped}`);
+  assert.notEqual(stamped, callerKey, "the caller's key is not forwarded");
+  return req;
+}
+
+/** An SDK error that says Ratchet blocked the call. */
+function checkBlocked(r, sdk, what) {
+  assert.equal(r.ok, false, `${what}: refused`);
+  assert.ok(r.err.sdkError, `${what}: the SDK's own error (${sdk.errorClass}), got ${JSON.stringify(r.err)}`);
+  assert.equal(r.err.code, 'ratchet_blocked', `${what}: code`);
+  assert.match(r.err.message, /Ratchet: blocked/, `${what}: Ratchet's message`);
+}
+
+for (const [vendor, c] of Object.entries(CASES)) {
+  const sdk = SDKS[vendor];
+  describe(`${vendor} (${sdk.sdk})`, () => {
+    test('a create reaches the vendor once, with Ratchet\'s key in the vendor\'s Idempotency-Key header', async (t) => {
+      const { fake, call } = await setup(t, vendor);
+      const r = await call({ key: 'order-1001', major: c.small });
+      assert.equal(r.ok, true, `the call succeeded: ${JSON.stringify(r.err)}`);
+      const req = checkStamped(fake, sdk, 'order-1001');
+      assert.equal(r.id, req.answer.id, "the SDK got the vendor's object");
+      assert.deepEqual(Object.fromEntries(Object.keys(sdk.amount(c.small)).map((k) => [k, req.body[k]])), sdk.amount(c.small),
+        'the amount reached the vendor as sent');
+      if (r.headers) assert.equal(r.headers['ratchet-decision'], 'execute');
+    });
+
+    test('the same call again with the same key is replayed; a new key is a new call', async (t) => {
+      const { fake, call } = await setup(t, vendor);
+      const first = await call({ key: 'order-1002', major: c.small });
+      assert.equal(first.ok, true, `first call: ${JSON.stringify(first.err)}`);
+      const again = await call({ key: 'order-1002', major: c.small });
+      assert.equal(again.ok, true, `replay: ${JSON.stringify(again.err)}`);
+      assert.equal(again.id, first.id, 'the replay is the first answer');
+      if (again.headers) assert.equal(again.headers['ratchet-replayed'], 'true');
+      assert.equal(fake.requests.length, 1, 'the vendor saw the call once');
+      const other = await call({ key: 'order-1003', major: c.small });
+      assert.equal(other.ok, true, `new key: ${JSON.stringify(other.err)}`);
+      assert.notEqual(other.id, first.id);
+      assert.equal(fake.requests.length, 2, 'a new key reached the vendor');
+    });
+
+    test("over the ceiling: the SDK's own error with Ratchet's message, and the vendor never sees it", async (t) => {
+      const { fake, call } = await setup(t, vendor, c.overPolicies ?? c.policies);
+      let sent = 0;
+      if (c.countCeiling) {
+        const first = await call({ key: 'mail-1' });
+        assert.equal(first.ok, true, `the first send fits: ${JSON.stringify(first.err)}`);
+        sent = 1;
+      }
+      const r = await call({ key: 'order-big', major: c.big, to: 'second@resend.dev' });
+      assert.equal(r.ok, false, 'refused');
+      assert.ok(r.err.sdkError, `the SDK's own error (${sdk.errorClass}), got ${JSON.stringify(r.err)}`);
+      assert.equal(r.err.code, 'ratchet_denied');
+      assert.match(r.err.message, new RegExp(`Ratchet: denied \\(budget_exceeded\\): Ceiling "${c.ceiling}" would be exceeded`));
+      assert.equal(fake.requests.length, sent, 'the vendor never saw the refused call');
+    });
+
+    for (const [mode, what] of [[500, 'an upstream 500'], ['hang', 'an upstream that never answers'], ['drop', 'a dropped connection']]) {
+      test(`after ${what} the outcome is unknown and the next attempt with the same key is blocked`, async (t) => {
+        const { fake, call } = await setup(t, vendor);
+        fake.next(mode);
+        const r = await call({ key: 'order-2001', major: c.small });
+        assert.equal(r.ok, false, `the call did not succeed: ${JSON.stringify(r)}`);
+        if (vendor === 'resend') {
+          // No retries of its own: the answer is the vendor's 500 or Ratchet's unknown outcome.
+          assert.equal(r.err.code, mode === 500 ? 'internal_server_error' : 'ratchet_upstream_unknown');
+        } else {
+          // The SDK retried the 5xx with the same key itself: Ratchet blocked that retry.
+          checkBlocked(r, sdk, "the SDK's own retry");
+        }
+        checkStamped(fake, sdk, 'order-2001');
+        const again = await call({ key: 'order-2001', major: c.small });
+        checkBlocked(again, sdk, "the application's retry");
+        assert.equal(fake.requests.length, 1, 'the vendor saw one request in all');
+      });
+    }
+  });
+}
