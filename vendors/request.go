@@ -36,6 +36,10 @@ type Effect struct {
 	FollowUp bool
 	// Money is what the request moves, when the vendor's format says so.
 	Money *Money
+	// CostMicros is a fixed estimated cost in micro-USD that a declared
+	// vendor's route names for a call that moves no amount (an email
+	// send), so that ceilings count calls; nil for none.
+	CostMicros *int64
 	// Counterparty is who the money goes to or comes from (a customer,
 	// destination account, shopper reference), when present.
 	Counterparty string
