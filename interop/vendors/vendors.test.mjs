@@ -148,5 +148,15 @@ for (const [vendor, c] of Object.entries(CASES)) {
         assert.equal(fake.requests.length, 1, 'the vendor saw one request in all');
       });
     }
+
+    if (vendor !== 'resend') {
+      test("without a key of the application's, the key the SDK mints makes its own retry the same call", async (t) => {
+        const { fake, call } = await setup(t, vendor);
+        fake.next(500);
+        const r = await call({ major: c.small });
+        checkBlocked(r, sdk, "the SDK's own retry");
+        checkStamped(fake, sdk, undefined);
+      });
+    }
   });
 }
