@@ -27,7 +27,7 @@ const CASES = {
     vendor: mollie
     ceilings:
       - {name: mollie-daily, limit_micros: 200000000, window: 24h, per: global}`,
-    ceiling: 'mollie-daily', small: 10, big: 500,
+    ceiling: 'mollie-daily', small: 10, big: 500, effectType: 'payment.charge', operation: 'mollie.payments.create',
   },
   // 25.00 USD (2500 cents) under a 200 USD ceiling; 250.00 USD over it.
   increase: {
@@ -35,7 +35,7 @@ const CASES = {
     vendor: increase
     ceilings:
       - {name: increase-daily, limit_micros: 200000000, window: 24h, per: global}`,
-    ceiling: 'increase-daily', small: 25, big: 250,
+    ceiling: 'increase-daily', small: 25, big: 250, effectType: 'payment.payout', operation: 'increase.ach_transfers.create',
   },
   // Emails cost no money: a count ceiling. The over-ceiling test sends one
   // under a ceiling of one, then another.
@@ -48,7 +48,7 @@ const CASES = {
     vendor: resend
     ceilings:
       - {name: emails-hourly, limit_count: 1, window: 1h, per: global}`,
-    ceiling: 'emails-hourly', small: 0, big: 0, countCeiling: true,
+    ceiling: 'emails-hourly', small: 0, big: 0, countCeiling: true, effectType: 'email.send', operation: 'resend.emails.send',
   },
 };
 
@@ -76,6 +76,22 @@ function checkStamped(fake, sdk, callerKey) {
   return req;
 }
 
+/** The proxy's effects in the ledger, as the admin API lists them (serve has no admin tokens: loopback). */
+async function effects(serve) {
+  const res = await fetch(`${serve.admin}/v1/effects?namespace=shop`);
+  assert.equal(res.status, 200, 'listing effects');
+  return (await res.json()).effects;
+}
+
+/** The one effect of the test: its vendor, type, operation and state. */
+async function checkEffect(serve, vendor, c, state) {
+  const list = await effects(serve);
+  assert.equal(list.length, 1, `one effect in the ledger: ${JSON.stringify(list)}`);
+  const [e] = list;
+  assert.deepEqual({ vendor: e.vendor, effect_type: e.effect_type, operation: e.operation, state: e.state },
+    { vendor, effect_type: c.effectType, operation: c.operation, state });
+}
+
 /** An SDK error that says Ratchet blocked the call. */
 function checkBlocked(r, sdk, what) {
   assert.equal(r.ok, false, `${what}: refused`);
@@ -88,7 +104,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
   const sdk = SDKS[vendor];
   describe(`${vendor} (${sdk.sdk})`, () => {
     test('a create reaches the vendor once, with Ratchet\'s key in the vendor\'s Idempotency-Key header', async (t) => {
-      const { fake, call } = await setup(t, vendor);
+      const { fake, serve, call } = await setup(t, vendor);
       const r = await call({ key: 'order-1001', major: c.small });
       assert.equal(r.ok, true, `the call succeeded: ${JSON.stringify(r.err)}`);
       const req = checkStamped(fake, sdk, 'order-1001');
@@ -96,6 +112,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
       assert.deepEqual(Object.fromEntries(Object.keys(sdk.amount(c.small)).map((k) => [k, req.body[k]])), sdk.amount(c.small),
         'the amount reached the vendor as sent');
       if (r.headers) assert.equal(r.headers['ratchet-decision'], 'execute');
+      await checkEffect(serve, vendor, c, 'succeeded');
     });
 
     test('the same call again with the same key is replayed; a new key is a new call', async (t) => {
@@ -131,7 +148,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
 
     for (const [mode, what] of [[500, 'an upstream 500'], ['hang', 'an upstream that never answers'], ['drop', 'a dropped connection']]) {
       test(`after ${what} the outcome is unknown and the next attempt with the same key is blocked`, async (t) => {
-        const { fake, call } = await setup(t, vendor);
+        const { fake, serve, call } = await setup(t, vendor);
         fake.next(mode);
         const r = await call({ key: 'order-2001', major: c.small });
         assert.equal(r.ok, false, `the call did not succeed: ${JSON.stringify(r)}`);
@@ -146,6 +163,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
         const again = await call({ key: 'order-2001', major: c.small });
         checkBlocked(again, sdk, "the application's retry");
         assert.equal(fake.requests.length, 1, 'the vendor saw one request in all');
+        await checkEffect(serve, vendor, c, 'indeterminate');
       });
     }
 
