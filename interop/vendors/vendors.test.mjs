@@ -11,6 +11,7 @@
 // builds bin/ratchet first), or RATCHET_BIN=... node --test vendors.test.mjs.
 
 import assert from 'node:assert/strict';
+import { request } from 'node:http';
 import { describe, test } from 'node:test';
 
 import { startFake } from './fakes.mjs';
@@ -28,6 +29,8 @@ const CASES = {
     ceilings:
       - {name: mollie-daily, limit_micros: 200000000, window: 24h, per: global}`,
     ceiling: 'mollie-daily', small: 10, big: 500, effectType: 'payment.charge', operation: 'mollie.payments.create',
+    // 500 EUR as an exponent: Ratchet reads no amount in it; a vendor's parser might.
+    unreadAmount: '{"amount": {"currency": "EUR", "value": "5e2"}, "description": "x", "redirectUrl": "https://shop.example/r"}',
   },
   // 25.00 USD (2500 cents) under a 200 USD ceiling; 250.00 USD over it.
   increase: {
@@ -36,6 +39,8 @@ const CASES = {
     ceilings:
       - {name: increase-daily, limit_micros: 200000000, window: 24h, per: global}`,
     ceiling: 'increase-daily', small: 25, big: 250, effectType: 'payment.payout', operation: 'increase.ach_transfers.create',
+    // 250 USD as a float: 25000 to many JSON parsers, and no integer to Ratchet.
+    unreadAmount: '{"account_id": "account_in71c4amph0vgo2qllky", "amount": 25000.0, "statement_descriptor": "x"}',
   },
   // Emails cost no money: a count ceiling. The over-ceiling test sends one
   // under a ceiling of one, then another.
@@ -74,6 +79,20 @@ function checkStamped(fake, sdk, callerKey) {
   assert.match(stamped ?? '', UUID, `Ratchet's key (a UUID) in Idempotency-Key, got ${stamped}`);
   assert.notEqual(stamped, callerKey, "the caller's key is not forwarded");
   return req;
+}
+
+/** A raw request to the proxy, headers as given (an array value is sent as that many lines). */
+function raw(url, headers, body) {
+  return new Promise((ok, fail) => {
+    const req = request(url, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => ok({ status: res.statusCode, body: JSON.parse(text) }));
+    });
+    req.on('error', fail);
+    req.end(body);
+  });
 }
 
 /** The proxy's effects in the ledger, as the admin API lists them (serve has no admin tokens: loopback). */
@@ -166,6 +185,29 @@ for (const [vendor, c] of Object.entries(CASES)) {
         await checkEffect(serve, vendor, c, 'indeterminate');
       });
     }
+
+    test('a request the vendor could read otherwise than Ratchet is refused in the vendor\'s shape and never sent', async (t) => {
+      const { fake, serve } = await setup(t, vendor);
+      const url = `${serve.proxy}/${vendor}${sdk.path}`;
+      const auth = { Authorization: 'Bearer test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM' };
+      const attempts = {
+        // Which key is the call's? The vendor may read the other one.
+        'two Idempotency-Key headers': [{ ...auth, 'Idempotency-Key': ['order-3001', 'order-3002'] }, JSON.stringify(sdk.amount(c.small))],
+        // Which amount is spent? Ratchet would count one, the vendor might charge the other.
+        'a field twice in the body': [{ ...auth, 'Idempotency-Key': 'order-3003' },
+          `{"amount": ${JSON.stringify(sdk.amount(c.small).amount ?? 1)}, "amount": ${JSON.stringify(sdk.amount(c.big).amount ?? 2)}, "to": ["a@example.com"]}`],
+        'two Authorization headers': [{ Authorization: ['Bearer test_a', 'Bearer test_b'], 'Idempotency-Key': 'order-3004' }, JSON.stringify(sdk.amount(c.small))],
+        // Would the money pass the ceiling uncounted?
+        ...(c.unreadAmount && { 'an amount written as Ratchet does not read it': [{ ...auth, 'Idempotency-Key': 'order-3005' }, c.unreadAmount] }),
+      };
+      for (const [what, [headers, body]] of Object.entries(attempts)) {
+        const r = await raw(url, headers, body);
+        assert.equal(r.status, 400, `${what}: status`);
+        assert.equal(r.body[sdk.codeField], 'ratchet_bad_request', `${what}: the code in the vendor's ${sdk.codeField} field: ${JSON.stringify(r.body)}`);
+      }
+      assert.equal(fake.requests.length, 0, 'the vendor saw none of them');
+      assert.deepEqual(await effects(serve), [], 'nothing recorded');
+    });
 
     if (vendor !== 'resend') {
       test("without a key of the application's, the key the SDK mints makes its own retry the same call", async (t) => {
