@@ -17,6 +17,7 @@ export const SDKS = {
     errorClass: 'MollieApiError',
     path: '/v2/payments',
     codeField: 'title', // where its refusal body carries Ratchet's code
+    refusalType: 'application/hal+json', // its definition's refusal.content_type
     // apiEndpoint is its base URL. It sends through an https.Agent it makes
     // itself (with a CA bundle of its own), so an http:// base URL fails
     // with 'Protocol "http:" not supported': the one change the suite
@@ -49,6 +50,7 @@ export const SDKS = {
     errorClass: 'APIError',
     path: '/ach_transfers',
     codeField: 'type',
+    refusalType: 'application/json',
     client: (base) => new Increase({ apiKey: 'sandbox_key_1234567890', baseURL: `${base}/increase`, maxRetries: 2 }),
     amount: (major) => ({ amount: Math.round(major * 100) }),
     async call(client, { key, major }) {
@@ -68,6 +70,7 @@ export const SDKS = {
     errorClass: 'ErrorResponse', // resend returns its errors as values: {data: null, error}
     path: '/emails',
     codeField: 'name',
+    refusalType: 'application/json',
     client: (base) => new Resend('re_123456789', { baseUrl: `${base}/resend` }),
     amount: () => ({}),
     async call(client, { key, to = 'delivered@resend.dev' }) {

@@ -88,7 +88,7 @@ function raw(url, headers, body) {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (c) => { text += c; });
-      res.on('end', () => ok({ status: res.statusCode, body: JSON.parse(text) }));
+      res.on('end', () => ok({ status: res.statusCode, type: res.headers['content-type'], body: JSON.parse(text) }));
     });
     req.on('error', fail);
     req.end(body);
@@ -203,6 +203,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
       for (const [what, [headers, body]] of Object.entries(attempts)) {
         const r = await raw(url, headers, body);
         assert.equal(r.status, 400, `${what}: status`);
+        assert.equal(r.type, sdk.refusalType, `${what}: the definition's content type`);
         assert.equal(r.body[sdk.codeField], 'ratchet_bad_request', `${what}: the code in the vendor's ${sdk.codeField} field: ${JSON.stringify(r.body)}`);
       }
       assert.equal(fake.requests.length, 0, 'the vendor saw none of them');
