@@ -53,12 +53,12 @@ export const SDKS = {
     refusalType: 'application/json',
     client: (base) => new Increase({ apiKey: 'sandbox_key_1234567890', baseURL: `${base}/increase`, maxRetries: 2 }),
     amount: (major) => ({ amount: Math.round(major * 100) }),
-    async call(client, { key, major }) {
+    async call(client, { key, major, retries }) {
       try {
         const { data, response } = await client.achTransfers.create({
           account_id: 'account_in71c4amph0vgo2qllky', ...this.amount(major), statement_descriptor: 'Invoice 1042',
           external_account_id: 'external_account_ukk55lr923a3ac0pp7iv',
-        }, key ? { idempotencyKey: key } : {}).withResponse();
+        }, { ...(key && { idempotencyKey: key }), ...(retries !== undefined && { maxRetries: retries }) }).withResponse();
         return { ok: true, id: data.id, headers: Object.fromEntries(response.headers) };
       } catch (err) {
         return { ok: false, err: { sdkError: err instanceof Increase.APIError, status: err.status, code: err.error?.type, message: err.message } };

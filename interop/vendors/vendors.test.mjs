@@ -186,6 +186,22 @@ for (const [vendor, c] of Object.entries(CASES)) {
       });
     }
 
+    test('an attempt while the first is still in flight is refused and never sent', async (t) => {
+      const { fake, call } = await setup(t, vendor);
+      fake.next('hang');
+      const first = call({ key: 'order-4001', major: c.small });
+      while (fake.requests.length === 0) await new Promise((ok) => setTimeout(ok, 20));
+      // retries: 0, or the increase SDK would retry the 409 until the first attempt's outcome is known.
+      const second = await call({ key: 'order-4001', major: c.small, retries: 0 });
+      assert.equal(second.ok, false, 'refused');
+      assert.ok(second.err.sdkError, `the SDK's own error (${sdk.errorClass}), got ${JSON.stringify(second.err)}`);
+      assert.equal(second.err.code, 'ratchet_in_flight');
+      assert.match(second.err.message, /Ratchet: in_flight/);
+      assert.equal(fake.requests.length, 1, 'the vendor saw the first attempt only');
+      await first; // Ratchet gives up on the hung call after proxy.upstream_timeout
+      assert.equal(fake.requests.length, 1, 'and nothing after it');
+    });
+
     test('a request the vendor could read otherwise than Ratchet is refused in the vendor\'s shape and never sent', async (t) => {
       const { fake, serve } = await setup(t, vendor);
       const url = `${serve.proxy}/${vendor}${sdk.path}`;
