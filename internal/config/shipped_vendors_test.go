@@ -61,3 +61,40 @@ func firstName(c *Config) string {
 	}
 	return c.Vendors[0].Name
 }
+
+// TestARuleForADeclaredVendorsPaymentsIsNoPolicyGap: a rule that governs a
+// declared vendor's money-moving routes (match: "payment.*", vendor:
+// mollie) covers proxied money, so the config does not warn that no rule
+// matches any money-moving call the proxy gates (it did: the check knew
+// only the built-in vendors' operations). A rule that meets none of them
+// still gets the warning.
+func TestARuleForADeclaredVendorsPaymentsIsNoPolicyGap(t *testing.T) {
+	def, err := os.ReadFile("../../configs/vendors/mollie.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, rule string
+		warned     bool
+	}{
+		{"a rule for the declared vendor's payments", "  - match: \"payment.*\"\n    vendor: mollie\n", false},
+		{"a rule for its charges by operation", "  - match: \"*\"\n    operation: mollie.payments.create\n", false},
+		{"a rule that meets no money-moving call", "  - match: \"email.send\"\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse(strings.NewReader("policies:\n"+c.rule+string(def)), "gap.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := false
+			for _, w := range cfg.Warnings() {
+				if w.Path == "policies" && strings.Contains(w.Message, "no rule matches any money-moving call") {
+					warned = true
+				}
+			}
+			if warned != c.warned {
+				t.Errorf("warned that no rule matches proxied money = %v, want %v (%+v)", warned, c.warned, cfg.Warnings())
+			}
+		})
+	}
+}
