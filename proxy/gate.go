@@ -309,6 +309,9 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		if micros, ok := e.Money.Micros(p.opts.CurrencyMicros); ok {
 			req.EstimatedCostMicros = &micros
 		}
+	case e.CostMicros != nil: // a declared route's fixed cost per call
+		c := *e.CostMicros
+		req.EstimatedCostMicros = &c
 	}
 	return req
 }
@@ -627,10 +630,10 @@ func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.Begi
 func (p *Proxy) write(w http.ResponseWriter, v vendors.Vendor, status int, code, msg string) {
 	rep := v.Refusal(status, code, msg)
 	h := w.Header()
+	h.Set("Content-Type", "application/json") // unless the vendor's shape says otherwise
 	for k, vals := range rep.Header {
 		h[k] = vals
 	}
-	h.Set("Content-Type", "application/json")
 	w.WriteHeader(rep.Status)
 	w.Write(rep.Body)
 }

@@ -155,6 +155,9 @@ const (
 type Options struct {
 	// Upstreams maps vendor names to base URLs (tests point them at mocks).
 	Upstreams map[string]string
+	// Vendors are the vendors Upstreams may name: the built-in ones and
+	// those the config declares (nil: the built-in ones).
+	Vendors *vendors.Registry
 	// Namespace is the tenant of every request (default "default").
 	Namespace string
 	// AgentID is the agent every gated request is begun as (proxy.agent_id):
@@ -307,7 +310,7 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	for name, raw := range opts.Upstreams {
-		v, ok := vendors.Lookup(name)
+		v, ok := opts.Vendors.Lookup(name)
 		if !ok {
 			return nil, fmt.Errorf("proxy upstream %q: no rules for that vendor", name)
 		}
@@ -350,7 +353,7 @@ func (p *Proxy) vendorFor(host string) (vendors.Vendor, bool) {
 	if v, ok := p.extra[host]; ok {
 		return v, true
 	}
-	if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+	if v, ok := p.opts.Vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
 		return v, true
 	}
 	return nil, false

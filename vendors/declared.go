@@ -523,13 +523,13 @@ func (v *Declared) Classify(r *Request) (Effect, bool) {
 	}
 	rt, ok := v.match(r.Method, parts)
 	if !ok {
-		e.Operation = restType(v.def.Name, r.Method, parts)
+		e.Operation = restType(v.def.Name, r.Method, unversioned(parts))
 		e.EffectType = e.Operation
 		return e, true
 	}
 	e.Operation = rt.Operation
 	if e.Operation == "" {
-		e.Operation = restType(v.def.Name, r.Method, parts)
+		e.Operation = restType(v.def.Name, r.Method, unversioned(parts))
 	}
 	e.EffectType, e.FollowUp = rt.EffectType, rt.FollowUp
 	if rt.Amount != nil {
@@ -546,6 +546,17 @@ func (v *Declared) Classify(r *Request) (Effect, bool) {
 		e.Counterparty = fieldString(body, rt.Counterparty.Field)
 	}
 	return e, true
+}
+
+// versionRe is an API version path segment (v2, v1.1).
+var versionRe = regexp.MustCompile(`^v[0-9]+(\.[0-9]+)?$`)
+
+// unversioned drops a leading version segment, which names no resource.
+func unversioned(parts []string) []string {
+	if len(parts) > 1 && versionRe.MatchString(parts[0]) {
+		return parts[1:]
+	}
+	return parts
 }
 
 func (v *Declared) match(method string, parts []string) (route, bool) {

@@ -1,0 +1,118 @@
+package vendors
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func compiled(t *testing.T, d Definition) *Declared {
+	t.Helper()
+	v, errs := Compile(d, nil)
+	if errs != nil {
+		t.Fatalf("Compile: %+v", errs)
+	}
+	return v
+}
+
+func acme(key DefinedKey) Definition {
+	return Definition{Name: "acme", Upstream: "https://api.acme.test", Key: key,
+		Routes: []Route{{Method: "POST", Path: "/v1/charges", EffectType: "payment.charge",
+			Amount: &AmountField{Field: "amount", Unit: "minor"}, Currency: &Field{Value: "usd"}, Counterparty: &Field{Field: "to.id"}},
+			{Method: "POST", Path: "/v1/mails", EffectType: "email.send", CostMicros: new(int64(1000))}}}
+}
+
+// TestADeclaredVendorsKeyFitsItsAlphabet: Ratchet's key for a declared
+// vendor is a UUID where its alphabet and length take one, else 32 hex
+// digits in the case the alphabet allows; the registry shapes it so.
+func TestADeclaredVendorsKeyFitsItsAlphabet(t *testing.T) {
+	digest := sha256.Sum256([]byte("attempt 1"))
+	cases := []struct {
+		name string
+		key  DefinedKey
+		want *regexp.Regexp
+	}{
+		{"any alphabet, 64", DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64}, uuidRe},
+		{"no dash", DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64, Alphabet: "a-z0-9"}, regexp.MustCompile(`^[0-9a-f]{32}$`)},
+		{"too short for a UUID", DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 32}, regexp.MustCompile(`^[0-9a-f]{32}$`)},
+		{"upper case only", DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64, Alphabet: "A-Z0-9-"}, regexp.MustCompile(`^[0-9A-F]{32}$`)},
+	}
+	for _, c := range cases {
+		v := compiled(t, acme(c.key))
+		reg, err := NewRegistry(append(Builtin(), v)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := reg.ShapeKey("acme", digest[:]); !c.want.MatchString(k.Value) {
+			t.Errorf("%s: key %q does not match %s", c.name, k.Value, c.want)
+		}
+	}
+}
+
+// TestADeclaredVendorClassifiesByItsRoutes: a route names the effect type,
+// money, counterparty and fixed cost; a body key is read as the caller's
+// key; an unlisted call is typed by its path; a repeated key header is
+// refused.
+func TestADeclaredVendorClassifiesByItsRoutes(t *testing.T) {
+	v := compiled(t, acme(DefinedKey{In: "body", Name: "idempotency_key", MaxLength: 64}))
+	e, ok := v.Classify(&Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Authorization": {"Bearer k"}},
+		Body: []byte(`{"amount": 1250, "to": {"id": "acct_9"}, "idempotency_key": "order-7"}`)})
+	if !ok {
+		t.Fatal("a charge is not an effect")
+	}
+	want := Effect{EffectType: "payment.charge", Operation: "acme.charges.create", Money: &Money{Minor: 1250, Currency: "USD"},
+		Counterparty: "acct_9", CallerKey: "order-7", Credential: "Bearer k", Key: v.KeyRule()}
+	if diff := cmp.Diff(want, e); diff != "" {
+		t.Errorf("the charge (-want +got):\n%s", diff)
+	}
+	mail, _ := v.Classify(&Request{Method: "POST", Path: "/v1/mails", Header: http.Header{}, Body: []byte(`{}`)})
+	if mail.EffectType != "email.send" || mail.CostMicros == nil || *mail.CostMicros != 1000 {
+		t.Errorf("a mail: type %q cost %v, want email.send at 1000 micros", mail.EffectType, mail.CostMicros)
+	}
+	other, _ := v.Classify(&Request{Method: "DELETE", Path: "/v1/customers/cus_1", Header: http.Header{}})
+	if other.EffectType != "acme.customers.delete" {
+		t.Errorf("an unlisted call is typed %q, want acme.customers.delete", other.EffectType)
+	}
+	if _, ok := v.Classify(&Request{Method: "GET", Path: "/v1/charges", Header: http.Header{}}); ok {
+		t.Error("a read is an effect")
+	}
+	h := compiled(t, acme(DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64}))
+	twice, _ := h.Classify(&Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Idempotency-Key": {"a", "b"}}, Body: []byte(`{}`)})
+	if twice.Refuse == "" {
+		t.Error("a request with its key header twice is not refused")
+	}
+}
+
+// TestADeclaredVendorsOutcomesAndRefusals: an exact status wins over its
+// class, an unlisted one is unknown; a refusal fills the template with
+// the message JSON-escaped.
+func TestADeclaredVendorsOutcomesAndRefusals(t *testing.T) {
+	d := acme(DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64})
+	d.Outcome = OutcomeRules{Failed: []string{"4xx"}, Unknown: []string{"429", "5xx"}, ObjectID: "data.id", Reason: "error.type"}
+	d.Refusal = RefusalShape{Body: `{"error": {"type": "{{code}}", "message": "{{message}}", "http": {{status}}}}`}
+	v := compiled(t, d)
+	for status, want := range map[int]Result{201: Succeeded, 404: Failed, 429: Unknown, 503: Unknown, 302: Unknown} {
+		if got := v.Outcome(&Response{Status: status, Body: []byte(`{"data": {"id": "ch_1"}, "error": {"type": "x"}}`)}).Result; got != want {
+			t.Errorf("status %d reads %s, want %s", status, got, want)
+		}
+	}
+	if ref := v.Outcome(&Response{Status: 201, Body: []byte(`{"data": {"id": "ch_1"}}`)}).VendorReference; ref != "ch_1" {
+		t.Errorf("the object id is %q, want ch_1 (outcome.object_id)", ref)
+	}
+	rep := v.Refusal(403, RefusalBlocked, `Ratchet: "denied"`+"\n")
+	var got map[string]any
+	if err := json.Unmarshal(rep.Body, &got); err != nil {
+		t.Fatalf("the refusal is not JSON: %v: %s", err, rep.Body)
+	}
+	want := map[string]any{"error": map[string]any{"type": RefusalBlocked, "message": `Ratchet: "denied"` + "\n", "http": float64(403)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the refusal (-want +got):\n%s", diff)
+	}
+	if rep.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("the refusal's Content-Type is %q, want the default application/json", rep.Header.Get("Content-Type"))
+	}
+}
