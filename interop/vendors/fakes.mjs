@@ -58,6 +58,25 @@ const SHAPES = {
       body: { type: 'internal_server_error', status, title: 'Something went wrong on our end.', detail: null },
     }),
   },
+  // https://docs.moderntreasury.com/reference/status-codes (201 created) and
+  // https://docs.moderntreasury.com/reference/errors ({"errors": {code, message, parameter}}).
+  moderntreasury: {
+    ok: (req) => ({
+      status: 201,
+      type: 'application/json',
+      body: {
+        id: randomUUID(), object: 'payment_order', live_mode: false, type: req.body.type, amount: req.body.amount,
+        direction: req.body.direction, currency: req.body.currency ?? 'USD', status: 'approved',
+        originating_account_id: req.body.originating_account_id, receiving_account_id: req.body.receiving_account_id ?? null,
+        created_at: new Date().toISOString(), updated_at: new Date().toISOString(),
+      },
+    }),
+    error: (status) => ({
+      status,
+      type: 'application/json',
+      body: { errors: { code: 'internal_server_error', message: 'Something went wrong', parameter: null } },
+    }),
+  },
   // https://resend.com/docs/api-reference/emails/send-email ({"id": ...}) and the
   // resend SDK's ErrorResponse ({"statusCode", "message", "name"}).
   resend: {

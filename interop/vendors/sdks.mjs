@@ -9,6 +9,7 @@ import https from 'node:https';
 
 import { MollieApiError, createMollieClient } from '@mollie/api-client';
 import Increase from 'increase';
+import ModernTreasury from 'modern-treasury';
 import { Resend } from 'resend';
 
 export const SDKS = {
@@ -16,7 +17,7 @@ export const SDKS = {
     sdk: '@mollie/api-client',
     errorClass: 'MollieApiError',
     path: '/v2/payments',
-    codeField: 'title', // where its refusal body carries Ratchet's code
+    codeOf: (body) => body.title, // where its refusal body carries Ratchet's code
     refusalType: 'application/hal+json', // its definition's refusal.content_type
     // apiEndpoint is its base URL. It sends through an https.Agent it makes
     // itself (with a CA bundle of its own), so an http:// base URL fails
@@ -49,7 +50,7 @@ export const SDKS = {
     sdk: 'increase',
     errorClass: 'APIError',
     path: '/ach_transfers',
-    codeField: 'type',
+    codeOf: (body) => body.type,
     refusalType: 'application/json',
     client: (base) => new Increase({ apiKey: 'sandbox_key_1234567890', baseURL: `${base}/increase`, maxRetries: 2 }),
     amount: (major) => ({ amount: Math.round(major * 100) }),
@@ -65,11 +66,33 @@ export const SDKS = {
       }
     },
   },
+  moderntreasury: {
+    sdk: 'modern-treasury',
+    errorClass: 'APIError',
+    path: '/api/payment_orders',
+    codeOf: (body) => body.errors?.code,
+    refusalType: 'application/json',
+    client: (base) => new ModernTreasury({ organizationID: 'org_1234', apiKey: 'test_key_1234', baseURL: `${base}/moderntreasury`, maxRetries: 2 }),
+    amount: (major) => ({ amount: Math.round(major * 100) }),
+    async call(client, { key, major, retries }) {
+      try {
+        const { data, response } = await client.paymentOrders.create({
+          type: 'ach', direction: 'credit', currency: 'USD', ...this.amount(major),
+          originating_account_id: '0f8e3719-3dfd-4613-9bbf-c0333781b59f', receiving_account_id: '5acec2ef-987b-4260-aa97-b719eeb0a8d5',
+        }, { ...(key && { idempotencyKey: key }), ...(retries !== undefined && { maxRetries: retries }) }).withResponse();
+        return { ok: true, id: data.id, headers: Object.fromEntries(response.headers) };
+      } catch (err) {
+        // Its errors read as Modern Treasury documents them: {"errors": {"code", "message"}}.
+        return { ok: false, err: { sdkError: err instanceof ModernTreasury.APIError, status: err.status,
+          code: err.error?.errors?.code, message: err.message } };
+      }
+    },
+  },
   resend: {
     sdk: 'resend',
     errorClass: 'ErrorResponse', // resend returns its errors as values: {data: null, error}
     path: '/emails',
-    codeField: 'name',
+    codeOf: (body) => body.name,
     refusalType: 'application/json',
     client: (base) => new Resend('re_123456789', { baseUrl: `${base}/resend` }),
     amount: () => ({}),

@@ -42,6 +42,16 @@ const CASES = {
     // 250 USD as a float: 25000 to many JSON parsers, and no integer to Ratchet.
     unreadAmount: '{"account_id": "account_in71c4amph0vgo2qllky", "amount": 25000.0, "statement_descriptor": "x"}',
   },
+  // 25.00 USD under a 200 USD ceiling; 250.00 USD over it.
+  moderntreasury: {
+    policies: `  - match: "payment.*"
+    vendor: moderntreasury
+    ceilings:
+      - {name: mt-daily, limit_micros: 200000000, window: 24h, per: global}`,
+    ceiling: 'mt-daily', small: 25, big: 250, effectType: 'payment.payout', operation: 'moderntreasury.payment_orders.create',
+    // 250 USD with an exponent: no integer to Ratchet.
+    unreadAmount: '{"type": "ach", "direction": "credit", "currency": "USD", "amount": 2.5e4, "originating_account_id": "x"}',
+  },
   // Emails cost no money: a count ceiling. The over-ceiling test sends one
   // under a ceiling of one, then another.
   resend: {
@@ -220,7 +230,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
         const r = await raw(url, headers, body);
         assert.equal(r.status, 400, `${what}: status`);
         assert.equal(r.type, sdk.refusalType, `${what}: the definition's content type`);
-        assert.equal(r.body[sdk.codeField], 'ratchet_bad_request', `${what}: the code in the vendor's ${sdk.codeField} field: ${JSON.stringify(r.body)}`);
+        assert.equal(sdk.codeOf(r.body), 'ratchet_bad_request', `${what}: the code where the vendor's errors carry it: ${JSON.stringify(r.body)}`);
       }
       assert.equal(fake.requests.length, 0, 'the vendor saw none of them');
       assert.deepEqual(await effects(serve), [], 'nothing recorded');
