@@ -1,8 +1,9 @@
 // The vendors' official Node SDKs (pinned in package.json), each pointed at
-// Ratchet's reverse proxy with its own base-URL option, and one call each
-// suite test makes: a payment, a transfer, an email. call() resolves to
-// {ok: true, id, headers} or {ok: false, err} with the SDK's own error
-// (its class, status, code and message) as the application would see it.
+// Ratchet's reverse proxy with its own base-URL option, and the one call
+// each suite test makes: a payment, an ACH transfer, a payment order, an
+// email. call() resolves to {ok: true, id, headers} or {ok: false, err}
+// with the SDK's own error (its class, status, code and message) as the
+// application would see it.
 
 import http from 'node:http';
 import https from 'node:https';
