@@ -71,8 +71,10 @@ interop: build
 
 # The vendor definitions shipped in configs/vendors/, each driven by its
 # vendor's official Node SDK (interop/vendors/package.json) through a real
-# ratchet serve in reverse-proxy mode, against fake upstreams (about a
-# minute). make interop runs it, so make test and CI do.
+# ratchet serve in reverse-proxy mode, against fake upstreams, on Badger and
+# on PostgreSQL where it answers (RATCHET_TEST_PG_DSN; RATCHET_REQUIRE_PG
+# makes it required, as CI does): under two minutes. make interop runs it,
+# so make test and CI do.
 interop-vendors: build
 	cd interop/vendors && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \

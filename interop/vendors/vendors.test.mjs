@@ -7,8 +7,9 @@
 // after an upstream 500, a hang or a dropped connection the effect's outcome
 // is unknown and the next attempt (the SDK's own retry, then the
 // application's) is blocked, the vendor having seen one request. Each test
-// has a serve and a fake of its own. Run with "make interop-vendors" (it
-// builds bin/ratchet first), or RATCHET_BIN=... node --test vendors.test.mjs.
+// has a serve and a fake of its own, on Badger and on PostgreSQL where it
+// answers. Run with "make interop-vendors" (it builds bin/ratchet first),
+// or RATCHET_BIN=... node --test vendors.test.mjs.
 
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
@@ -16,7 +17,7 @@ import { describe, test } from 'node:test';
 
 import { startFake } from './fakes.mjs';
 import { SDKS } from './sdks.mjs';
-import { startServe } from './serve.mjs';
+import { pgReachable, startServe } from './serve.mjs';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -67,11 +68,19 @@ const CASES = {
   },
 };
 
+// Both ledgers: Badger always, PostgreSQL where it answers (as the Go
+// suites: RATCHET_TEST_PG_DSN, and RATCHET_REQUIRE_PG makes its absence a
+// failure, as CI sets it).
+const PG = await pgReachable();
+if (!PG && process.env.RATCHET_REQUIRE_PG) throw new Error('PostgreSQL is required (RATCHET_REQUIRE_PG) and does not answer');
+const BACKENDS = PG ? ['badger', 'postgres'] : ['badger'];
+if (!PG) console.log('PostgreSQL does not answer (RATCHET_TEST_PG_DSN): the vendors suite runs on Badger only');
+
 /** A fake upstream and a serve in front of it, both stopped after the test. */
-async function setup(t, vendor, policies = CASES[vendor].policies) {
+async function setup(t, vendor, backend, policies = CASES[vendor].policies) {
   const fake = await startFake(vendor);
   t.after(() => fake.close());
-  const serve = await startServe(vendor, fake.url, policies);
+  const serve = await startServe(vendor, fake.url, policies, backend);
   t.after(() => serve.stop());
   const sdk = SDKS[vendor];
   const client = sdk.client(serve.proxy);
@@ -107,7 +116,7 @@ function raw(url, headers, body) {
 
 /** The proxy's effects in the ledger, as the admin API lists them (serve has no admin tokens: loopback). */
 async function effects(serve) {
-  const res = await fetch(`${serve.admin}/v1/effects?namespace=shop`);
+  const res = await fetch(`${serve.admin}/v1/effects?namespace=${serve.namespace}`);
   assert.equal(res.status, 200, 'listing effects');
   return (await res.json()).effects;
 }
@@ -129,11 +138,12 @@ function checkBlocked(r, sdk, what) {
   assert.match(r.err.message, /Ratchet: blocked/, `${what}: Ratchet's message`);
 }
 
-for (const [vendor, c] of Object.entries(CASES)) {
+for (const backend of BACKENDS) for (const [vendor, c] of Object.entries(CASES)) {
   const sdk = SDKS[vendor];
-  describe(`${vendor} (${sdk.sdk})`, () => {
+  const up = (t, policies) => setup(t, vendor, backend, policies);
+  describe(`${vendor} (${sdk.sdk}) on ${backend}`, () => {
     test('a create reaches the vendor once, with Ratchet\'s key in the vendor\'s Idempotency-Key header', async (t) => {
-      const { fake, serve, call } = await setup(t, vendor);
+      const { fake, serve, call } = await up(t);
       const r = await call({ key: 'order-1001', major: c.small });
       assert.equal(r.ok, true, `the call succeeded: ${JSON.stringify(r.err)}`);
       const req = checkStamped(fake, sdk, 'order-1001');
@@ -145,7 +155,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
     });
 
     test('the same call again with the same key is replayed; a new key is a new call', async (t) => {
-      const { fake, call } = await setup(t, vendor);
+      const { fake, call } = await up(t);
       const first = await call({ key: 'order-1002', major: c.small });
       assert.equal(first.ok, true, `first call: ${JSON.stringify(first.err)}`);
       const again = await call({ key: 'order-1002', major: c.small });
@@ -160,7 +170,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
     });
 
     test("over the ceiling: the SDK's own error with Ratchet's message, and the vendor never sees it", async (t) => {
-      const { fake, call } = await setup(t, vendor, c.overPolicies ?? c.policies);
+      const { fake, call } = await up(t, c.overPolicies ?? c.policies);
       let sent = 0;
       if (c.countCeiling) {
         const first = await call({ key: 'mail-1' });
@@ -177,7 +187,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
 
     for (const [mode, what] of [[500, 'an upstream 500'], ['hang', 'an upstream that never answers'], ['drop', 'a dropped connection']]) {
       test(`after ${what} the outcome is unknown and the next attempt with the same key is blocked`, async (t) => {
-        const { fake, serve, call } = await setup(t, vendor);
+        const { fake, serve, call } = await up(t);
         fake.next(mode);
         const r = await call({ key: 'order-2001', major: c.small });
         assert.equal(r.ok, false, `the call did not succeed: ${JSON.stringify(r)}`);
@@ -197,7 +207,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
     }
 
     test('an attempt while the first is still in flight is refused and never sent', async (t) => {
-      const { fake, call } = await setup(t, vendor);
+      const { fake, call } = await up(t);
       fake.next('hang');
       const first = call({ key: 'order-4001', major: c.small });
       while (fake.requests.length === 0) await new Promise((ok) => setTimeout(ok, 20));
@@ -213,7 +223,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
     });
 
     test('a request the vendor could read otherwise than Ratchet is refused in the vendor\'s shape and never sent', async (t) => {
-      const { fake, serve } = await setup(t, vendor);
+      const { fake, serve } = await up(t);
       const url = `${serve.proxy}/${vendor}${sdk.path}`;
       const auth = { Authorization: 'Bearer test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM' };
       const attempts = {
@@ -238,7 +248,7 @@ for (const [vendor, c] of Object.entries(CASES)) {
 
     if (vendor !== 'resend') {
       test("without a key of the application's, the key the SDK mints makes its own retry the same call", async (t) => {
-        const { fake, call } = await setup(t, vendor);
+        const { fake, call } = await up(t);
         fake.next(500);
         const r = await call({ major: c.small });
         checkBlocked(r, sdk, "the SDK's own retry");
