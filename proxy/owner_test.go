@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
@@ -30,7 +31,7 @@ func TestAnswersAreReplayedOnlyToTheirOwner(t *testing.T) {
 		{"kept without an owner, a scoped caller", "", "", true},
 	} {
 		res := &ledger.BeginResult{EffectID: "eff_1", VendorReference: "5O190127TN364715T",
-			Result: keep(201, "application/json", []byte(answer), "5O190127TN364715T", c.kept)}
+			Result: outbound.Keep(201, "application/json", []byte(answer), "5O190127TN364715T", c.kept)}
 		w := httptest.NewRecorder()
 		p.replay(w, vendors.PayPal{}, res, c.caller)
 		body := w.Body.String()

@@ -120,6 +120,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
@@ -205,17 +206,8 @@ type Options struct {
 	Observer Observer
 }
 
-// NewTransport returns the proxy's default Transport: net/http's default
-// (proxy settings from the environment, timeouts, HTTP/2) keeping up to
-// 128 idle connections per host. Nearly every request goes to one of a few
-// vendor hosts, and with net/http's default of 2 idle connections per
-// host most of those sent at once opened a connection of their own, with
-// its TLS handshake.
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	return t
-}
+// NewTransport returns the proxy's default Transport (outbound.NewTransport).
+func NewTransport() *http.Transport { return outbound.NewTransport() }
 
 // Observer is told what the proxy did.
 type Observer interface {

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ratchet-mcp/ratchet/proxy"
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
@@ -22,7 +22,7 @@ const maxAnswerBytes = 16 << 20
 // forgets it when the vendor answers definitely. A request that cannot be
 // kept is sent anyway (logged): it then only cannot be recovered.
 type Transport struct {
-	// Base sends the requests (default proxy.NewTransport()).
+	// Base sends the requests (default outbound.NewTransport()).
 	Base    http.RoundTripper
 	Store   *Store
 	Vendors map[string]bool
@@ -35,9 +35,9 @@ type Transport struct {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base
 	if base == nil {
-		base = proxy.NewTransport()
+		base = outbound.NewTransport()
 	}
-	a, ok := proxy.AttemptOf(req.Context())
+	a, ok := outbound.AttemptOf(req.Context())
 	if !ok || !t.Vendors[a.Vendor] || a.VendorKey == "" {
 		return base.RoundTrip(req)
 	}

@@ -140,3 +140,30 @@ func (Adyen) Refusal(status int, code, message string) Reply {
 	}
 	return Reply{Status: status, Body: errorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})}
 }
+
+// Tag implements Tagger: metadata.ratchet_key of a payment, which Adyen
+// echoes in additionalData["metadata.ratchet_key"] (tag.go).
+func (Adyen) Tag(e Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "adyen.payments.create" {
+		return body, nil
+	}
+	return tagMetadata(body, key)
+}
+
+// StoredFailure implements Recoverable. Adyen returns "the response to the
+// first attempt" for a key it processed
+// (https://docs.adyen.com/development-resources/api-idempotency), and a
+// processed payment that did not go through is HTTP 200 with resultCode
+// Refused, Error or Cancelled
+// (https://docs.adyen.com/development-resources/response-handling). A 4xx
+// (validation, 401, 403, 422, 704 in progress, 703 store unavailable) is
+// never the first attempt's result.
+func (Adyen) StoredFailure(r *Response) bool { return r.Status >= 200 && r.Status < 300 }
+
+// RequestIDHeader implements Recoverable.
+func (Adyen) RequestIDHeader() string { return "Psp-Reference" }
+
+// Upstream implements Upstreamer: the test Checkout API; live hosts carry
+// the merchant's prefix ({prefix}-checkout-live.adyenpayments.com), set in
+// proxy.upstreams.adyen.
+func (Adyen) Upstream() string { return "https://checkout-test.adyen.com" }

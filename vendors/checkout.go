@@ -116,3 +116,22 @@ func (Checkout) Refusal(status int, code, message string) Reply {
 	}
 	return Reply{Status: status, Body: errorJSON(map[string]any{"request_id": "ratchet", "error_type": errType, "error_codes": []string{message}})}
 }
+
+// Tag implements Tagger: metadata.ratchet_key of a payment, which
+// Checkout.com echoes in data.metadata.ratchet_key (tag.go).
+func (Checkout) Tag(e Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "checkout.payments.create" {
+		return body, nil
+	}
+	return tagMetadata(body, key)
+}
+
+// StoredFailure implements Recoverable. Checkout.com caches a key's answer
+// "if the request returns a 2xx response code"; a 4xx or 5xx is not saved
+// "and the payment is reattempted"
+// (https://www.checkout.com/docs/payments/manage-payments/idempotency).
+// So only a 2xx decline (approved false) is the key's result.
+func (Checkout) StoredFailure(r *Response) bool { return r.Status >= 200 && r.Status < 300 }
+
+// RequestIDHeader implements Recoverable.
+func (Checkout) RequestIDHeader() string { return "Cko-Request-Id" }

@@ -1,6 +1,7 @@
 package vendors
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 )
@@ -126,3 +127,35 @@ func (PayPal) Refusal(status int, code, message string) Reply {
 	return Reply{Status: status, Body: errorJSON(map[string]any{"name": name, "message": message, "debug_id": "ratchet",
 		"details": []any{map[string]any{"issue": issue, "description": message}}})}
 }
+
+// Tag implements Tagger: purchase_units[0].custom_id (at most 127
+// characters) of an order with one purchase unit, which PayPal echoes in
+// a capture's resource.custom_id; several units would make it ambiguous,
+// and a caller's own custom_id stays (tag.go).
+func (PayPal) Tag(e Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "paypal.orders.create" {
+		return body, nil
+	}
+	top, ok := scanObject(body, 0)
+	if !ok {
+		return body, nil
+	}
+	pu, has := top.members["purchase_units"]
+	if !has {
+		return body, nil
+	}
+	elems, ok := scanArray(body, pu.start)
+	if !ok || len(elems) != 1 {
+		return body, nil
+	}
+	val, _ := json.Marshal(key)
+	return addMember(body, []int{elems[0]}, "custom_id", val), nil
+}
+
+// StoredFailure implements Recoverable: never. PayPal documents no replay
+// of a failure and "might fail the second request"
+// (https://developer.paypal.com/reference/guidelines/idempotency).
+func (PayPal) StoredFailure(*Response) bool { return false }
+
+// RequestIDHeader implements Recoverable.
+func (PayPal) RequestIDHeader() string { return "Paypal-Debug-Id" }

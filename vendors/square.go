@@ -1,6 +1,7 @@
 package vendors
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 )
@@ -176,3 +177,18 @@ func (Square) Refusal(status int, code, message string) Reply {
 		"category": category, "code": code, "detail": message,
 	}}})}
 }
+
+// Tag implements Tagger: a payment's reference_id (at most 40
+// characters), which Square echoes in data.object.payment.reference_id;
+// the caller's own reference stays (tag.go).
+func (Square) Tag(e Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "square.payments.create" {
+		return body, nil
+	}
+	val, _ := json.Marshal(key)
+	return addMember(body, nil, "reference_id", val), nil
+}
+
+// Upstream implements Upstreamer: production (the sandbox is
+// https://connect.squareupsandbox.com).
+func (Square) Upstream() string { return "https://connect.squareup.com" }

@@ -222,3 +222,24 @@ func (Stripe) Refusal(status int, code, message string) Reply {
 	}
 	return r
 }
+
+// StoredFailure implements Recoverable. Stripe keeps "the status code and
+// body of the first request made with a given idempotency key after
+// endpoint execution begins", not a request that failed validation or
+// conflicted, and its rate limiters and authentication run before the
+// idempotency layer (https://docs.stripe.com/api/idempotent_requests,
+// https://docs.stripe.com/error-low-level). So a 4xx is the key's result
+// when Stripe says it replayed it (Idempotent-Replayed: true), or when it
+// is a 402, "the parameters were valid but the request failed" (a
+// decline): an executed request under this key, which is either the first
+// one's (then replayed) or the only one.
+func (Stripe) StoredFailure(r *Response) bool {
+	replayed := strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true")
+	return r.Status >= 400 && r.Status < 500 && (replayed || r.Status == http.StatusPaymentRequired)
+}
+
+// RequestIDHeader implements Recoverable.
+func (Stripe) RequestIDHeader() string { return "Request-Id" }
+
+// Upstream implements Upstreamer.
+func (Stripe) Upstream() string { return "https://api.stripe.com" }

@@ -96,6 +96,9 @@ func AdyenSignature(key []byte, pspReference, originalReference, merchantAccount
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// ack implements acknowledger: Adyen waits for "[accepted]".
+func (*Adyen) ack() []byte { return []byte("[accepted]") }
+
 func (a *Adyen) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
 	authed := false
 	if a.BasicUser != "" {

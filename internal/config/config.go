@@ -264,13 +264,9 @@ func (c *Config) fill() {
 	if c.Proxy.Upstreams == nil {
 		c.Proxy.Upstreams = map[string]string{}
 	}
-	for v, u := range map[string]string{
-		"stripe": "https://api.stripe.com",
-		"square": "https://connect.squareup.com",
-		"adyen":  "https://checkout-test.adyen.com",
-	} {
-		if c.Proxy.Upstreams[v] == "" {
-			c.Proxy.Upstreams[v] = u
+	for _, v := range vendors.Builtin() { // each vendor's default (vendors.Upstreamer)
+		if u, ok := v.(vendors.Upstreamer); ok && c.Proxy.Upstreams[v.Name()] == "" {
+			c.Proxy.Upstreams[v.Name()] = u.Upstream()
 		}
 	}
 	for _, d := range c.Vendors {

@@ -1,11 +1,20 @@
-package proxy
+package vendors
 
 import (
 	"errors"
+	"strings"
 	"testing"
-
-	"github.com/ratchet-mcp/ratchet/vendors"
 )
+
+// tagFor is what the proxy does: the vendor of the operation tags the
+// request when it is a Tagger.
+func tagFor(e Effect, body []byte, key string) ([]byte, error) {
+	name, _, _ := strings.Cut(e.Operation, ".")
+	if tg, ok := builtin.byName[name].(Tagger); ok {
+		return tg.Tag(e, body, key)
+	}
+	return body, nil
+}
 
 // TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty: the shared fields
 // (Square reference_id, PayPal custom_id) are the caller's when filled;
@@ -42,7 +51,7 @@ func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
 		{"a refund", "checkout.payments.refund", `{}`, `{}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := tagForWebhooks(vendors.Effect{Operation: c.typ}, []byte(c.body), key)
+			b, err := tagFor(Effect{Operation: c.typ}, []byte(c.body), key)
 			got := string(b)
 			if errors.Is(err, ErrForeignTag) {
 				got = refused

@@ -1,13 +1,20 @@
-package proxy
+package vendors
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
-
-	"github.com/ratchet-mcp/ratchet/vendors"
 )
+
+// Tagger is a vendor whose events echo a field the caller fills: the proxy
+// has Tag write the vendor key there before it sends the request (a vendor
+// that is no Tagger is sent its request as it came).
+type Tagger interface {
+	// Tag returns body with key written as the webhook tag for e, or body
+	// unchanged; ErrForeignTag when the request must not be sent.
+	Tag(e Effect, body []byte, key string) ([]byte, error)
+}
 
 // Webhook tags. Stripe's events echo the idempotency key of the request
 // that caused them (request.idempotency_key), which is the vendor key
@@ -49,61 +56,40 @@ const TagMetadataKey = "ratchet_key"
 var ErrForeignTag = errors.New("metadata." + TagMetadataKey + " is Ratchet's webhook tag, which the proxy writes itself: " +
 	"leave it out (or send a body Ratchet can read: a JSON object with no member named twice)")
 
-// tagForWebhooks returns body with the vendor key written as the
-// vendor's webhook tag for e, or body unchanged; ErrForeignTag when the
-// request must not be sent (see above).
-func tagForWebhooks(e vendors.Effect, body []byte, key string) ([]byte, error) {
+// tagMetadata writes key as metadata.ratchet_key (Adyen, Checkout.com).
+func tagMetadata(body []byte, key string) ([]byte, error) {
 	val, _ := json.Marshal(key)
-	switch e.Operation {
-	case "square.payments.create":
-		return addMember(body, nil, "reference_id", val), nil
-	case "adyen.payments.create", "checkout.payments.create":
-		meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
-		top, ok := scanObject(body, 0)
-		if !ok {
+	meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
+	top, ok := scanObject(body, 0)
+	if !ok {
+		return nil, ErrForeignTag
+	}
+	for name := range top.members {
+		if name != "metadata" && strings.EqualFold(name, "metadata") {
+			return nil, ErrForeignTag // a vendor that matches names in any case reads two
+		}
+	}
+	m, has := top.members["metadata"]
+	if !has {
+		return insert(body, top, "metadata", meta), nil
+	}
+	if bytes.Equal(bytes.TrimSpace(body[m.start:m.end]), []byte("null")) {
+		return body, nil // no metadata: the vendor echoes no tag
+	}
+	inner, ok := scanObject(body, m.start)
+	if !ok {
+		return nil, ErrForeignTag
+	}
+	if v, has := inner.members[TagMetadataKey]; has {
+		var theirs string
+		if json.Unmarshal(body[v.start:v.end], &theirs) != nil || theirs != key {
 			return nil, ErrForeignTag
 		}
-		for name := range top.members {
-			if name != "metadata" && strings.EqualFold(name, "metadata") {
-				return nil, ErrForeignTag // a vendor that matches names in any case reads two
-			}
-		}
-		m, has := top.members["metadata"]
-		if !has {
-			return insert(body, top, "metadata", meta), nil
-		}
-		if bytes.Equal(bytes.TrimSpace(body[m.start:m.end]), []byte("null")) {
-			return body, nil // no metadata: the vendor echoes no tag
-		}
-		inner, ok := scanObject(body, m.start)
-		if !ok {
-			return nil, ErrForeignTag
-		}
-		if v, has := inner.members[TagMetadataKey]; has {
-			var theirs string
-			if json.Unmarshal(body[v.start:v.end], &theirs) != nil || theirs != key {
-				return nil, ErrForeignTag
-			}
-			return body, nil
-		}
-		// Adyen allows 20 metadata entries; a full one is left alone.
-		if len(inner.members) < 20 {
-			return insert(body, inner, TagMetadataKey, val), nil
-		}
-	case "paypal.orders.create":
-		top, ok := scanObject(body, 0)
-		if !ok {
-			return body, nil
-		}
-		pu, has := top.members["purchase_units"]
-		if !has {
-			return body, nil
-		}
-		elems, ok := scanArray(body, pu.start)
-		if !ok || len(elems) != 1 {
-			return body, nil
-		}
-		return addMember(body, []int{elems[0]}, "custom_id", val), nil
+		return body, nil
+	}
+	// Adyen allows 20 metadata entries; a full one is left alone.
+	if len(inner.members) < 20 {
+		return insert(body, inner, TagMetadataKey, val), nil
 	}
 	return body, nil
 }
