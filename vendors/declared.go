@@ -306,12 +306,15 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 		if !mutating(rt.method) {
 			add(p+".method", "%q must be POST, PUT, PATCH or DELETE (reads are never effects)", r.Method)
 		}
+		badPath := false
 		if !strings.HasPrefix(r.Path, "/") {
 			add(p+".path", "%q must start with /", r.Path)
+			badPath = true
 		} else {
 			for _, s := range strings.Split(strings.TrimPrefix(r.Path, "/"), "/") {
 				if !segmentRe.MatchString(s) {
 					add(p+".path", "%q: the segment %q is not a literal path segment or {name}", r.Path, s)
+					badPath = true
 					break
 				}
 				if strings.HasPrefix(s, "{") {
@@ -320,11 +323,13 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 				rt.parts = append(rt.parts, s)
 			}
 		}
-		sig := rt.method + " " + strings.Join(rt.parts, "/")
-		if j, dup := seen[sig]; dup {
-			add(p+".path", "%s %s is routes[%d]'s already", rt.method, r.Path, j)
+		// A bad path (cut short at its bad segment) is no route to compare.
+		if sig := rt.method + " " + strings.Join(rt.parts, "/"); !badPath {
+			if j, dup := seen[sig]; dup {
+				add(p+".path", "%s %s is routes[%d]'s already", rt.method, r.Path, j)
+			}
+			seen[sig] = i
 		}
-		seen[sig] = i
 		if r.EffectType == "" {
 			add(p+".effect_type", "is required (payment.charge, email.send, ...)")
 		} else if len(r.EffectType) > 128 || !effectNameRe.MatchString(r.EffectType) {
