@@ -116,3 +116,29 @@ func TestADeclaredVendorsOutcomesAndRefusals(t *testing.T) {
 		t.Errorf("the refusal's Content-Type is %q, want the default application/json", rep.Header.Get("Content-Type"))
 	}
 }
+
+// TestARegistryRefusesANameOrHostTwice: two vendors of one name, or one
+// host claimed by two, are an error, not one silently shadowing the other.
+func TestARegistryRefusesANameOrHostTwice(t *testing.T) {
+	a := compiled(t, Definition{Name: "acme", Hosts: []string{"api.acme.test"}, Upstream: "https://api.acme.test",
+		Key: DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64}})
+	b := compiled(t, Definition{Name: "other", Hosts: []string{"api.acme.test"}, Upstream: "https://api.acme.test",
+		Key: DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64}})
+	if _, err := NewRegistry(a, a); err == nil {
+		t.Error("a name twice is accepted")
+	}
+	if _, err := NewRegistry(a, b); err == nil {
+		t.Error("a host twice is accepted")
+	}
+	reg, err := NewRegistry(append(Builtin(), a)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := reg.ForHost("API.ACME.TEST"); !ok || v.Name() != "acme" {
+		t.Errorf("ForHost in upper case: %v %v, want acme", v, ok)
+	}
+	var none *Registry
+	if v, ok := none.Lookup("stripe"); !ok || v.Name() != "stripe" {
+		t.Errorf("a nil registry does not know the built-in vendors: %v %v", v, ok)
+	}
+}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -53,10 +56,11 @@ func (u *acmeUpstream) calls() []acmeCall {
 }
 
 // acmeConfig declares acme, its upstream the fake, under a 20 EUR ceiling.
-func acmeConfig(upstream string) string {
+func acmeConfig(upstream, caFile string) string {
 	return `
 proxy:
   currency_micros: {eur: 1000000}
+  ca_export_path: '` + caFile + `'
 vendors:
   - name: acme
     hosts: [api.acme.test]
@@ -93,7 +97,8 @@ policies:
 // caller's key is replayed, the same key with other content and a charge
 // over the ceiling are refused in the vendor's error shape and never sent,
 // an upstream 500 leaves the call blocked; through the forward proxy a
-// request to its host is intercepted and stamped; `ratchet policy explain`
+// request to its host, plain or tunnelled with Ratchet's CA, is
+// intercepted and stamped; `ratchet policy explain`
 // and an MCP begin know it.
 func TestADeclaredVendorIsGatedThroughTheProxy(t *testing.T) {
 	t.Run("badger", func(t *testing.T) { declaredVendorGated(t, "") })
@@ -116,9 +121,10 @@ func declaredVendorGated(t *testing.T, ledgerConfig string) {
 	fake := httptest.NewServer(up)
 	t.Cleanup(fake.Close)
 	data := filepath.Join(t.TempDir(), "data")
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	s := startServe(t, data, ledgerConfig+
 		"auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
-		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+acmeConfig(fake.URL))
+		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+acmeConfig(fake.URL, caFile))
 
 	type answer struct {
 		status          int
@@ -213,6 +219,22 @@ func declaredVendorGated(t *testing.T, ledgerConfig string) {
 	calls = up.calls()
 	if last := calls[len(calls)-1]; last.path != "/v2/payments/pay_1/refunds" || last.key != refund.vendorKey || last.key == "" {
 		t.Errorf("the upstream got %s with key %q, want /v2/payments/pay_1/refunds with %q", last.path, last.key, refund.vendorKey)
+	}
+
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tunnel := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	overTLS := send(tunnel, "https://api.acme.test/v2/payments", "order-4", charge("2.00", "cst_4"))
+	if overTLS.status != http.StatusCreated || overTLS.decision != "execute" {
+		t.Fatalf("a charge through CONNECT with Ratchet's CA: %d %s %q, want 201 execute", overTLS.status, overTLS.decision, overTLS.body)
+	}
+	calls = up.calls()
+	if last := calls[len(calls)-1]; last.path != "/v2/payments" || last.key != overTLS.vendorKey || last.key == "" {
+		t.Errorf("the upstream got %s with key %q, want /v2/payments with %q", last.path, last.key, overTLS.vendorKey)
 	}
 
 	ans := explainLive(t, s, "admin-tok", "-X", "POST", s.proxy+"/acme/v2/payments", "-H", "Authorization: Bearer acme_test_key",
