@@ -471,6 +471,19 @@ func (c *Config) policyGaps() []Problem {
 				byOperation[ops[op]] = true
 			}
 		}
+		// A declared vendor's money-moving routes (payment.* types) are
+		// proxied money too: its upstream is always set.
+		for _, d := range c.Vendors {
+			for _, rt := range d.Routes {
+				op := rt.Operation
+				if op != "" && !strings.HasPrefix(op, d.Name+".") {
+					op = d.Name + "." + op
+				}
+				if strings.HasPrefix(rt.EffectType, "payment.") && r.Matches(rt.EffectType, d.Name, op) {
+					covered = true
+				}
+			}
+		}
 		if len(byOperation) > 0 {
 			warns = append(warns, Problem{Path: fmt.Sprintf("policies[%d].match", i), Message: fmt.Sprintf(
 				"%q matches proxied money-moving calls only by their vendor operation, the effect type the proxy gave them before "+
