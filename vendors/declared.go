@@ -628,7 +628,7 @@ func declaredMoney(body any, a *AmountField, c *Field) *Money {
 // Increase's ACH transfers take) are not refused: they declare no cost, as
 // before. The message names the field, never its value.
 func amountProblem(body any, a *AmountField, c *Field) string {
-	if get(body, strings.Split(a.Field, ".")...) == nil {
+	if Get(body, strings.Split(a.Field, ".")...) == nil {
 		return ""
 	}
 	amt := fieldString(body, a.Field)

@@ -16,7 +16,7 @@ import (
 // and a negative minor amount (Increase's debits pull money in) are
 // classified as before, without a cost.
 func TestADeclaredAmountRatchetCannotReadIsRefused(t *testing.T) {
-	reg, err := NewRegistry(Builtin()...)
+	reg, err := NewRegistry()
 	if err != nil {
 		t.Fatal(err)
 	}

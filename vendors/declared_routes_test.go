@@ -11,7 +11,7 @@ import (
 // error each, and no claim that the second is the first's already (it was
 // made, as both were cut short at the bad segment).
 func TestABadPathIsReportedOnceNotAsADuplicate(t *testing.T) {
-	reg, err := NewRegistry(Builtin()...)
+	reg, err := NewRegistry()
 	if err != nil {
 		t.Fatal(err)
 	}
