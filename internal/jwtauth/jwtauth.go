@@ -74,6 +74,10 @@ type Issuer struct {
 	// (the system:service-account-issuer-discovery role), so Ratchet sends
 	// its own service account token.
 	BearerTokenFile string
+	// TokenReviewURL, for a Kubernetes issuer whose keys Ratchet cannot
+	// fetch, is the API server's TokenReview endpoint, which decides each
+	// token instead of a signature check here (review.go).
+	TokenReviewURL string
 	// Audiences: a token's aud must hold one of them.
 	Audiences []string
 	// Algorithms are the accepted JWS algorithms (asymmetric only).
@@ -181,6 +185,8 @@ type issuerKeys struct {
 	tried     time.Time // of the last load, successful or not
 	refreshed time.Time // of the last load for an unknown kid
 	lastError error
+
+	reviewed map[[32]byte]review // TokenReview answers, by the token's SHA-256
 }
 
 // New returns a Verifier. It reads CA files now (an error names the file)
@@ -342,6 +348,9 @@ func (v *Verifier) verify(ctx context.Context, token string, want Right) (*Princ
 	hdr := tok.Headers[0]
 	if !slices.Contains(k.algs, jose.SignatureAlgorithm(hdr.Algorithm)) {
 		return nil, k, refuse("algorithm", "the token is signed with %q; issuer %s is configured for %s", hdr.Algorithm, k.cfg.Name, algList(k.algs))
+	}
+	if k.cfg.TokenReviewURL != "" {
+		return v.review(ctx, token, k, hdr.KeyID, unverified, want) // review.go
 	}
 	key, err := k.key(ctx, hdr.KeyID, v.opts)
 	if err != nil {
