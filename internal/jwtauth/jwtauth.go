@@ -346,22 +346,23 @@ func (v *Verifier) verify(ctx context.Context, token string, want Right) (*Princ
 			truncate(unverified.Issuer, 200), strings.Join(v.issuerList(), ", "))
 	}
 	hdr := tok.Headers[0]
+	kid := truncate(hdr.KeyID, 100) // for the log and the Principal; the lookup uses the whole kid
 	if !slices.Contains(k.algs, jose.SignatureAlgorithm(hdr.Algorithm)) {
 		return nil, k, refuse("algorithm", "the token is signed with %q; issuer %s is configured for %s", hdr.Algorithm, k.cfg.Name, algList(k.algs))
 	}
 	if k.cfg.TokenReviewURL != "" {
-		return v.review(ctx, token, k, hdr.KeyID, unverified, want) // review.go
+		return v.review(ctx, token, k, kid, unverified, want) // review.go
 	}
 	key, err := k.key(ctx, hdr.KeyID, v.opts)
 	if err != nil {
-		return &Principal{KeyID: hdr.KeyID}, k, err
+		return &Principal{KeyID: kid}, k, err
 	}
 	var claims jwt.Claims
 	var extra map[string]any
 	if err := tok.Claims(key, &claims, &extra); err != nil {
-		return &Principal{KeyID: hdr.KeyID}, k, refuse("signature", "the token's signature does not verify with issuer %s's key %q", k.cfg.Name, hdr.KeyID)
+		return &Principal{KeyID: kid}, k, refuse("signature", "the token's signature does not verify with issuer %s's key %q", k.cfg.Name, kid)
 	}
-	p := &Principal{IssuerName: k.cfg.Name, Issuer: claims.Issuer, Subject: claims.Subject, KeyID: hdr.KeyID}
+	p := &Principal{IssuerName: k.cfg.Name, Issuer: claims.Issuer, Subject: truncate(claims.Subject, 256), KeyID: kid}
 	now := v.opts.Now()
 	skew := v.opts.ClockSkew
 	switch {
