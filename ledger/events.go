@@ -429,7 +429,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	claimed, err := submit(ctx, e, func(t *opTxn, now time.Time) ([]OutboxEntry, error) {
 		var got []OutboxEntry
 		for _, k := range due {
 			var en OutboxEntry
@@ -452,7 +452,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil {
 		return nil, err
 	}
-	return v.([]OutboxEntry), nil
+	return claimed, nil
 }
 
 func (en *OutboxEntry) claimable(now time.Time) bool {
@@ -461,7 +461,7 @@ func (en *OutboxEntry) claimable(now time.Time) bool {
 
 // EventDelivered removes a delivered entry.
 func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		return nil, t.Delete(key(kindOutbox, sink, eventID))
 	})
 	return err
@@ -470,7 +470,7 @@ func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error
 // EventFailed records a failed delivery: the entry is tried again at next,
 // or, when dead, kept for the operator and never tried again.
 func (e *Engine) EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		k := key(kindOutbox, sink, eventID)
 		var en OutboxEntry
 		if err := getJSON(t, k, &en); err != nil {

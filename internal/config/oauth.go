@@ -46,8 +46,12 @@ type OAuthIssuer struct {
 	JWKSFile     string `yaml:"jwks_file"`
 	CAFile       string `yaml:"ca_file"`
 	// BearerTokenFile is sent with each fetch of the keys (a Kubernetes
-	// API server's: Ratchet's own service account token).
+	// API server's: Ratchet's own service account token) and each
+	// TokenReview.
 	BearerTokenFile string `yaml:"bearer_token_file"`
+	// TokenReviewURL, for a Kubernetes issuer only and instead of the
+	// keys, has the API server decide each token (TokenReview).
+	TokenReviewURL string `yaml:"token_review_url"`
 	// Audiences a token may carry (default: oauth.resource; for a
 	// Kubernetes issuer, ratchet).
 	Audiences []string `yaml:"audiences"`
@@ -119,7 +123,7 @@ func (o *OAuth) VerifierOptions() jwtauth.Options {
 	opts := jwtauth.Options{ClockSkew: o.ClockSkew.Value(), AgentScope: o.AgentScope, AdminScope: o.AdminScope}
 	for _, is := range o.Issuers {
 		j := jwtauth.Issuer{Name: is.Name, Issuer: is.Issuer, DiscoveryURL: is.DiscoveryURL, JWKSURL: is.JWKSURL, JWKSFile: is.JWKSFile,
-			CAFile: is.CAFile, BearerTokenFile: is.BearerTokenFile, Audiences: is.Audiences, Algorithms: is.Algorithms, Kubernetes: is.Kubernetes,
+			CAFile: is.CAFile, BearerTokenFile: is.BearerTokenFile, TokenReviewURL: is.TokenReviewURL, Audiences: is.Audiences, Algorithms: is.Algorithms, Kubernetes: is.Kubernetes,
 			Namespace: is.Namespace, NamespaceClaim: is.NamespaceClaim, AgentIDClaim: is.AgentIDClaim, AdminNameClaim: is.AdminNameClaim}
 		if len(is.Subjects) > 0 {
 			j.Subjects = map[string]jwtauth.Subject{}
@@ -192,15 +196,20 @@ func (o *OAuth) problems() []Problem {
 			issuers[is.Issuer] = i
 		}
 		n := 0
-		for _, s := range []string{is.DiscoveryURL, is.JWKSURL, is.JWKSFile} {
+		for _, s := range []string{is.DiscoveryURL, is.JWKSURL, is.JWKSFile, is.TokenReviewURL} {
 			if s != "" {
 				n++
 			}
 		}
-		if n != 1 {
+		switch {
+		case is.TokenReviewURL != "" && !is.Kubernetes:
+			add(ip+".token_review_url", "applies to a kubernetes issuer only (the API server's TokenReview)")
+		case n != 1 && is.Kubernetes:
+			add(ip, "needs exactly one of discovery_url, jwks_url, jwks_file and token_review_url (where its signing keys are, or who decides its tokens)")
+		case n != 1:
 			add(ip, "needs exactly one of discovery_url, jwks_url and jwks_file (where its signing keys are)")
 		}
-		for field, u := range map[string]string{"discovery_url": is.DiscoveryURL, "jwks_url": is.JWKSURL} {
+		for field, u := range map[string]string{"discovery_url": is.DiscoveryURL, "jwks_url": is.JWKSURL, "token_review_url": is.TokenReviewURL} {
 			if u == "" {
 				continue
 			}

@@ -76,6 +76,10 @@ type Issuer struct {
 	// (the system:service-account-issuer-discovery role), so Ratchet sends
 	// its own service account token.
 	BearerTokenFile string
+	// TokenReviewURL, for a Kubernetes issuer whose keys Ratchet cannot
+	// fetch, is the API server's TokenReview endpoint, which decides each
+	// token instead of a signature check here (review.go).
+	TokenReviewURL string
 	// Audiences: a token's aud must hold one of them.
 	Audiences []string
 	// Algorithms are the accepted JWS algorithms (asymmetric only).
@@ -183,6 +187,8 @@ type issuerKeys struct {
 	tried     time.Time // of the last load, successful or not
 	refreshed time.Time // of the last load for an unknown kid
 	lastError error
+
+	reviewed map[[32]byte]review // TokenReview answers, by the token's SHA-256
 }
 
 // New returns a Verifier. It reads CA files now (an error names the file)
@@ -344,12 +350,16 @@ func (v *Verifier) verify(ctx context.Context, token string, want Right) (*Princ
 			truncate(unverified.Issuer, 200), strings.Join(v.issuerList(), ", "))
 	}
 	hdr := tok.Headers[0]
+	kid := truncate(hdr.KeyID, 100) // for the log and the Principal; the lookup uses the whole kid
 	if !slices.Contains(k.algs, jose.SignatureAlgorithm(hdr.Algorithm)) {
 		return nil, k, refuse("algorithm", "the token is signed with %q; issuer %s is configured for %s", hdr.Algorithm, k.cfg.Name, algList(k.algs))
 	}
+	if k.cfg.TokenReviewURL != "" {
+		return v.review(ctx, token, k, kid, unverified, want) // review.go
+	}
 	key, err := k.key(ctx, hdr.KeyID, v.opts)
 	if err != nil {
-		return &Principal{KeyID: hdr.KeyID}, k, err
+		return &Principal{KeyID: kid}, k, err
 	}
 	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
 		// A key is used with the one algorithm its JWK names (RFC 7517
@@ -362,9 +372,9 @@ func (v *Verifier) verify(ctx context.Context, token string, want Right) (*Princ
 	var claims jwt.Claims
 	var extra map[string]any
 	if err := tok.Claims(key, &claims, &extra); err != nil {
-		return &Principal{KeyID: hdr.KeyID}, k, refuse("signature", "the token's signature does not verify with issuer %s's key %q", k.cfg.Name, hdr.KeyID)
+		return &Principal{KeyID: kid}, k, refuse("signature", "the token's signature does not verify with issuer %s's key %q", k.cfg.Name, kid)
 	}
-	p := &Principal{IssuerName: k.cfg.Name, Issuer: claims.Issuer, Subject: claims.Subject, KeyID: hdr.KeyID}
+	p := &Principal{IssuerName: k.cfg.Name, Issuer: claims.Issuer, Subject: truncate(claims.Subject, 256), KeyID: kid}
 	now := v.opts.Now()
 	skew := v.opts.ClockSkew
 	switch {
