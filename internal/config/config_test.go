@@ -100,6 +100,8 @@ func TestMoreValidation(t *testing.T) {
 		"negative window":        {"proxy:\n  dedupe_window: -1h\n", 2, "\"-1h\" is not a positive duration"},
 		"duration as a list":     {"defaults:\n  approval_ttl: [24h]\n", 2, "\"(!!seq)\" is not a positive duration"},
 		"zero timeout":           {"proxy:\n  upstream_timeout: 0s\n", 2, "not a positive duration"},
+		"zero session idle":      {"mcp:\n  session_idle: 0s\n", 2, "\"0s\" is not a positive duration"},
+		"negative idle timeout":  {"listen:\n  mcp: 127.0.0.1:8787\n  idle_timeout: -1m\n", 3, "\"-1m\" is not a positive duration"},
 		"audit shorter":          {"defaults:\n  retention: 720h\naudit:\n  retention: 24h\n", 4, "must outlive the effects"},
 		"token not hashed":       {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
 		"bad backend":            {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
