@@ -303,4 +303,3 @@ func (c *inflight) wait(ctx context.Context) {
 		}
 	}
 }
-
