@@ -42,6 +42,7 @@ const (
 	EventPolicyObserved      = "policy.observed"  // what an observed rule would have answered (observe.go)
 	EventBudgetThreshold     = "budget.threshold" // a ceiling crossed a configured fraction (thresholds.go)
 	EventApprovalExpired     = "approval.expired" // a pending request ran out (the expiry sweep)
+	EventOutboxDropped       = "outbox.dropped"   // a sink's oldest dead letters were dropped at the outbox's bound (outbox_bound.go)
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
@@ -56,6 +57,7 @@ var NotifyTypes = map[string]bool{
 	EventEffectContradicted:  true,
 	EventHaltStarted:         true,
 	EventHaltLifted:          true,
+	EventOutboxDropped:       true,
 }
 
 // Event is one thing that happened in the ledger.
@@ -109,6 +111,9 @@ type Event struct {
 	// threshold and ceilings up to the step's estimate, so the approver
 	// is shown what it is.
 	Compensation *Compensation `json:"compensation,omitempty"`
+	// Sink is the sink an outbox.dropped event is about; its Count is the
+	// dead letters dropped.
+	Sink string `json:"sink,omitempty"`
 }
 
 // withoutPayload is c for an event, which keeps no payload (nil for nil).
@@ -214,6 +219,7 @@ func (e *Engine) journal(tx Txn, events []Event, now time.Time) error {
 			if err := tx.Set(key(kindOutbox, sink, ev.ID), b); err != nil {
 				return err
 			}
+			e.queued = true
 		}
 	}
 	return nil
