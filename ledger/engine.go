@@ -149,8 +149,8 @@ type Engine struct {
 	cache    *writerCaches // nil unless the store is exclusive; writer only
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
-	wake     outboxWake // tells delivery workers of new outbox entries (outbox_bound.go)
-	queued   bool       // the batch being committed wrote outbox entries; writer only
+	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
+	queued   bool                  // the batch being committed wrote outbox entries; writer only
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
 	// replica names this engine among those sharing a store ("" on an
