@@ -102,6 +102,8 @@ func TestMoreValidation(t *testing.T) {
 		"zero timeout":           {"proxy:\n  upstream_timeout: 0s\n", 2, "not a positive duration"},
 		"zero session idle":      {"mcp:\n  session_idle: 0s\n", 2, "\"0s\" is not a positive duration"},
 		"negative idle timeout":  {"listen:\n  mcp: 127.0.0.1:8787\n  idle_timeout: -1m\n", 3, "\"-1m\" is not a positive duration"},
+		"no dead letters kept":   {"notify:\n  max_dead_letters: -5\n", 2, "must be at least 1 (dead letters kept per sink"},
+		"zero waiting bound":     {"notify:\n  max_attempts: 3\n  max_waiting: -1\n", 3, "must be at least 1 (entries waiting per sink"},
 		"audit shorter":          {"defaults:\n  retention: 720h\naudit:\n  retention: 24h\n", 4, "must outlive the effects"},
 		"token not hashed":       {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
 		"bad backend":            {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
