@@ -129,7 +129,7 @@ func (e *Engine) BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, m
 	if len(expire) == 0 && len(drop) == 0 {
 		return out, nil
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	res, err := submit(ctx, e, func(t *opTxn, now time.Time) (OutboxBound, error) {
 		res := OutboxBound{}
 		dropped := map[string]bool{}
 		for _, k := range drop {
@@ -137,10 +137,10 @@ func (e *Engine) BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, m
 			if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
 				continue // delivered meanwhile
 			} else if err != nil {
-				return nil, err
+				return res, err
 			}
 			if err := t.Delete(k); err != nil {
-				return nil, err
+				return res, err
 			}
 			dropped[string(k)] = true
 			res.Dropped++
@@ -154,7 +154,7 @@ func (e *Engine) BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, m
 			if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {
 				continue
 			} else if err != nil {
-				return nil, err
+				return res, err
 			}
 			if en.Dead {
 				continue
@@ -162,7 +162,7 @@ func (e *Engine) BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, m
 			en.Dead, en.ClaimedBy, en.ClaimedUntil = true, "", time.Time{}
 			en.LastError = fmt.Sprintf("outbox bound: more than %d entries were waiting for this sink; the oldest became dead letters", maxWaiting)
 			if err := setJSON(t, k, &en); err != nil {
-				return nil, err
+				return res, err
 			}
 			res.Expired++
 		}
@@ -175,7 +175,6 @@ func (e *Engine) BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, m
 	if err != nil {
 		return out, err
 	}
-	res := v.(OutboxBound)
 	res.Waiting = len(waiting) - res.Expired
 	res.Dead = len(dead) + res.Expired - res.Dropped
 	return res, nil

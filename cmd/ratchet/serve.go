@@ -96,30 +96,35 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	// Until everything has started, a failure closes the ledger here; from
+	// then on the shutdown below closes it, after what writes to it.
+	started := false
+	defer func() {
+		if !started {
+			eng.Close(context.Background())
+		}
+	}()
 	m.Watch(eng)
 	m.WatchOutbox(eng)
 	m.WatchHalts(eng)
 	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	defer flushTraces()
 	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	notifier, err := startNotify(cfg, eng, log, m)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
+	started = true
 
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
