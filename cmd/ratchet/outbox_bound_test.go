@@ -12,6 +12,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -23,11 +24,21 @@ import (
 // most 30 waiting entries (31 with the outbox.dropped event, routed to it
 // too) and 10 dead letters, ratchet_outbox_dropped_total{sink="hook"}
 // counts the 60 dropped, and the outbox.dropped event names the sink and
-// the count.
+// the count. On Badger and on PostgreSQL.
 func TestADeadSinksOutboxStaysWithinItsBoundInServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the worker's bound check (10 s)")
 	}
+	t.Run("badger", func(t *testing.T) { deadSinkBound(t, "") })
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSN(t)
+		schema := pgtest.Schema(t, dsn, "bound_")
+		t.Setenv("RATCHET_PG_DSN", dsn)
+		deadSinkBound(t, "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: "+schema+"}\n")
+	})
+}
+
+func deadSinkBound(t *testing.T, backend string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +46,7 @@ func TestADeadSinksOutboxStaysWithinItsBoundInServe(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	t.Setenv("RATCHET_TEST_HOOK_SECRET", "hook-secret")
-	s := startServe(t, filepath.Join(t.TempDir(), "data"), fmt.Sprintf(`notify:
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), backend+fmt.Sprintf(`notify:
   max_waiting: 30
   max_dead_letters: 10
   sinks:
