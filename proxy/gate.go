@@ -22,8 +22,9 @@ import (
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// maxResponseBytes bounds an upstream answer read for classification.
-const maxResponseBytes = 16 << 20
+// MaxResponseBytes bounds an upstream answer read for classification, here
+// and by recovery; a longer one is passed on unclassified.
+const MaxResponseBytes = 16 << 20
 
 // ratchetHeaders are Ratchet's own request headers, never sent upstream.
 var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
@@ -518,9 +519,9 @@ func encodeJSON(v any) []byte {
 // settle reads the vendor's answer, classifies and reports it, and hands
 // the same bytes on to the caller.
 func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start time.Time) error {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	resp.Body.Close()
-	if err != nil || len(b) > maxResponseBytes {
+	if err != nil || len(b) > MaxResponseBytes {
 		return fmt.Errorf("reading the vendor's answer: %v", err) // reported unknown by ErrorHandler
 	}
 	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})

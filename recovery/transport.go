@@ -13,7 +13,7 @@ import (
 
 // maxAnswerBytes bounds an answer read to classify it (the proxy's own
 // bound); a longer one is passed on unread and its request kept.
-const maxAnswerBytes = 16 << 20
+const maxAnswerBytes = proxy.MaxResponseBytes
 
 // Transport is the proxy's Transport (proxy.Options.Transport) when
 // recovery is on: it keeps each gated request of an opted-in vendor
