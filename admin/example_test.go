@@ -1,0 +1,66 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+
+	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+)
+
+// An operator's program lists the approval requests waiting for a human
+// and approves one through the admin API, as ratchet approvals does. The
+// admin listener here is a real one on a fresh ledger, with a rule that
+// asks a human about payments of $1 or more.
+func ExampleClient() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "ratchet-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := badgerstore.Open(filepath.Join(dir, "ledger"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	secret, err := ledger.LoadOrCreateSecret(filepath.Join(dir, "hmac.key"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	threshold := int64(1_000_000)
+	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret,
+		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: &threshold}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	srv := httptest.NewServer(admin.Handler(eng, nil)) // no admins: unauthenticated, loopback only
+	defer srv.Close()
+	cost := int64(25_000_000)
+	if _, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "order-1", EffectType: "payment.charge",
+		AgentID: "checkout-bot", EstimatedCostMicros: &cost}); err != nil {
+		log.Fatal(err)
+	}
+
+	c := &admin.Client{URL: srv.URL} // Token: the admin's token, when auth.admins lists one
+	pending, err := c.Approvals(ctx, "pending")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, a := range pending {
+		fmt.Printf("%s wants %s for $%d\n", a.AgentID, a.EffectType, a.EstimatedCostMicros/1_000_000)
+		decided, err := c.Decide(ctx, a.ApprovalID, true, "checked the order")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(decided.State)
+	}
+	// Output:
+	// checkout-bot wants payment.charge for $25
+	// approved
+}
