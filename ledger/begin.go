@@ -217,7 +217,14 @@ func approvalRequired(rec *effectRec) *BeginResult {
 	est, thr := a.EstimatedCostMicros, a.ThresholdMicros
 	return &BeginResult{Decision: DecisionApprovalRequired, EffectID: rec.EffectID, Attempt: rec.Attempt + 1,
 		State: StateAwaitingApproval, ApprovalID: a.ApprovalID, ThresholdMicros: &thr, EstimatedCostMicros: &est,
-		Message: fmt.Sprintf("A human must approve this action (approval %s). Do not perform it now; begin again with the same key after an operator approves.", a.ApprovalID)}
+		Message: fmt.Sprintf("%s must approve this action (approval %s). Do not perform it now; begin again with the same key after an operator approves.", approverText(a), a.ApprovalID)}
+}
+
+func approverText(a *Approval) string {
+	if a.ApproversRequired < 2 {
+		return "A human"
+	}
+	return fmt.Sprintf("%d people (%d so far)", a.ApproversRequired, len(a.ApprovedBy))
 }
 
 func denied(rec *effectRec, reason, msg string) *BeginResult {
@@ -233,7 +240,7 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	req := &in.req
 	pol := &in.pol
 	// A halt refuses every attempt in its scope, undos too (halt.go).
-	if h, err := haltFor(t, req.Namespace, req.EffectType, req.AgentID, req.Vendor); err != nil || h != nil {
+	if h, err := haltFor(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.Vendor); err != nil || h != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -332,12 +339,17 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	var grant *Grant // a scoped approval that covers it (grants.go)
 	if g.overThreshold(&pol.gates) {
-		gr, err := e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now)
-		if err != nil {
-			return nil, err
+		// A grant is one operator's decision: it never stands in for a
+		// quorum of several people (approvers_required).
+		need := pol.approvers(*req.EstimatedCostMicros)
+		var gr *Grant
+		if need == 1 {
+			if gr, err = e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now); err != nil {
+				return nil, err
+			}
 		}
 		if gr == nil {
-			return e.requestApproval(t, in, rec, *pol.threshold, now)
+			return e.requestApproval(t, in, rec, *pol.threshold, need, now)
 		}
 		grant = gr
 		if err := e.useGrant(t, gr, in, rec, now); err != nil {
@@ -616,7 +628,7 @@ func (e *Engine) checkHandedOut(t *opTxn, in *beginInput, target *effectRec) err
 	return nil
 }
 
-func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, now time.Time) (*BeginResult, error) {
+func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, threshold int64, need int, now time.Time) (*BeginResult, error) {
 	req := &in.req
 	if rec == nil {
 		rec = e.newEffect(in, now)
@@ -632,6 +644,9 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 		EstimatedCostMicros: *req.EstimatedCostMicros, ThresholdMicros: threshold,
 		RequestedAt: now, ExpiresAt: now.Add(e.defaults.ApprovalTTL), State: ApprovalPending,
 	}
+	if need > 1 {
+		rec.Approval.ApproversRequired = need
+	}
 	rec.EstimatedCostMicros = req.EstimatedCostMicros
 	if err := t.Set(key(kindApproval, rec.Approval.ApprovalID), []byte(rec.EffectID)); err != nil {
 		return nil, err
@@ -645,6 +660,7 @@ func (e *Engine) requestApproval(t *opTxn, in *beginInput, rec *effectRec, thres
 	ev := effectEvent(EventApprovalRequested, rec)
 	ev.AgentID, ev.ApprovalID, ev.CostMicros = req.AgentID, rec.Approval.ApprovalID, req.EstimatedCostMicros
 	ev.Compensation = rec.Compensation.withoutPayload()
+	ev.ApproversRequired = rec.Approval.ApproversRequired
 	t.emit(ev)
 	return e.approvalAnswer(rec, now), nil
 }

@@ -300,6 +300,9 @@ func (e *Engine) useGrant(t *opTxn, g *Grant, in *beginInput, rec *effectRec, no
 // request of rec, so that its begin is decided anew (and executes).
 func (e *Engine) waitingGrant(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 	a := rec.Approval
+	if a.ApproversRequired > 1 { // a quorum is several people's, never a grant's (begin.go)
+		return false, nil
+	}
 	g, err := e.grantForEffect(t, rec.Namespace, rec.EffectType, rec.Operation, a.AgentID, a.RunID, a.EstimatedCostMicros, now)
 	return g != nil, err
 }

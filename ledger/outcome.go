@@ -343,6 +343,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	default:
 		return nil, newErr(CodeInvalidStateTransition, "effect %s is already %s; a %s of %s contradicts it and was not applied", rec.EffectID, rec.State, verb, o.state)
 	}
+	wasIndeterminate := rec.State == StateIndeterminate
 	if rec.State == StatePending {
 		if err := t.Delete(timeKey(kindLease, *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
 			return nil, err
@@ -382,6 +383,17 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		if err := e.checkUnwound(t, rec.Namespace, rec.GroupKey, now); err != nil {
 			return nil, err
 		}
+	}
+	if wasIndeterminate && rec.State != StateIndeterminate {
+		// The counterpart of effect.indeterminate, for whoever was told to
+		// check at the vendor: a pager resolves the alert it opened
+		// (notify.PagerDuty pairs them by effect id and attempt).
+		ev := effectEvent(EventEffectDetermined, rec)
+		ev.Reason, ev.Actor = verb, rec.ResolvedBy
+		if verb == "report" {
+			ev.Actor = actor("agent", rec.owner())
+		}
+		t.emit(ev)
 	}
 	v := rec.view(now)
 	return &v, nil

@@ -50,7 +50,7 @@ func (e *Engine) ClaimRecovery(ctx context.Context, effectID string, attempt int
 		}
 		// A halt pauses resends in its scope (halt.go): the recoverer keeps
 		// the request and tries again later.
-		if h, err := haltFor(t, rec.Namespace, rec.EffectType, rec.AttemptAgent, rec.Vendor); err != nil || h != nil {
+		if h, err := haltFor(t, rec.Namespace, rec.EffectType, rec.Operation, rec.AttemptAgent, rec.Vendor); err != nil || h != nil {
 			if err != nil {
 				return nil, err
 			}
