@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"log"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 )
 
 // An operator's program lists the approval requests waiting for a human
@@ -19,26 +17,12 @@ import (
 // asks a human about payments of $1 or more.
 func ExampleClient() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "ratchet-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	store, err := badgerstore.Open(filepath.Join(dir, "ledger"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	secret, err := ledger.LoadOrCreateSecret(filepath.Join(dir, "hmac.key"))
-	if err != nil {
-		log.Fatal(err)
-	}
 	threshold := int64(1_000_000)
-	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret,
-		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: &threshold}}})
+	eng, done, err := enginetest.Temp(ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: &threshold}}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer eng.Close(ctx)
+	defer done()
 	srv := httptest.NewServer(admin.Handler(eng, nil)) // no admins: unauthenticated, loopback only
 	defer srv.Close()
 	cost := int64(25_000_000)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -187,14 +189,16 @@ func TestAGrantDecidesARequestThatIsWaiting(t *testing.T) {
 			decided = append(decided, ev)
 		}
 	}
-	if len(decided) != 1 {
-		t.Fatalf("len(decided) != 1: approval.decided: %+v", decided)
+	type grantDecision struct {
+		GrantID string
+		State   ledger.State
 	}
-	if decided[0].GrantID != g.GrantID {
-		t.Fatalf("decided[0].GrantID != g.GrantID: approval.decided: %+v", decided)
+	var got []grantDecision
+	for _, ev := range decided {
+		got = append(got, grantDecision{ev.GrantID, ev.State})
 	}
-	if decided[0].State != ledger.StateApproved {
-		t.Fatalf("decided[0].State != ledger.StateApproved: approval.decided: %+v", decided)
+	if diff := cmp.Diff([]grantDecision{{g.GrantID, ledger.StateApproved}}, got); diff != "" {
+		t.Fatalf("approval.decided (-want +got):\n%s", diff)
 	}
 	// An operator now finds it decided.
 	_, err := h.eng.Reject(ctx, ask.ApprovalID, "alice", "")

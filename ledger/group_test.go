@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -37,17 +39,8 @@ func TestUnwindGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.State != ledger.GroupUnwinding {
-		t.Fatalf("res.State != ledger.GroupUnwinding: plan: %+v", res)
-	}
-	if len(res.Compensations) != 2 {
-		t.Fatalf("len(res.Compensations) != 2: plan: %+v", res)
-	}
-	if len(res.Permanent) != 1 {
-		t.Fatalf("len(res.Permanent) != 1: plan: %+v", res)
-	}
-	if len(res.Unresolved) != 1 {
-		t.Fatalf("len(res.Unresolved) != 1: plan: %+v", res)
+	if diff := cmp.Diff(unwindCounts{ledger.GroupUnwinding, 2, 1, 1}, countsOf(res)); diff != "" {
+		t.Fatalf("plan (-want +got):\n%s\n%+v", diff, res)
 	}
 	// Newest completion first: the hotel, then the flight.
 	if c := res.Compensations[0]; c.CompensatesEffectID != hotel.EffectID || !strings.HasPrefix(c.IdempotencyKey, "undo:") || c.EffectType != "hotel.cancel" {
@@ -99,17 +92,8 @@ func TestUnwindGroup(t *testing.T) {
 	h.report(uf.EffectID, ledger.OutcomeSucceeded)
 
 	res, _ = h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "booking:trip_1"})
-	if res.State != ledger.GroupUnwound {
-		t.Fatalf("res.State != ledger.GroupUnwound: final: %+v", res)
-	}
-	if len(res.Compensations) != 0 {
-		t.Fatalf("len(res.Compensations) != 0: final: %+v", res)
-	}
-	if len(res.Unresolved) != 0 {
-		t.Fatalf("len(res.Unresolved) != 0: final: %+v", res)
-	}
-	if len(res.Permanent) != 1 {
-		t.Fatalf("len(res.Permanent) != 1: final: %+v", res)
+	if diff := cmp.Diff(unwindCounts{ledger.GroupUnwound, 0, 1, 0}, countsOf(res)); diff != "" {
+		t.Fatalf("final (-want +got):\n%s\n%+v", diff, res)
 	}
 
 	_, err = h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "nope"})
@@ -196,4 +180,15 @@ func TestGroupsAreListedByState(t *testing.T) {
 	if other, _ := h.eng.Groups(ctx, "elsewhere"); len(other) != 0 {
 		t.Fatalf("another namespace's groups: %+v", other)
 	}
+}
+
+// unwindCounts is what an unwind's answer is checked for: its state and
+// how many compensations, permanent and unresolved steps it lists.
+type unwindCounts struct {
+	State                                string
+	Compensations, Permanent, Unresolved int
+}
+
+func countsOf(res *ledger.UnwindResult) unwindCounts {
+	return unwindCounts{res.State, len(res.Compensations), len(res.Permanent), len(res.Unresolved)}
 }

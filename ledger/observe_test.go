@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -97,14 +99,9 @@ func TestAnObservedRuleThatWouldDenyLogsCountsAndTheAgentExecutes(t *testing.T) 
 		t.Fatalf("!strings.Contains(logs.String(), `\"would\":\"denied\"`): observations %v, logs:\n%s", obs.would, logs)
 	}
 	evs := observedEvents(t, h)
-	if len(evs) != 1 {
-		t.Fatalf("len(evs) != 1: audit: %+v", evs)
-	}
-	if evs[0].EffectID != r.EffectID {
-		t.Fatalf("evs[0].EffectID != r.EffectID: audit: %+v", evs)
-	}
-	if evs[0].Decision != ledger.DecisionDenied {
-		t.Fatalf("evs[0].Decision != ledger.DecisionDenied: audit: %+v", evs)
+	want := []ledger.Event{{EffectID: r.EffectID, Decision: ledger.DecisionDenied}}
+	if diff := cmp.Diff(want, evs, cmp.Comparer(func(a, b ledger.Event) bool { return a.EffectID == b.EffectID && a.Decision == b.Decision })); diff != "" {
+		t.Fatalf("audit, by effect and decision (-want +got):\n%s", diff)
 	}
 	if evs[0].Reason != ledger.ReasonPolicyDenied {
 		t.Fatalf("evs[0].Reason != ledger.ReasonPolicyDenied: audit: %+v", evs)
@@ -132,13 +129,10 @@ func TestAnObservedRuleThatWouldDenyLogsCountsAndTheAgentExecutes(t *testing.T) 
 	}
 	evs = observedEvents(t, h)
 	if len(evs) != 4 {
-		t.Fatalf("len(evs) != 4: audit: %+v", evs)
+		t.Fatalf("audit: %d policy.observed events, want 4: %+v", len(evs), evs)
 	}
-	if evs[3].Reason != ledger.ReasonBudgetExceeded {
-		t.Fatalf("evs[3].Reason != ledger.ReasonBudgetExceeded: audit: %+v", evs)
-	}
-	if evs[3].Rule != "wire-observed" {
-		t.Fatalf("evs[3].Rule != \"wire-observed\": audit: %+v", evs)
+	if got, want := [2]string{evs[3].Reason, evs[3].Rule}, [2]string{ledger.ReasonBudgetExceeded, "wire-observed"}; got != want {
+		t.Fatalf("the last observation's reason and rule: %q, want %q", got, want)
 	}
 	if evs[1].Reason != "counterparty" {
 		t.Fatalf("evs[1].Reason != \"counterparty\": audit: %+v", evs)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -38,14 +40,8 @@ func TestAVendorRecordSettlesAnUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatalf("err != nil: settle: %+v %v", res, err)
 	}
-	if !res.Applied {
-		t.Fatalf("!res.Applied: settle: %+v %v", res, err)
-	}
-	if res.Contradicts {
-		t.Fatalf("res.Contradicts: settle: %+v %v", res, err)
-	}
-	if res.Effect.State != ledger.StateSucceeded {
-		t.Fatalf("res.Effect.State != ledger.StateSucceeded: settle: %+v %v", res, err)
+	if diff := cmp.Diff(settled{Applied: true, State: ledger.StateSucceeded}, settledOf(res)); diff != "" {
+		t.Fatalf("settle (-want +got):\n%s\n%+v", diff, res)
 	}
 	if res.Effect.ResolvedBy != "webhook:stripe" {
 		t.Fatalf("res.Effect.ResolvedBy != \"webhook:stripe\": settle: %+v %v", res, err)
@@ -85,14 +81,8 @@ func TestAVendorRecordOfFailureFreesTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("err != nil: a success of the failed attempt: %+v %v", res, err)
 	}
-	if !res.Contradicts {
-		t.Fatalf("!res.Contradicts: a success of the failed attempt: %+v %v", res, err)
-	}
-	if res.Applied {
-		t.Fatalf("res.Applied: a success of the failed attempt: %+v %v", res, err)
-	}
-	if res.Effect.State != ledger.StatePending {
-		t.Fatalf("res.Effect.State != ledger.StatePending: a success of the failed attempt: %+v %v", res, err)
+	if diff := cmp.Diff(settled{Contradicts: true, State: ledger.StatePending}, settledOf(res)); diff != "" {
+		t.Fatalf("a success of the failed attempt (-want +got):\n%s\n%+v", diff, res)
 	}
 	if !outboxHas(t, h, ledger.EventEffectContradicted) {
 		t.Fatal("no effect.contradicted event for the operator")
@@ -234,4 +224,14 @@ func TestASettlementKeepsTheVendorsAnswer(t *testing.T) {
 	}
 	_, err := settleByKey(h, r, ledger.OutcomeSucceeded, func(s *ledger.SettleRequest) { s.Result = []byte(`{not json`) })
 	wantCode(t, err, ledger.CodeInvalidArgument)
+}
+
+// settled is what a settlement's answer is checked for.
+type settled struct {
+	Applied, Contradicts bool
+	State                ledger.State
+}
+
+func settledOf(res *ledger.SettleResult) settled {
+	return settled{res.Applied, res.Contradicts, res.Effect.State}
 }

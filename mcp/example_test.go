@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
@@ -20,25 +18,11 @@ import (
 // in-memory transport.
 func ExampleErrorOf() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "ratchet-example")
+	eng, done, err := enginetest.Temp(ledger.Options{Policies: []ledger.Rule{{Match: "email.*", RequireDimensions: []string{"recipient"}}}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	store, err := badgerstore.Open(filepath.Join(dir, "ledger"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	secret, err := ledger.LoadOrCreateSecret(filepath.Join(dir, "hmac.key"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret,
-		Policies: []ledger.Rule{{Match: "email.*", RequireDimensions: []string{"recipient"}}}})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer eng.Close(ctx)
+	defer done()
 	ct, st := sdk.NewInMemoryTransports()
 	ss, err := mcp.New(eng, nil).Connect(ctx, st, nil)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
@@ -345,14 +347,8 @@ func TestCompressedVendorAnswersAreReadAsSent(t *testing.T) {
 		t.Fatalf("the caller got %q", body)
 	}
 	effs := e.effects(t)
-	if len(effs) != 1 {
-		t.Fatalf("len(effs) != 1: the ledger read the answer as %+v", effs)
-	}
-	if effs[0].State != ledger.StateSucceeded {
-		t.Fatalf("effs[0].State != ledger.StateSucceeded: the ledger read the answer as %+v", effs)
-	}
-	if effs[0].VendorReference != "pi_gz" {
-		t.Fatalf("effs[0].VendorReference != \"pi_gz\": the ledger read the answer as %+v", effs)
+	if diff := cmp.Diff([]outcome{{ledger.StateSucceeded, "pi_gz"}}, outcomes(effs)); diff != "" {
+		t.Fatalf("the ledger read the answer as (-want +got):\n%s", diff)
 	}
 	resp = post(t, e.url+"/stripe/v1/payment_intents", form, h)
 	if b := readAll(t, resp); resp.Header.Get("Ratchet-Replayed") != "true" || b != string(answer) || hits.Load() != 1 {

@@ -80,28 +80,11 @@ func TestStripeGoThroughReverseProxy(t *testing.T) {
 	}
 	// Same key, other content: a conflict, as a readable stripe error.
 	_, err = sc.PaymentIntents.New(params("order:1", 2001))
-	var se *stripe.Error
-	if !errors.As(err, &se) {
-		t.Fatalf("!errors.As(err, &se): conflict: %v", err)
-	}
-	if se.HTTPStatusCode != 400 {
-		t.Fatalf("se.HTTPStatusCode != 400: conflict: %v", err)
-	}
-	if !strings.Contains(se.Msg, "idempotency_key_conflict") {
-		t.Fatalf("!strings.Contains(se.Msg, \"idempotency_key_conflict\"): conflict: %v", err)
-	}
+	wantStripeError(t, "conflict", err, 400, "idempotency_key_conflict")
 	// The ceiling (50 USD) refuses a 40 USD payment after 20 USD: stripe-go
 	// surfaces it as a *stripe.Error with a readable message.
 	_, err = sc.PaymentIntents.New(params("order:2", 4000))
-	if !errors.As(err, &se) {
-		t.Fatalf("!errors.As(err, &se): ceiling refusal: %#v", err)
-	}
-	if se.HTTPStatusCode != 403 {
-		t.Fatalf("se.HTTPStatusCode != 403: ceiling refusal: %#v", err)
-	}
-	if !strings.Contains(se.Msg, "budget_exceeded") {
-		t.Fatalf("!strings.Contains(se.Msg, \"budget_exceeded\"): ceiling refusal: %#v", err)
-	}
+	se := wantStripeError(t, "ceiling refusal", err, 403, "budget_exceeded")
 	if !strings.Contains(se.Msg, "stripe-spend") {
 		t.Fatalf("!strings.Contains(se.Msg, \"stripe-spend\"): ceiling refusal: %#v", err)
 	}
@@ -165,4 +148,21 @@ func TestStripeGoThroughForwardProxy(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a client without the CA accepted the interception")
 	}
+}
+
+// wantStripeError checks that stripe-go surfaced err as a *stripe.Error
+// with status and a message naming code.
+func wantStripeError(t *testing.T, what string, err error, status int, code string) *stripe.Error {
+	t.Helper()
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: not a *stripe.Error: %#v", what, err)
+	}
+	if se.HTTPStatusCode != status {
+		t.Fatalf("%s: HTTP %d, want %d: %v", what, se.HTTPStatusCode, status, err)
+	}
+	if !strings.Contains(se.Msg, code) {
+		t.Fatalf("%s: message %q does not name %s", what, se.Msg, code)
+	}
+	return se
 }
