@@ -732,7 +732,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 // for attempts granted before it.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
-	return vendors.ShapeKey(rec.Vendor, digest)
+	return e.vendors.ShapeKey(rec.Vendor, digest)
 }
 
 // integrationWarning reports an agent's unreported lease expiries.

@@ -11,6 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Defaults are the engine-wide settings of the config file's defaults block.
@@ -104,6 +107,10 @@ type Options struct {
 	// crossing emits a budget.threshold event, once per ceiling, scope and
 	// window (thresholds.go); none: no alerts.
 	BudgetThresholds []float64
+	// Vendors shape the vendor keys handed out with execute decisions:
+	// the built-in vendors and those the config declares; nil means the
+	// built-in ones.
+	Vendors *vendors.Registry
 }
 
 // Observer is told what the engine decided, after it is durable, and when
@@ -139,6 +146,7 @@ func (nopObserver) WriteFailed(string, int)               {}
 type Engine struct {
 	store    Store
 	secret   []byte
+	vendors  *vendors.Registry
 	policy   *policy
 	defaults Defaults
 	clock    Clock
@@ -220,6 +228,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
+		vendors:  cmp.Or(opts.Vendors, all.Registry()),
 		policy:   pol,
 		defaults: opts.Defaults.withZeroesFilled(),
 		clock:    opts.Clock,

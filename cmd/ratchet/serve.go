@@ -229,7 +229,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 // explain` classifies requests with, as serve does.
 func proxyOptions(cfg *config.Config) proxy.Options {
 	return proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
+		Upstreams: cfg.Proxy.Upstreams, Vendors: cfg.Registry(), Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
 	}
