@@ -18,6 +18,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/metrics"
 	"github.com/ratchet-mcp/ratchet/proxy"
@@ -134,10 +135,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
+	adminHandler := admin.Handler(eng, &admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
 		Metrics: m.Handler(), Logger: log, Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
-	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
+	adminHandler = console.Handler(adminHandler, eng, &console.Options{Admins: admins, Agents: agentTokens,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	m.WatchSessions(func() int {
 		n := 0
@@ -150,9 +151,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	// that agents that vanish leave no connections open (MCP sessions
 	// expire after mcp.session_idle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("mcp")},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("admin")},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("proxy")},
+		{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -237,7 +238,7 @@ func proxyOptions(cfg *config.Config) proxy.Options {
 // keyNamespaces are the namespaces the console and the admin API look an
 // idempotency key up in: the agents', the proxy's and the default.
 func keyNamespaces(cfg *config.Config) []string {
-	out := []string{"default"}
+	out := []string{ledger.DefaultNamespace}
 	if !slices.Contains(out, cfg.Proxy.Namespace) {
 		out = append(out, cfg.Proxy.Namespace)
 	}
@@ -308,3 +309,8 @@ func (c *inflight) wait(ctx context.Context) {
 		}
 	}
 }
+
+// readHeaderTimeout bounds how long every listener waits for a request's
+// headers, so a client that opens a connection and says nothing holds it
+// for no longer.
+const readHeaderTimeout = 10 * time.Second

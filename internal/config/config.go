@@ -246,6 +246,14 @@ func Default() *Config {
 	return c
 }
 
+// The listen addresses when the config names none: loopback, so nothing is
+// reachable from another machine until the operator says so.
+const (
+	DefaultMCPListen   = "127.0.0.1:8787"
+	DefaultAdminListen = "127.0.0.1:8788"
+	DefaultProxyListen = "127.0.0.1:8789"
+)
+
 // fill sets every field the file left empty to its default.
 func (c *Config) fill() {
 	set := func(p *string, v string) {
@@ -254,9 +262,9 @@ func (c *Config) fill() {
 		}
 	}
 	set(&c.DataDir, "./data")
-	set(&c.Listen.MCP, "127.0.0.1:8787")
-	set(&c.Listen.Admin, "127.0.0.1:8788")
-	set(&c.Listen.Proxy, "127.0.0.1:8789")
+	set(&c.Listen.MCP, DefaultMCPListen)
+	set(&c.Listen.Admin, DefaultAdminListen)
+	set(&c.Listen.Proxy, DefaultProxyListen)
 	c.Listen.IdleTimeout.orDefault(DefaultIdleTimeout)
 	c.MCP.SessionIdle.orDefault(mcp.DefaultSessionIdle)
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
@@ -264,7 +272,7 @@ func (c *Config) fill() {
 	c.Defaults.ApprovalRetryAfter.orDefault(ledger.DefaultApprovalRetryAfter)
 	c.Audit.Retention.orDefault(ledger.DefaultAuditRetention)
 	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
-	set(&c.Proxy.Namespace, "default")
+	set(&c.Proxy.Namespace, ledger.DefaultNamespace)
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
 	if c.Mode == ledger.ModeObserve {

@@ -85,7 +85,14 @@ type Store struct {
 	comp    *compactors
 }
 
-var _ ledger.Store = (*Store)(nil)
+// The store, and the optional powers the engine finds by assertion.
+var (
+	_ ledger.Store     = (*Store)(nil)
+	_ ledger.Exclusive = (*Store)(nil)
+	_ ledger.Deferred  = (*Store)(nil)
+	_ ledger.Compactor = (*Store)(nil)
+	_ ledger.Txn       = (*txnAdapter)(nil)
+)
 
 // Open opens or creates the ledger in dir.
 func Open(dir string, opts *Options) (*Store, error) {
