@@ -626,6 +626,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	if err := t.Set(timeKey(kindLease, lease, rec.EffectID), nil); err != nil {
 		return nil, err
 	}
+	e.dueAt(lease)
 	if err := e.putEffect(t, rec, now); err != nil {
 		return nil, err
 	}
