@@ -69,5 +69,5 @@ func (e *Engine) DimensionScope(name, value string) (string, error) {
 	if err := checkText("value", value, MaxDimValueLen, true); err != nil {
 		return "", err
 	}
-	return keyedHash(e.secret, "dimension", name, value), nil
+	return e.macs.keyedHash("dimension", name, value), nil
 }

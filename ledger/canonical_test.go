@@ -1,8 +1,14 @@
 package ledger
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -117,4 +123,63 @@ func FuzzCanonFastAgrees(f *testing.F) {
 			t.Fatalf("%q: fast path gave %q, canonicalTokens %q", in, got, want)
 		}
 	})
+}
+
+// writeStringByEncoder is writeString as it was: a json.Encoder without
+// HTML escaping, the spelling every stored fingerprint was made with.
+func writeStringByEncoder(s string) string {
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// A string writeString writes by its fast path is spelt as the encoder
+// spells it, so fingerprints stay what they were.
+func TestWriteStringSpellsAsTheEncoder(t *testing.T) {
+	for _, s := range []string{"", "payment.charge", "stripe", "a b~", `q"uote`, `back\slash`, "<&>", "tab\t", "\x7f", "é", "\u2028", "\x00", "\xff"} {
+		var buf bytes.Buffer
+		writeString(&buf, s)
+		if got, want := buf.String(), writeStringByEncoder(s); got != want {
+			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func FuzzWriteStringSpellsAsTheEncoder(f *testing.F) {
+	f.Add("payment.charge")
+	f.Add(`a"\<`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var buf bytes.Buffer
+		writeString(&buf, s)
+		if got, want := buf.String(), writeStringByEncoder(s); got != want {
+			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
+
+// A reused HMAC state gives the sum a new one gives, from many goroutines.
+func TestPooledKeyedSumsAreHMACs(t *testing.T) {
+	secret := bytes.Repeat([]byte{7}, 32)
+	m := newMACs(secret)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				parts := []string{"dimension", "counterparty", fmt.Sprint("acct_", g, "_", i)}
+				want := hmac.New(sha256.New, secret)
+				want.Write([]byte(strings.Join(parts, "\x00")))
+				if got := m.keyedSum(parts...); !bytes.Equal(got, want.Sum(nil)) {
+					t.Errorf("keyedSum(%q) = %x, want %x", parts, got, want.Sum(nil))
+					return
+				}
+				if got, want := m.keyedHash(parts...), hex.EncodeToString(m.keyedSum(parts...)); got != want {
+					t.Errorf("keyedHash(%q) = %s, want %s", parts, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

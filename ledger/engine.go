@@ -142,6 +142,7 @@ func (nopObserver) WriteFailed(string, int)               {}
 type Engine struct {
 	store    Store
 	secret   []byte
+	macs     *macs // HMAC-SHA256 under secret
 	policy   *policy
 	defaults Defaults
 	clock    Clock
@@ -228,6 +229,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
+		macs:     newMACs(opts.Secret),
 		policy:   pol,
 		defaults: opts.Defaults.withZeroesFilled(),
 		clock:    opts.Clock,
@@ -749,7 +751,7 @@ func (e *Engine) view(ctx context.Context, fn func(r Reader) error) error {
 // several replicas opening an empty shared ledger at once with different
 // secrets, one records its value and the others are refused.
 func (e *Engine) checkSecret() error {
-	want := []byte(keyedHash(e.secret, "ratchet-ledger-secret-check"))
+	want := []byte(e.macs.keyedHash("ratchet-ledger-secret-check"))
 	_, err := e.submit(context.Background(), func(t *opTxn, _ time.Time) (any, error) {
 		got, err := t.Get(secretCheckKey)
 		if errors.Is(err, ErrNotFound) {

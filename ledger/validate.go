@@ -237,7 +237,7 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 		if err = checkText("dimensions."+name, val, MaxDimValueLen, true); err != nil {
 			return nil, err
 		}
-		in.dims[name] = keyedHash(e.secret, "dimension", name, val)
+		in.dims[name] = e.macs.keyedHash("dimension", name, val)
 	}
 	if c := req.Compensation; c != nil {
 		if err = checkEffectType("compensation.effect_type", c.EffectType); err != nil {
@@ -281,7 +281,7 @@ func (e *Engine) validateBegin(req BeginRequest) (*beginInput, error) {
 	if req.Operation != "" {
 		what = req.Operation
 	}
-	in.fingerprint = fingerprint(e.secret, what, req.Vendor, payload)
+	in.fingerprint = e.macs.fingerprint(what, req.Vendor, payload)
 	if req.CompensatesEffectID != "" {
 		in.payload = payload
 	}
