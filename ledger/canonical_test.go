@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -182,4 +184,50 @@ func TestPooledKeyedSumsAreHMACs(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// checkText's fast path for printable ASCII answers as the rune-by-rune
+// checks do, for every ASCII character and at the length limit.
+func TestCheckTextASCIIAgreesWithRunes(t *testing.T) {
+	var cases []string
+	for c := range 0x80 {
+		cases = append(cases, string(rune(c)), "key:"+string(rune(c))+"x")
+	}
+	cases = append(cases, strings.Repeat("a", 10), strings.Repeat("a", 11), "é", "a\u200bb")
+	for _, s := range cases {
+		want := checkRunes("f", s, 10)
+		if diff := cmp.Diff(want, checkText("f", s, 10, true)); diff != "" {
+			t.Errorf("checkText(%q) (-runes +fast):\n%s", s, diff)
+		}
+	}
+}
+
+func checkNameMatchers(t *testing.T, s string) {
+	t.Helper()
+	if got, want := isLowerName(s), namespaceRe.MatchString(s); got != want {
+		t.Errorf("isLowerName(%q) = %v, namespaceRe says %v", s, got, want)
+	}
+	if got, want := isLowerName(s), vendorRe.MatchString(s); got != want {
+		t.Errorf("isLowerName(%q) = %v, vendorRe says %v", s, got, want)
+	}
+	if got, want := isEffectType(s), effectTypeRe.MatchString(s); got != want {
+		t.Errorf("isEffectType(%q) = %v, effectTypeRe says %v", s, got, want)
+	}
+	if got, want := isDimName(s), dimNameRe.MatchString(s); got != want {
+		t.Errorf("isDimName(%q) = %v, dimNameRe says %v", s, got, want)
+	}
+}
+
+// The hand-written name matchers accept exactly what the expressions do.
+func TestNameMatchersAreTheExpressions(t *testing.T) {
+	for _, s := range []string{"", "a", "A", "0", "_", ".", "-", "a.b", "a.b.c.d.e.f", "a.b.c.d.e.f.g", "a..b", ".a", "a.", "a._b", "a.b_-c",
+		"payment.charge", "Payment.charge", "a\n", "a.b\n", "é", "default", "my-ns.x_1", "x_" + strings.Repeat("a", 61), "x_" + strings.Repeat("a", 62), "a b", "a/b"} {
+		checkNameMatchers(t, s)
+	}
+}
+
+func FuzzNameMatchersAreTheExpressions(f *testing.F) {
+	f.Add("payment.charge")
+	f.Add("a_b.c-d.0")
+	f.Fuzz(func(t *testing.T, s string) { checkNameMatchers(t, s) })
 }

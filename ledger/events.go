@@ -247,7 +247,7 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 	first := head.Seq + 1
 	block := make([]byte, 0, 512*len(events))
 	block = append(block, '[')
-	var rec []byte
+	rec := make([]byte, 0, 512)
 	for i, ev := range events {
 		if ev.At.Before(head.At) {
 			ev.At = head.At
