@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -56,10 +58,16 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 	if err := checkText("approval_id", approvalID, MaxIDLen, true); err != nil {
 		return nil, err
 	}
+	// An agent never decides, so never counts toward a quorum: the admin
+	// API and the console refuse agents' tokens; this refuses an agent's
+	// name from any other caller of the engine.
+	if decidedBy == "" || strings.HasPrefix(decidedBy, "agent:") {
+		return nil, &Error{Code: CodeUnauthorized, Message: fmt.Sprintf("%q cannot decide an approval: a person must (an admin, the console's admin, a Slack user)", truncate(decidedBy, 64))}
+	}
 	if err := checkNote("note", note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	a, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Approval, error) {
 		id, err := t.Get(key(kindApproval, approvalID))
 		if err != nil {
 			return nil, approvalNotFound(err, approvalID)
@@ -83,11 +91,26 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 			return nil, newErr(CodeInvalidStateTransition, "approval %s expired at %s; the agent's next begin will ask again", approvalID, a.ExpiresAt.Format(time.RFC3339))
 		}
 		if to == ApprovalApproved { // a halt may let it be rejected, never approved (halt.go)
-			if h, err := haltFor(t, rec.Namespace, rec.EffectType, a.AgentID, rec.Vendor); err != nil || h != nil {
+			if h, err := haltFor(t, rec.Namespace, rec.EffectType, rec.Operation, a.AgentID, rec.Vendor); err != nil || h != nil {
 				if err != nil {
 					return nil, err
 				}
 				return nil, haltedErr(h, "approval "+approvalID+" cannot be approved while halted (it may be rejected)")
+			}
+		}
+		if to == ApprovalApproved && a.ApproversRequired > 1 {
+			if slices.ContainsFunc(a.ApprovedBy, func(p Approver) bool { return p.By == decidedBy }) {
+				v := *rec.view(now).Approval // the same person again counts once
+				return &v, nil
+			}
+			a.ApprovedBy = append(a.ApprovedBy, Approver{By: decidedBy, At: now, Note: note})
+			if len(a.ApprovedBy) < a.ApproversRequired {
+				if err := e.putEffect(t, rec, now); err != nil {
+					return nil, err
+				}
+				t.emit(approvalEvent(EventApprovalPartiallyApproved, rec, decidedBy))
+				v := *rec.view(now).Approval
+				return &v, nil
 			}
 		}
 		a.State, a.DecidedBy, a.DecidedAt, a.Note = to, decidedBy, &now, note
@@ -100,18 +123,33 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 		if err := e.putEffect(t, rec, now); err != nil {
 			return nil, err
 		}
-		ev := effectEvent(EventApprovalDecided, rec)
-		ev.AgentID, ev.ApprovalID, ev.Actor, ev.CostMicros = a.AgentID, a.ApprovalID, decidedBy, &a.EstimatedCostMicros
-		t.emit(ev)
+		t.emit(approvalEvent(EventApprovalDecided, rec, decidedBy))
 		v := *rec.view(now).Approval
 		return &v, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	a := v.(*Approval)
 	e.log.Info("approval decided", "approval_id", a.ApprovalID, "effect_id", a.EffectID, "state", a.State, "by", a.DecidedBy)
 	return a, nil
+}
+
+// approvalEvent is an approval.* event of rec's request decided by by,
+// with its approvers so far when it needs several.
+func approvalEvent(typ string, rec *effectRec, by string) Event {
+	a := rec.Approval
+	ev := effectEvent(typ, rec)
+	ev.AgentID, ev.ApprovalID, ev.Actor, ev.CostMicros = a.AgentID, a.ApprovalID, by, &a.EstimatedCostMicros
+	if a.ApproversRequired > 1 {
+		ev.ApproversRequired = a.ApproversRequired
+		for _, p := range a.ApprovedBy {
+			ev.ApprovedBy = append(ev.ApprovedBy, p.By)
+		}
+	}
+	if typ == EventApprovalPartiallyApproved {
+		ev.Compensation = rec.Compensation.withoutPayload() // the request's text is shown again
+	}
+	return ev
 }
 
 func approvalNotFound(err error, id string) error {

@@ -42,20 +42,30 @@ const (
 	EventPolicyObserved      = "policy.observed"  // what an observed rule would have answered (observe.go)
 	EventBudgetThreshold     = "budget.threshold" // a ceiling crossed a configured fraction (thresholds.go)
 	EventApprovalExpired     = "approval.expired" // a pending request ran out (the expiry sweep)
+	// EventEffectDetermined: an indeterminate effect's outcome is known
+	// again (a resolve, a late report or a vendor's record settled it);
+	// Reason is how (resolve, report or settlement).
+	EventEffectDetermined = "effect.determined"
+	// EventApprovalPartiallyApproved: one person approved a request that
+	// needs more (Approval.ApproversRequired); approval.decided follows
+	// at the quorum or on a rejection.
+	EventApprovalPartiallyApproved = "approval.partially_approved"
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
 // act on or hear about. The others are recorded in the audit log only.
 var NotifyTypes = map[string]bool{
-	EventApprovalRequested:   true,
-	EventApprovalDecided:     true,
-	EventApprovalExpired:     true,
-	EventEffectIndeterminate: true,
-	EventBudgetThreshold:     true,
-	EventIntegrationWarning:  true,
-	EventEffectContradicted:  true,
-	EventHaltStarted:         true,
-	EventHaltLifted:          true,
+	EventApprovalRequested:         true,
+	EventApprovalDecided:           true,
+	EventApprovalExpired:           true,
+	EventApprovalPartiallyApproved: true,
+	EventEffectIndeterminate:       true,
+	EventEffectDetermined:          true,
+	EventBudgetThreshold:           true,
+	EventIntegrationWarning:        true,
+	EventEffectContradicted:        true,
+	EventHaltStarted:               true,
+	EventHaltLifted:                true,
 }
 
 // Event is one thing that happened in the ledger.
@@ -109,6 +119,10 @@ type Event struct {
 	// threshold and ceilings up to the step's estimate, so the approver
 	// is shown what it is.
 	Compensation *Compensation `json:"compensation,omitempty"`
+	// ApproversRequired and ApprovedBy: how many people an approval needs
+	// when more than one, and who has approved it so far (approval.*).
+	ApproversRequired int      `json:"approvers_required,omitempty"`
+	ApprovedBy        []string `json:"approved_by,omitempty"`
 }
 
 // withoutPayload is c for an event, which keeps no payload (nil for nil).
@@ -430,7 +444,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	claimed, err := submit(ctx, e, func(t *opTxn, now time.Time) ([]OutboxEntry, error) {
 		var got []OutboxEntry
 		for _, k := range due {
 			var en OutboxEntry
@@ -453,7 +467,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil {
 		return nil, err
 	}
-	return v.([]OutboxEntry), nil
+	return claimed, nil
 }
 
 func (en *OutboxEntry) claimable(now time.Time) bool {
@@ -462,7 +476,7 @@ func (en *OutboxEntry) claimable(now time.Time) bool {
 
 // EventDelivered removes a delivered entry.
 func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		return nil, t.Delete(key(kindOutbox, sink, eventID))
 	})
 	return err
@@ -471,7 +485,7 @@ func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error
 // EventFailed records a failed delivery: the entry is tried again at next,
 // or, when dead, kept for the operator and never tried again.
 func (e *Engine) EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		k := key(kindOutbox, sink, eventID)
 		var en OutboxEntry
 		if err := getJSON(t, k, &en); err != nil {

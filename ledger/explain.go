@@ -32,6 +32,9 @@ type Explanation struct {
 	Rules []ExplainedRule `json:"rules"`
 	// ThresholdMicros is the enforced approval threshold, if any.
 	ThresholdMicros *int64 `json:"threshold_micros,omitempty"`
+	// ApproversRequired is how many people must approve the begin's cost
+	// when more than one (approvers_required).
+	ApproversRequired int `json:"approvers_required,omitempty"`
 	// RequireDimensions are the dimensions enforced rules require.
 	RequireDimensions []string `json:"require_dimensions,omitempty"`
 	// Ceilings are every ceiling of the matching rules, with its count
@@ -96,6 +99,11 @@ func (e *Engine) Explain(ctx context.Context, req BeginRequest) (*Explanation, e
 	}
 	ex.Vendor = in.req.Vendor
 	e.explainRules(ex, &in.pol)
+	if c, thr := in.req.EstimatedCostMicros, in.pol.threshold; c != nil && thr != nil && *c >= *thr {
+		if n := in.pol.approvers(*c); n > 1 {
+			ex.ApproversRequired = n
+		}
+	}
 	err = e.view(ctx, func(r Reader) error {
 		now := e.clock.Now()
 		t := &opTxn{tx: readOnly{r}, dry: true}

@@ -154,7 +154,7 @@ func (e *Engine) CreateGrant(ctx context.Context, req GrantRequest) (*Grant, err
 	if err := checkNote("note", req.Note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	g, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Grant, error) {
 		switch {
 		case !req.ExpiresAt.After(now):
 			return nil, invalidArg("expires_at", "must be in the future")
@@ -175,7 +175,6 @@ func (e *Engine) CreateGrant(ctx context.Context, req GrantRequest) (*Grant, err
 	if err != nil {
 		return nil, err
 	}
-	g := v.(*Grant)
 	e.log.Info("grant created", "grant_id", g.GrantID, "namespace", g.Namespace, "effect_type", g.EffectType, "by", g.CreatedBy)
 	return g, nil
 }
@@ -195,7 +194,7 @@ func (e *Engine) RevokeGrant(ctx context.Context, grantID, by string) (*Grant, e
 	if err := checkText("grant_id", grantID, MaxIDLen, true); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	g, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Grant, error) {
 		var g Grant
 		if err := getJSON(t, key(kindGrant, grantID), &g); err != nil {
 			if errors.Is(err, ErrNotFound) {
@@ -216,7 +215,6 @@ func (e *Engine) RevokeGrant(ctx context.Context, grantID, by string) (*Grant, e
 	if err != nil {
 		return nil, err
 	}
-	g := v.(*Grant)
 	e.log.Info("grant revoked", "grant_id", g.GrantID, "by", by)
 	return g, nil
 }
@@ -305,6 +303,9 @@ func (e *Engine) useGrant(t *opTxn, g *Grant, in *beginInput, rec *effectRec, no
 // request of rec, so that its begin is decided anew (and executes).
 func (e *Engine) waitingGrant(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 	a := rec.Approval
+	if a.ApproversRequired > 1 { // a quorum is several people's, never a grant's (begin.go)
+		return false, nil
+	}
 	g, err := e.grantForEffect(t, rec.Namespace, rec.EffectType, rec.Operation, a.AgentID, a.RunID, a.EstimatedCostMicros, now)
 	return g != nil, err
 }

@@ -70,17 +70,23 @@ type HaltScope struct {
 
 func (s HaltScope) everything() bool { return s == HaltScope{} }
 
-// covers reports whether the scope holds a begin of effectType by agent
-// at vendor in ns.
-func (s HaltScope) covers(ns, effectType, agent, vendor string) bool {
+// covers reports whether the scope holds a begin of effectType (a
+// proxied call's operation) by agent at vendor in ns. The glob matches the
+// operation too, as a rule's match and a grant do: an operator halting
+// "stripe.*", the proxy's old names their rules may still be written in,
+// stops the proxied Stripe calls now typed payment.charge.
+func (s HaltScope) covers(ns, effectType, operation, agent, vendor string) bool {
 	if s.Namespace != "" && s.Namespace != ns || s.AgentID != "" && s.AgentID != agent || s.Vendor != "" && s.Vendor != vendor {
 		return false
 	}
 	if s.EffectType == "" {
 		return true
 	}
-	ok, _ := path.Match(s.EffectType, effectType)
-	return ok
+	if ok, _ := path.Match(s.EffectType, effectType); ok {
+		return true
+	}
+	ok, _ := path.Match(s.EffectType, operation)
+	return ok && operation != ""
 }
 
 // String is the scope as people read it ("namespace=shop effect_type=payment.*").
@@ -136,13 +142,12 @@ func (e *Engine) Halt(ctx context.Context, req HaltRequest) (*Halt, error) {
 	if err := checkNote("note", req.Note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	h, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Halt, error) {
 		return e.halt(t, s, req.Note, req.CreatedBy, now)
 	})
 	if err != nil {
 		return nil, err
 	}
-	h := v.(*Halt)
 	e.log.Info("halt", "halt_id", h.HaltID, "scope", h.HaltScope.String(), "by", h.CreatedBy)
 	return h, nil
 }
@@ -210,7 +215,7 @@ func (e *Engine) Lift(ctx context.Context, haltID, by string) (*Halt, error) {
 	if err := checkText("halt_id", haltID, MaxIDLen, true); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	h, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Halt, error) {
 		hs, err := readHalts(t)
 		if err != nil {
 			return nil, err
@@ -236,7 +241,6 @@ func (e *Engine) Lift(ctx context.Context, haltID, by string) (*Halt, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := v.(*Halt)
 	e.log.Info("halt lifted", "halt_id", h.HaltID, "scope", h.HaltScope.String(), "by", by)
 	return h, nil
 }
@@ -265,13 +269,13 @@ func readHalts(r Reader) ([]Halt, error) {
 
 // haltFor returns the oldest active halt whose scope holds a begin (nil
 // when none does), read in the op's transaction.
-func haltFor(t Reader, ns, effectType, agent, vendor string) (*Halt, error) {
+func haltFor(t Reader, ns, effectType, operation, agent, vendor string) (*Halt, error) {
 	hs, err := readHalts(t)
 	if err != nil {
 		return nil, err
 	}
 	for i := range hs {
-		if hs[i].covers(ns, effectType, agent, vendor) {
+		if hs[i].covers(ns, effectType, operation, agent, vendor) {
 			return &hs[i], nil
 		}
 	}

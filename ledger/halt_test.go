@@ -387,3 +387,31 @@ func TestACeilingWithOnThresholdHaltHaltsItsRuleWhenItsLastThresholdFires(t *tes
 		t.Errorf("on_threshold: page: %v", errs)
 	}
 }
+
+// TestAHaltOnTheProxysOldNamesStopsTheCallsTheyName: rules and grants
+// match a proxied call's operation as well as its effect type, so an
+// operator halting "stripe.*" (the names their rules were written in)
+// must stop the proxied Stripe calls typed payment.charge: its begins,
+// approving their waiting requests and their recovery resends.
+func TestAHaltOnTheProxysOldNamesStopsTheCallsTheyName(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, testRules())
+	proxied := func(key string, cost int64) ledger.BeginRequest {
+		r := pay(key, "acct_1", cost)
+		r.Operation = "stripe.payment_intents.create"
+		return r
+	}
+	waiting := h.beginWant(proxied("op:wait", 150_000_000), ledger.DecisionApprovalRequired)
+	r := h.beginWant(proxied("op:unknown", 40_000_000), ledger.DecisionExecute)
+	h.report(r.EffectID, ledger.OutcomeUnknown)
+	hl := halt(t, h, ledger.HaltRequest{HaltScope: ledger.HaltScope{EffectType: "stripe.*"}})
+	wantHalted(t, h.begin(proxied("op:1", 1_000_000)), hl)
+	_, err := h.eng.Approve(ctx, waiting.ApprovalID, "admin:alice", "")
+	wantCode(t, err, ledger.CodeHalted)
+	_, err = h.eng.ClaimRecovery(ctx, r.EffectID, 1, time.Minute)
+	wantCode(t, err, ledger.CodeHalted)
+	// An MCP begin has no operation: the old name is not its type.
+	h.beginWant(pay("op:mcp", "acct_1", 1_000_000), ledger.DecisionExecute)
+	lift(t, h, hl.HaltID)
+	h.beginWant(proxied("op:1", 1_000_000), ledger.DecisionExecute)
+}

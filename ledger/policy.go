@@ -37,6 +37,12 @@ type Rule struct {
 	// ApprovalThresholdMicros routes effects whose declared cost reaches it to
 	// a human; nil means no threshold.
 	ApprovalThresholdMicros *int64 `yaml:"approval_threshold_micros,omitempty"`
+	// ApproversRequired is how many distinct people must approve what
+	// the rule's threshold sends to a human (2 to MaxApprovers; zero is
+	// one). With ApproversThresholdMicros, only effects declaring at least
+	// that cost need them; below it one approver decides.
+	ApproversRequired        int    `yaml:"approvers_required,omitempty"`
+	ApproversThresholdMicros *int64 `yaml:"approvers_threshold_micros,omitempty"`
 	// RequireDimensions names dimensions a begin must declare.
 	RequireDimensions []string `yaml:"require_dimensions,omitempty"`
 	// Ceilings limit money or count over a window per scope.
@@ -120,6 +126,7 @@ func ValidatePolicies(rules []Rule) []*FieldError {
 		if t := r.ApprovalThresholdMicros; t != nil && *t < 0 {
 			add(rp+".approval_threshold_micros", "must be >= 0, got %d", *t)
 		}
+		checkApprovers(r, rp, add)
 		if r.MaxLeaseSeconds < 0 {
 			add(rp+".max_lease_seconds", "must be >= 0, got %d", r.MaxLeaseSeconds)
 		}
@@ -227,18 +234,41 @@ type ceiling struct {
 // effectivePolicy is the strictest combination of every rule matching one
 // effect type.
 type effectivePolicy struct {
-	deny          bool
-	threshold     *int64
-	requireDims   []string
-	ceilings      []*ceiling
-	maxLease      int
-	maxUnreported int
+	gates             // of the enforced rules
+	quorums  []quorum // of the enforced rules (approvers_required)
+	ceilings []*ceiling
+	maxLease int
 	// observe is what the observed rules that match would add; their
 	// ceilings are in ceilings, marked observed.
-	observe observedPolicy
+	observe gates
 	// rules are the indexes of the matching rules, in file order
 	// (Explain).
 	rules []int
+}
+
+// gates are what the rules of one mode (enforced, or observed: observe.go)
+// refuse a begin for besides their ceilings, each the strictest of the
+// matching rules'. Begin runs the same checks over both (see gate).
+type gates struct {
+	deny          string // the match of the first deny rule, "" for none
+	threshold     *int64
+	requireDims   []string
+	maxUnreported int
+}
+
+func (g *gates) add(r Rule) {
+	if r.Deny && g.deny == "" {
+		g.deny = r.Match
+	}
+	if t := r.ApprovalThresholdMicros; t != nil && (g.threshold == nil || *t < *g.threshold) {
+		g.threshold = t
+	}
+	for _, d := range r.RequireDimensions {
+		if !contains(g.requireDims, d) {
+			g.requireDims = append(g.requireDims, d)
+		}
+	}
+	g.maxUnreported = minPositive(g.maxUnreported, r.MaxUnreported)
 }
 
 // policy is the compiled policy: rules in file order.
@@ -292,7 +322,6 @@ func (r Rule) Matches(effectType, vendor, operation string) bool {
 // vendor with operation; the strictest wins.
 func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy {
 	var ep effectivePolicy
-	seen := map[string]bool{}
 	for i, r := range p.rules {
 		if !r.Matches(effectType, vendor, operation) {
 			continue
@@ -303,19 +332,12 @@ func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy
 			ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
 			continue
 		}
-		ep.deny = ep.deny || r.Deny
-		if t := r.ApprovalThresholdMicros; t != nil && (ep.threshold == nil || *t < *ep.threshold) {
-			ep.threshold = t
-		}
-		for _, d := range r.RequireDimensions {
-			if !seen[d] {
-				seen[d] = true
-				ep.requireDims = append(ep.requireDims, d)
-			}
+		ep.gates.add(r)
+		if r.ApproversRequired > 1 {
+			ep.quorums = append(ep.quorums, quorum{n: r.ApproversRequired, from: r.ApproversThresholdMicros})
 		}
 		ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
 		ep.maxLease = minPositive(ep.maxLease, r.MaxLeaseSeconds)
-		ep.maxUnreported = minPositive(ep.maxUnreported, r.MaxUnreported)
 	}
 	return ep
 }
@@ -338,4 +360,51 @@ func (p *policy) ceiling(name string) (*ceiling, bool) {
 		}
 	}
 	return nil, false
+}
+
+// MaxApprovers bounds approvers_required.
+const MaxApprovers = 10
+
+// quorum is one rule's approvers_required, from a cost on (nil: any).
+type quorum struct {
+	n    int
+	from *int64
+}
+
+// approvers is how many people must approve a begin declaring cost: the
+// most any matching rule asks at that cost (the strictest wins), at least
+// one.
+func (ep *effectivePolicy) approvers(cost int64) int {
+	n := 1
+	for _, q := range ep.quorums {
+		if q.from == nil || cost >= *q.from {
+			n = max(n, q.n)
+		}
+	}
+	return n
+}
+
+// checkApprovers validates a rule's approvers_required and
+// approvers_threshold_micros. A quorum belongs with the threshold that asks
+// for approval, in the same rule, so that reading one rule says who is
+// asked; an observed rule asks no one.
+func checkApprovers(r Rule, rp string, add func(p, format string, args ...any)) {
+	n, from := r.ApproversRequired, r.ApproversThresholdMicros
+	switch {
+	case n < 0 || n > MaxApprovers:
+		add(rp+".approvers_required", "must be 1 to %d, got %d", MaxApprovers, n)
+	case n > 1 && r.ApprovalThresholdMicros == nil:
+		add(rp+".approvers_required", "needs approval_threshold_micros in the same rule: only what a threshold sends to a human has approvers")
+	case n > 1 && r.Mode == ModeObserve:
+		add(rp+".approvers_required", "an observed rule asks no one, so it has no approvers")
+	}
+	if from == nil {
+		return
+	}
+	switch {
+	case n < 2:
+		add(rp+".approvers_threshold_micros", "applies approvers_required (2 or more), which this rule does not set")
+	case r.ApprovalThresholdMicros != nil && *from < *r.ApprovalThresholdMicros:
+		add(rp+".approvers_threshold_micros", "must be at or above approval_threshold_micros (%d), got %d: below that no one is asked", *r.ApprovalThresholdMicros, *from)
+	}
 }

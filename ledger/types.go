@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -289,6 +291,12 @@ type Approval struct {
 	DecidedBy           string     `json:"decided_by,omitempty"`
 	DecidedAt           *time.Time `json:"decided_at,omitempty"`
 	Note                string     `json:"note,omitempty"`
+	// ApproversRequired is how many distinct people must approve (the
+	// rule's approvers_required, fixed when the request was made); zero is
+	// one. Until that many have, the request stays pending and ApprovedBy
+	// says who has; the last of them is DecidedBy.
+	ApproversRequired int        `json:"approvers_required,omitempty"`
+	ApprovedBy        []Approver `json:"approved_by,omitempty"`
 	// UsedAt is when a granted approval let an attempt execute. An approval
 	// is for one execute: once used, a later attempt (after a definite
 	// failure) asks again.
@@ -299,6 +307,30 @@ type Approval struct {
 	// effect's own declaration, filled in when the approval is read, never
 	// stored with the approval.
 	Compensation *Compensation `json:"compensation,omitempty"`
+}
+
+// Progress is how far an approval that needs several people has come
+// ("1 of 2: approved by admin:alice"); "" when one person decides it.
+func (a *Approval) Progress() string {
+	if a.ApproversRequired < 2 {
+		return ""
+	}
+	by := make([]string, len(a.ApprovedBy))
+	for i, p := range a.ApprovedBy {
+		by[i] = p.By
+	}
+	s := fmt.Sprintf("%d of %d", len(by), a.ApproversRequired)
+	if len(by) > 0 {
+		s += ": approved by " + strings.Join(by, ", ")
+	}
+	return s
+}
+
+// Approver is one person's approval of a request that needs several.
+type Approver struct {
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
 }
 
 // Approval states.

@@ -58,7 +58,7 @@ var (
 	_ ledger.Observer = (*Metrics)(nil)
 	_ proxy.Observer  = (*Metrics)(nil)
 
-	_ ledger.ObservedObserver         = (*Metrics)(nil)
+	_ ledger.ObserveModeObserver      = (*Metrics)(nil)
 	_ ledger.DimensionWarningObserver = (*Metrics)(nil)
 	_ proxy.OperationObserver         = (*Metrics)(nil)
 )
@@ -139,7 +139,7 @@ func (m *Metrics) Begin(effectType string, d ledger.Decision, elapsed time.Durat
 	m.beginLat.Observe(elapsed.Seconds())
 }
 
-// Observed implements ledger.ObservedObserver.
+// Observed implements ledger.ObserveModeObserver.
 func (m *Metrics) Observed(effectType, would string) {
 	m.observed.WithLabelValues(m.effectType(effectType), would).Inc()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,4 +97,50 @@ func TestADeadSinkCostsFewWritesPerEvent(t *testing.T) {
 	go srv.Serve(back)
 	t.Cleanup(func() { srv.Close() })
 	eventually(t, 20*time.Second, "deliveries resume once the sink answers", func() bool { return got.Load() >= 100 })
+}
+
+// The on-call sinks ride the same outbox as the webhook (issue 35.3): a
+// PagerDuty, Teams or SMTP host that is down gets each event again, with
+// the same id, after a backoff, until MaxAttempts makes it a dead letter
+// kept for the operator; a sink that answers again gets what is due.
+func TestAnOnCallSinkThatIsDownIsRetriedThenDeadLettered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // connections are refused
+	for _, c := range []struct {
+		name string
+		sink notify.Sink
+	}{
+		{"pagerduty", &notify.PagerDuty{RoutingKey: testRoutingKey, URL: "http://" + dead + "/v2/enqueue"}},
+		{"teams", &notify.Teams{URL: "http://" + dead + "/workflows?sig=S3CRETSIG", ConsoleURL: "https://ratchet.example.com"}},
+		{"email", &notify.Email{Addr: dead, From: "ratchet@example.com", To: []string{"oncall@example.com"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eng := newEngine(t, []notify.Route{{Sinks: []string{c.name}}})
+			obs := &counts{}
+			runWorker(t, &notify.Worker{Outbox: eng, Sinks: map[string]notify.Sink{c.name: c.sink}, Observer: obs,
+				Backoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Poll: 5 * time.Millisecond, MaxAttempts: 3})
+			h, err := eng.Halt(context.Background(), ledger.HaltRequest{All: true, Note: "incident", CreatedBy: "admin:alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, "a dead letter", func() bool {
+				dl, _ := eng.Outbox(context.Background(), true)
+				return len(dl) == 1
+			})
+			dl, _ := eng.Outbox(context.Background(), true)
+			if got := dl[0]; got.Attempts != 3 || got.Event.HaltID != h.HaltID || got.LastError == "" {
+				t.Errorf("dead letter: attempts %d (want 3), halt %q (want %q), last error %q", got.Attempts, got.Event.HaltID, h.HaltID, got.LastError)
+			}
+			if strings.Contains(dl[0].LastError, "S3CRETSIG") || strings.Contains(dl[0].LastError, testRoutingKey) {
+				t.Errorf("the dead letter's error quotes a secret: %s", dl[0].LastError)
+			}
+			eventually(t, time.Second, "two failed attempts and one dead observed", func() bool {
+				return obs.get(c.name+":failed") == 2 && obs.get(c.name+":dead") == 1
+			})
+		})
+	}
 }

@@ -1,7 +1,9 @@
 // Package notify gets the ledger's notification events to people: a
 // delivery worker that sends the outbox's entries to sinks (a signed
-// generic webhook, Slack), and Slack's interactivity endpoint, which turns
-// an Approve or Reject click into the engine's decision.
+// generic webhook, Slack, and for on-call people PagerDuty, Microsoft
+// Teams and email: pagerduty.go, teams.go, email.go), and Slack's
+// interactivity endpoint, which turns an Approve or Reject click into the
+// engine's decision.
 //
 // # Delivery
 //

@@ -12,6 +12,9 @@ import (
 // with no namespaces every namespace. EffectTypes are globs ("payment.*");
 // an event about no effect type (a budget threshold of a global ceiling
 // has one: the begin that crossed it) matches only a route without them.
+// A route of approval.decided also has approval.partially_approved: each
+// person's approval is a decision, and a route written before quorums
+// must not miss the ones short of it.
 type Route struct {
 	Sinks       []string
 	Events      []string
@@ -44,7 +47,7 @@ func Router(routes []Route) func(ledger.Event) []string {
 }
 
 func (r Route) matches(ev ledger.Event) bool {
-	if len(r.Events) > 0 && !slices.Contains(r.Events, ev.Type) {
+	if len(r.Events) > 0 && !slices.Contains(r.Events, ev.Type) && !(ev.Type == ledger.EventApprovalPartiallyApproved && slices.Contains(r.Events, ledger.EventApprovalDecided)) {
 		return false
 	}
 	if len(r.Namespaces) > 0 && !slices.ContainsFunc(r.Namespaces, func(g string) bool { return glob(g, ev.Namespace) }) {

@@ -67,19 +67,26 @@ func (s *Slack) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 		if _, err := s.Refs.SinkRef(ctx, s.Name, ev.ApprovalID); err == nil {
 			return nil // posted by an attempt whose record was lost
 		}
-		blocks := []slack.Block{
-			slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, requestText(mrkdwn, ev), false, false), nil, nil),
-			slack.NewActionBlock("ratchet:"+ev.ApprovalID,
-				slack.NewButtonBlockElement(ActionApprove, ev.ApprovalID, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
-				slack.NewButtonBlockElement(ActionReject, ev.ApprovalID, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger),
-			),
-		}
-		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, fallback(requestText(plain, ev)), slack.MsgOptionBlocks(blocks...))
+		ch, ts, err := s.Client.PostMessageContext(ctx, s.Channel, fallback(requestText(plain, ev)), slack.MsgOptionBlocks(requestBlocks(requestText(mrkdwn, ev), ev.ApprovalID)...))
 		if err != nil {
 			return slackError("posting the approval request", err)
 		}
 		b, _ := json.Marshal(messageRef{Channel: ch, TS: ts})
 		return s.Refs.PutSinkRef(ctx, s.Name, ev.ApprovalID, b)
+	case ledger.EventApprovalPartiallyApproved:
+		// One of several approvers: the request's message keeps its
+		// buttons, for the others, and says who has approved.
+		text := requestText(mrkdwn, ev) + "\n" + progressText(mrkdwn, ev)
+		b, err := s.Refs.SinkRef(ctx, s.Name, ev.ApprovalID)
+		var ref messageRef
+		if err == nil && json.Unmarshal(b, &ref) == nil && ref.TS != "" {
+			_, _, _, err := s.Client.UpdateMessageContext(ctx, ref.Channel, ref.TS, fallback(progressText(plain, ev)), slack.MsgOptionBlocks(requestBlocks(text, ev.ApprovalID)...))
+			return slackError("updating the approval's message", err)
+		}
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return err
+		}
+		return s.post(ctx, progressText(plain, ev)+" (approval "+ev.ApprovalID+")")
 	case ledger.EventApprovalDecided, ledger.EventApprovalExpired:
 		text, notification := outcomeText(mrkdwn, ev), fallback(outcomeText(plain, ev))
 		if ev.ApprovalID != "" {
@@ -210,8 +217,12 @@ func (f format) labels(ev ledger.Event) string {
 }
 
 func requestText(f format, ev ledger.Event) string {
-	return fmt.Sprintf("%s %s for %s (%s)\nApproval %s, effect %s%s",
-		f.bold("Approval requested:"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), f.val(ev.ApprovalID), f.val(ev.EffectID), undoText(f, ev.Compensation))
+	needs := ""
+	if ev.ApproversRequired > 1 {
+		needs = fmt.Sprintf(", needs %d approvers", ev.ApproversRequired)
+	}
+	return fmt.Sprintf("%s %s for %s (%s%s)\nApproval %s, effect %s%s",
+		f.bold("Approval requested:"), f.val(ev.EffectType), money(ev.CostMicros), f.labels(ev), needs, f.val(ev.ApprovalID), f.val(ev.EffectID), undoText(f, ev.Compensation))
 }
 
 // undoText is the line naming the undo an approval's step declared:
@@ -238,11 +249,38 @@ func undoText(f format, c *ledger.Compensation) string {
 	return s
 }
 
+// requestBlocks are an approval request's message: text and its buttons.
+func requestBlocks(text, approvalID string) []slack.Block {
+	return []slack.Block{
+		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
+		slack.NewActionBlock("ratchet:"+approvalID,
+			slack.NewButtonBlockElement(ActionApprove, approvalID, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(ActionReject, approvalID, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger),
+		),
+	}
+}
+
+// progressText is how far an approval needing several people has come:
+// "1 of 2: approved by alice".
+func progressText(f format, ev ledger.Event) string {
+	return fmt.Sprintf("%d of %d: approved by %s", len(ev.ApprovedBy), ev.ApproversRequired, f.whoList(ev.ApprovedBy))
+}
+
+func (f format) whoList(actors []string) string {
+	out := make([]string, len(actors))
+	for i, a := range actors {
+		out[i] = f.who(a)
+	}
+	return strings.Join(out, ", ")
+}
+
 func outcomeText(f format, ev ledger.Event) string {
 	what := "Expired"
 	switch {
 	case ev.Type == ledger.EventApprovalDecided && ev.State == ledger.StateRejected:
 		what = "Rejected by " + f.who(ev.Actor)
+	case ev.Type == ledger.EventApprovalDecided && len(ev.ApprovedBy) > 1:
+		what = "Approved by " + f.whoList(ev.ApprovedBy)
 	case ev.Type == ledger.EventApprovalDecided:
 		what = "Approved by " + f.who(ev.Actor)
 	}

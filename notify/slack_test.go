@@ -324,6 +324,8 @@ func TestAClickIsBoundToItsApprovalsMessage(t *testing.T) {
 	x := askApproval(t, eng, "order-x")
 	y := askApproval(t, eng, "order-y")
 	eventually(t, 2*time.Second, "both posted", func() bool { return len(fs.get()) == 2 })
+	posted(t, eng, x.ApprovalID) // the sink records each message after Slack answered
+	posted(t, eng, y.ApprovalID)
 	tsOf := map[string]string{}
 	for _, c := range fs.get() {
 		tsOf[c.buttons()[notify.ActionApprove]] = c.ts

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // FuzzBeginRequest feeds arbitrary requests through the proxy's parsing
@@ -23,7 +24,7 @@ func FuzzBeginRequest(f *testing.F) {
 	p := &Proxy{opts: Options{DedupeWindow: time.Hour, CurrencyMicros: map[string]int64{"usd": 1_000_000}}}
 	p.opts.Clock = func() time.Time { return time.Unix(1e9, 0) }
 	f.Fuzz(func(t *testing.T, vendor, path, ctype, body string) {
-		v, _ := vendors.Lookup(vendor)
+		v, _ := all.Lookup(vendor)
 		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
 		r.Header.Set("Content-Type", ctype)
 		e, ok := v.Classify(&vendors.Request{Method: r.Method, Path: path, Header: r.Header, Body: []byte(body)})

@@ -54,6 +54,13 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 		return nil, err
 	}
 	for _, s := range cfg.Notify.Sinks {
+		if sink, ok, err := onCallSink(s, cfg.Notify.ConsoleURL); ok {
+			if err != nil {
+				return fail(fmt.Errorf("notify sink %s: %w", s.Name, err))
+			}
+			sinks[s.Name] = sink
+			continue
+		}
 		switch s.Type {
 		case "webhook":
 			secret, err := config.ReadSecret(s.SecretFile, s.SecretEnv)

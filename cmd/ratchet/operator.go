@@ -131,10 +131,10 @@ func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stder
 			return err
 		}
 		return o.print(stdout, list, func(w *tabwriter.Writer) {
-			fmt.Fprintln(w, "APPROVAL\tSTATE\tNAMESPACE\tEFFECT TYPE\tAGENT\tCOST (µUSD)\tREQUESTED\tEFFECT")
+			fmt.Fprintln(w, "APPROVAL\tSTATE\tNAMESPACE\tEFFECT TYPE\tAGENT\tCOST (µUSD)\tREQUESTED\tEFFECT\tAPPROVERS")
 			for _, a := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ApprovalID, a.State, a.Namespace, a.EffectType,
-					dash(a.AgentID), a.EstimatedCostMicros, ts(&a.RequestedAt), a.EffectID)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.ApprovalID, a.State, a.Namespace, a.EffectType,
+					dash(a.AgentID), a.EstimatedCostMicros, ts(&a.RequestedAt), a.EffectID, dash(a.Progress()))
 			}
 		})
 	case "approve", "reject":
@@ -148,6 +148,10 @@ func runApprovals(ctx context.Context, args []string, _ io.Reader, stdout, stder
 			return err
 		}
 		return o.print(stdout, a, func(w *tabwriter.Writer) {
+			if a.State == ledger.ApprovalPending { // approved by some of the several it needs
+				fmt.Fprintf(w, "%s\tpending, %s\n", a.ApprovalID, a.Progress())
+				return
+			}
 			fmt.Fprintf(w, "%s\t%s by %s\n", a.ApprovalID, a.State, a.DecidedBy)
 		})
 	}

@@ -161,7 +161,7 @@ func explainOffline(ctx context.Context, cf *commonFlags, body admin.ExplainBody
 		return nil, err
 	}
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: []byte(rand.Text() + rand.Text()), Policies: cfg.Policies,
-		Defaults: cfg.LedgerDefaults(), Logger: quiet})
+		Defaults: cfg.LedgerDefaults(), Logger: quiet, Vendors: cfg.Registry()})
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -217,6 +217,9 @@ func printExplanation(w io.Writer, ans *admin.ExplainAnswer, live bool) {
 		fmt.Fprintf(tw, "%s\tpolicies[%d] %s%s (%s)%s\n", label, r.Index, r.Match, narrow, r.Mode, deny)
 	}
 	fmt.Fprintf(tw, "threshold\t%s\n", micros(ex.ThresholdMicros))
+	if ex.ApproversRequired > 1 {
+		fmt.Fprintf(tw, "approvers\t%d distinct people must approve at this cost\n", ex.ApproversRequired)
+	}
 	fmt.Fprintf(tw, "requires\t%s\n", dash(strings.Join(ex.RequireDimensions, ", ")))
 	counts := "counted now"
 	if !live {

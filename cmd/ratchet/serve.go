@@ -96,30 +96,35 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	// Until everything has started, a failure closes the ledger here; from
+	// then on the shutdown below closes it, after what writes to it.
+	started := false
+	defer func() {
+		if !started {
+			eng.Close(context.Background())
+		}
+	}()
 	m.Watch(eng)
 	m.WatchOutbox(eng)
 	m.WatchHalts(eng)
 	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	defer flushTraces()
 	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	notifier, err := startNotify(cfg, eng, log, m)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
+	started = true
 
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
@@ -223,7 +228,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 // explain` classifies requests with, as serve does.
 func proxyOptions(cfg *config.Config) proxy.Options {
 	return proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
+		Upstreams: cfg.Proxy.Upstreams, Vendors: cfg.Registry(), Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
 	}

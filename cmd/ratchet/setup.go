@@ -110,7 +110,7 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
 		Defaults: cfg.LedgerDefaults(), Logger: log, Observer: obs,
 		Audit: cfg.Audit.On(), AuditRetention: cfg.Audit.Retention.Value(),
-		Route: routeOf(cfg), BudgetThresholds: cfg.Notify.BudgetThresholds})
+		Route: routeOf(cfg), BudgetThresholds: cfg.Notify.BudgetThresholds, Vendors: cfg.Registry()})
 	if err != nil {
 		store.Close()
 		if errors.Is(err, ledger.ErrSecretMismatch) {

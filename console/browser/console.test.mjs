@@ -25,6 +25,7 @@ const SHOTS = process.env.RATCHET_SCREENSHOT_DIR;
 
 const ADMIN_TOKEN = 'console-admin-token-4f1c';
 const AGENT_TOKEN = 'console-agent-token-9b2e';
+const SECOND_ADMIN_TOKEN = 'console-second-admin-token-7d0a';
 const XSS_KEY = '<img src=x onerror=alert(1)>';
 const sha256 = (s) => createHash('sha256').update(s).digest('hex');
 
@@ -49,8 +50,12 @@ ${open ? '' : `auth:
   agents:
     - {token_sha256: "${sha256(AGENT_TOKEN)}", namespace: shop, agent_id: checkout-bot}
   admins:
-    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: ops-oncall}`}
+    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: ops-oncall}
+    - {token_sha256: "${sha256(SECOND_ADMIN_TOKEN)}", name: finance-lead}`}
 policies:
+  - match: "payment.payout"
+    approval_threshold_micros: 1000000
+    approvers_required: 2
   - match: "payment.*"
     approval_threshold_micros: 100000000
     require_dimensions: [counterparty]
@@ -426,6 +431,30 @@ test('while anything is halted every page shows a banner, and the agent is denie
   assert.equal(lifted.status, 200, JSON.stringify(lifted.body));
   await banner.waitFor({ state: 'hidden', timeout: 4000 });
   assert.equal((await begin(charge('order-halt-1', 5, 'initech', 'run-h1'))).decision, 'execute');
+});
+
+test('a payout needing two approvers shows its progress; one person approving twice counts once', async () => {
+  await open('Approvals');
+  const asked = await begin({ ...charge('payout-1', 2, 'acme-supplies', 'run-q2'), effect_type: 'payment.payout' });
+  assert.equal(asked.decision, 'approval_required');
+  const row = page.locator('table.approvals tbody tr', { hasText: 'run-q2' });
+  await row.locator('.progress', { hasText: '0 of 2' }).waitFor({ timeout: 2000 });
+  assert.equal(await row.getByText('or grant').count(), 0, 'a grant is not offered for what needs two people');
+  for (let i = 0; i < 2; i++) {
+    await row.locator('button[data-action=approve]').click();
+    await page.locator('#flash', { hasText: `Counted for ${asked.approval_id}: 1 of 2: approved by admin:ops-oncall` }).waitFor({ timeout: 3000 });
+    await row.locator('.progress', { hasText: '1 of 2: approved by admin:ops-oncall' }).waitFor({ timeout: 3000 });
+  }
+  assert.equal((await begin({ ...charge('payout-1', 2, 'acme-supplies', 'run-q2'), effect_type: 'payment.payout' })).decision, 'approval_required');
+  await page.goto(`${serve.admin}/approvals/${asked.approval_id}`);
+  await page.locator('dl.facts dd .progress', { hasText: '1 of 2: approved by admin:ops-oncall' }).waitFor({ timeout: 3000 });
+  const second = await fetch(`${serve.admin}/v1/approvals/${asked.approval_id}/approve`, {
+    method: 'POST', headers: { Authorization: `Bearer ${SECOND_ADMIN_TOKEN}`, 'Content-Type': 'application/json' }, body: '{}',
+  });
+  assert.equal(second.status, 200);
+  await page.locator('dl.facts .badge', { hasText: 'approved' }).waitFor({ timeout: 3000 });
+  await page.locator('dl.facts dd .progress', { hasText: '2 of 2: approved by admin:ops-oncall, admin:finance-lead' }).waitFor();
+  assert.equal((await begin({ ...charge('payout-1', 2, 'acme-supplies', 'run-q2'), effect_type: 'payment.payout' })).decision, 'execute');
 });
 
 test('without admin tokens the page takes its session with a POST; a GET makes none', async () => {

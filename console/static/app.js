@@ -145,8 +145,8 @@ function decideForm(actions) {
   const perform = async (a) => {
     setDisabled(true);
     try {
-      await api(a.path, { method: 'POST', body: { ...a.body, note: note.value } });
-      flash(a.done);
+      const out = await api(a.path, { method: 'POST', body: { ...a.body, note: note.value } });
+      flash(typeof a.done === 'function' ? a.done(out) : a.done);
       await refresh();
     } catch (err) {
       flash(`${a.label} failed: ${err.message}`, true);
@@ -171,10 +171,19 @@ function decideForm(actions) {
   return row;
 }
 
+// How far an approval needing several people has come ("1 of 2:
+// approved by admin:alice"); '' when one person decides it.
+function progress(a) {
+  if (!(a?.approvers_required > 1)) return '';
+  const by = (a.approved_by || []).map((p) => p.by);
+  return `${by.length} of ${a.approvers_required}` + (by.length ? `: approved by ${by.join(', ')}` : '');
+}
+
 function approvalActions(a) {
   return decideForm([
     { name: 'approve', label: 'Approve', class: 'ok', path: `/console/api/v1/approvals/${enc(a.approval_id)}/approve`,
-      done: `Approved ${a.approval_id}: the agent's next begin executes.` },
+      done: (out) => (out?.state === 'pending' ? `Counted for ${a.approval_id}: ${progress(out)}; it needs more approvers.`
+        : `Approved ${a.approval_id}: the agent's next begin executes.`) },
     { name: 'reject', label: 'Reject', class: 'no', path: `/console/api/v1/approvals/${enc(a.approval_id)}/reject`,
       done: `Rejected ${a.approval_id}: the agent's next begin is denied.` },
   ]);
@@ -260,7 +269,8 @@ views.approvals = () => {
         h('td', null, when(a.requested_at)),
         h('td', null, when(a.expires_at)),
         h('td', null, a.namespace),
-        h('td', null, approvalActions(a), S.session?.can_decide ? h('div', { class: 'small' }, grantLink(a)) : null)));
+        h('td', null, progress(a) ? h('div', { class: 'small progress' }, progress(a)) : null,
+          approvalActions(a), S.session?.can_decide && !progress(a) ? h('div', { class: 'small' }, grantLink(a)) : null)));
     },
   };
 };
@@ -302,12 +312,13 @@ views.approval = (id) => {
           ['Undo declared', undoDeclared(a.compensation)],
           ['Requested', when(a.requested_at)],
           ['Expires', when(a.expires_at)],
+          progress(a) && ['Approvers', h('span', { class: 'progress' }, progress(a))],
           a.decided_by && ['Decided by', a.decided_by],
           a.decided_at && ['Decided', when(a.decided_at)],
           a.note && ['Note', a.note],
           a.used_at && ['Used by an execute', when(a.used_at)],
         ]),
-        ...(a.state === 'pending' ? [h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a), h('p', { class: 'small' }, grantLink(a)))] : []));
+        ...(a.state === 'pending' ? [h('div', { class: 'panel' }, h('h2', null, 'Decide'), approvalActions(a), progress(a) ? null : h('p', { class: 'small' }, grantLink(a)))] : []));
     },
   };
 };

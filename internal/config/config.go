@@ -35,6 +35,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Config is the whole file.
@@ -61,6 +62,13 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	// Console configures the operator console.
 	Console Console `yaml:"console"`
+	// Vendors declares vendors the code does not know (docs/proxy.md,
+	// "Declared vendors"; vendors/declared.go).
+	Vendors []vendors.Definition `yaml:"vendors"`
+
+	// registry is the built-in vendors and the declared ones, set by
+	// problems when every definition compiles.
+	registry *vendors.Registry
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
@@ -257,13 +265,14 @@ func (c *Config) fill() {
 	if c.Proxy.Upstreams == nil {
 		c.Proxy.Upstreams = map[string]string{}
 	}
-	for v, u := range map[string]string{
-		"stripe": "https://api.stripe.com",
-		"square": "https://connect.squareup.com",
-		"adyen":  "https://checkout-test.adyen.com",
-	} {
-		if c.Proxy.Upstreams[v] == "" {
-			c.Proxy.Upstreams[v] = u
+	for _, v := range all.List() { // each vendor's default (vendors.Upstreamer)
+		if u, ok := v.(vendors.Upstreamer); ok && c.Proxy.Upstreams[v.Name()] == "" {
+			c.Proxy.Upstreams[v.Name()] = u.Upstream()
+		}
+	}
+	for _, d := range c.Vendors {
+		if d.Name != "" && d.Upstream != "" && c.Proxy.Upstreams[d.Name] == "" {
+			c.Proxy.Upstreams[d.Name] = d.Upstream
 		}
 	}
 	if c.Proxy.CurrencyMicros == nil {
@@ -667,15 +676,19 @@ func (c *Config) problems() []Problem {
 	if c.Audit.Retention.Value() > 0 && c.Audit.Retention.Value() < c.Defaults.Retention.Value() {
 		add("audit.retention", "%s is shorter than defaults.retention (%s): the audit log must outlive the effects it records", c.Audit.Retention, c.Defaults.Retention)
 	}
+	reg := c.vendorProblems(add)
 	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
 	for _, v := range sortedKeys(c.Proxy.DedupeWindows) {
-		if _, known := vendors.Lookup(v); !known || v != strings.ToLower(v) {
-			add("proxy.dedupe_windows."+v, "%q is not a vendor the proxy knows (stripe, square, adyen, paypal, checkout)", v)
+		if _, known := reg.Lookup(v); !known || v != strings.ToLower(v) {
+			add("proxy.dedupe_windows."+v, "%q is not a vendor the proxy knows (%s)", v, vendorNames(reg))
 		}
 		checkDur("proxy.dedupe_windows."+v, c.Proxy.DedupeWindows[v])
 	}
 	checkDur("proxy.upstream_timeout", c.Proxy.UpstreamTimeout)
 	for _, v := range sortedKeys(c.Proxy.Upstreams) {
+		if _, known := reg.Lookup(v); !known && reg != nil {
+			add("proxy.upstreams."+v, "%q is not a vendor the proxy knows (%s); declare it under vendors:", v, vendorNames(reg))
+		}
 		if u, err := url.Parse(c.Proxy.Upstreams[v]); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("proxy.upstreams."+v, "%q is not an http(s) URL", c.Proxy.Upstreams[v])
 		}
@@ -687,6 +700,8 @@ func (c *Config) problems() []Problem {
 		for i, h := range c.Proxy.InterceptHosts[v] {
 			if !vendors.IsHostName(h) {
 				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
+			} else if o, ok := reg.ForHost(h); ok && o.Name() != v {
+				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is %s's host already", h, o.Name())
 			}
 		}
 	}
@@ -761,6 +776,63 @@ func (c *Config) problems() []Problem {
 		add("ledger.backend", "%q must be badger or postgres", c.Ledger.Backend)
 	}
 	return probs
+}
+
+// vendorProblems compiles the declared vendors (vendors.Compile) and,
+// when all compile, sets and returns the registry of the built-in and
+// declared vendors; otherwise it returns nil, which is the built-in ones.
+func (c *Config) vendorProblems(add func(path, format string, args ...any)) *vendors.Registry {
+	c.registry = nil
+	list := all.List()
+	names, hosts := map[string]int{}, map[string]string{}
+	bad := false
+	for i, d := range c.Vendors {
+		p := fmt.Sprintf("vendors[%d]", i)
+		v, errs := vendors.Compile(d, all.Registry())
+		for _, fe := range errs {
+			add(p+"."+fe.Path, "%s", fe.Message)
+		}
+		if j, dup := names[d.Name]; dup && d.Name != "" {
+			add(p+".name", "%q is vendors[%d]'s name already", d.Name, j)
+			bad = true
+		}
+		names[d.Name] = i
+		for k, h := range d.Hosts {
+			if o, dup := hosts[h]; dup && o != d.Name {
+				add(fmt.Sprintf("%s.hosts[%d]", p, k), "%q is %s's host already", h, o)
+				bad = true
+			}
+			hosts[h] = d.Name
+		}
+		if errs != nil {
+			bad = true
+			continue
+		}
+		list = append(list, v)
+	}
+	if bad {
+		return nil
+	}
+	reg, err := vendors.NewRegistry(list...)
+	if err != nil { // the checks above leave nothing for it to find
+		add("vendors", "%s", err)
+		return nil
+	}
+	c.registry = reg
+	return reg
+}
+
+// Registry is the built-in vendors and the ones the file declares; call
+// after a successful Parse or Validate.
+func (c *Config) Registry() *vendors.Registry { return c.registry }
+
+// vendorNames lists the vendors a registry knows, for messages.
+func vendorNames(reg *vendors.Registry) string {
+	var n []string
+	for _, v := range reg.All() {
+		n = append(n, v.Name())
+	}
+	return strings.Join(n, ", ")
 }
 
 // proxyAgentProblems checks proxy.agent_id: an id the engine accepts, and

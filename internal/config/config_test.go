@@ -94,22 +94,24 @@ func TestMoreValidation(t *testing.T) {
 		line int
 		frag string
 	}{
-		"duplicate ceiling":      {"policies:\n  - match: a.*\n    ceilings: [{name: x, limit_count: 1, window: 1h, per: global}]\n  - match: b.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1h, per: global}\n", 6, "already used"},
-		"both limits":            {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, limit_micros: 1, window: 1h, per: global}\n", 4, "use one"},
-		"bad retention":          {"defaults:\n  retention: forever\n", 2, "not a positive duration"},
-		"negative window":        {"proxy:\n  dedupe_window: -1h\n", 2, "\"-1h\" is not a positive duration"},
-		"duration as a list":     {"defaults:\n  approval_ttl: [24h]\n", 2, "\"(!!seq)\" is not a positive duration"},
-		"zero timeout":           {"proxy:\n  upstream_timeout: 0s\n", 2, "not a positive duration"},
-		"audit shorter":          {"defaults:\n  retention: 720h\naudit:\n  retention: 24h\n", 4, "must outlive the effects"},
-		"token not hashed":       {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
-		"bad backend":            {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
-		"postgres no dsn":        {"ledger:\n  backend: postgres\n", 1, "exactly one of dsn_env"},
-		"wrong type":             {"defaults:\n  lease_seconds: soon\n", 2, "cannot unmarshal"},
-		"syntax":                 {"policies: [\n", 1, "did not find"}, // yaml.v3 gives no line here
-		"bad currency":           {"proxy:\n  currency_micros: {usd: 0}\n", 2, "must be > 0"},
-		"window too short":       {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1ms, per: global}\n", 4, "between 1s"},
-		"intercept, no upstream": {"proxy:\n  intercept_hosts:\n    paypal: [api.example.com]\n", 3, "no proxy.upstreams.paypal"},
-		"intercept wildcard":     {"proxy:\n  intercept_hosts:\n    adyen: ['*.adyenpayments.com']\n", 3, "not a lowercase host name"},
+		"duplicate ceiling":       {"policies:\n  - match: a.*\n    ceilings: [{name: x, limit_count: 1, window: 1h, per: global}]\n  - match: b.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1h, per: global}\n", 6, "already used"},
+		"both limits":             {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, limit_micros: 1, window: 1h, per: global}\n", 4, "use one"},
+		"bad retention":           {"defaults:\n  retention: forever\n", 2, "not a positive duration"},
+		"negative window":         {"proxy:\n  dedupe_window: -1h\n", 2, "\"-1h\" is not a positive duration"},
+		"duration as a list":      {"defaults:\n  approval_ttl: [24h]\n", 2, "\"(!!seq)\" is not a positive duration"},
+		"zero timeout":            {"proxy:\n  upstream_timeout: 0s\n", 2, "not a positive duration"},
+		"audit shorter":           {"defaults:\n  retention: 720h\naudit:\n  retention: 24h\n", 4, "must outlive the effects"},
+		"token not hashed":        {"auth:\n  agents:\n    - {token_sha256: secret-token, namespace: a}\n", 3, "64 lowercase hex"},
+		"bad backend":             {"ledger:\n  backend: mysql\n", 2, "badger or postgres"},
+		"postgres no dsn":         {"ledger:\n  backend: postgres\n", 1, "exactly one of dsn_env"},
+		"wrong type":              {"defaults:\n  lease_seconds: soon\n", 2, "cannot unmarshal"},
+		"syntax":                  {"policies: [\n", 1, "did not find"}, // yaml.v3 gives no line here
+		"bad currency":            {"proxy:\n  currency_micros: {usd: 0}\n", 2, "must be > 0"},
+		"window too short":        {"policies:\n  - match: a.*\n    ceilings:\n      - {name: x, limit_count: 1, window: 1ms, per: global}\n", 4, "between 1s"},
+		"intercept, no upstream":  {"proxy:\n  intercept_hosts:\n    paypal: [api.example.com]\n", 3, "no proxy.upstreams.paypal"},
+		"intercept wildcard":      {"proxy:\n  intercept_hosts:\n    adyen: ['*.adyenpayments.com']\n", 3, "not a lowercase host name"},
+		"approvers, no threshold": {"policies:\n  - match: a.*\n    approvers_required: 2\n", 3, "needs approval_threshold_micros"},
+		"approvers from below":    {"policies:\n  - match: a.*\n    approval_threshold_micros: 10\n    approvers_required: 2\n    approvers_threshold_micros: 5\n", 5, "at or above approval_threshold_micros"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -3,12 +3,15 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/mail"
 	"net/url"
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/notify"
 )
@@ -28,13 +31,18 @@ type Notify struct {
 	// BudgetThresholds are the fractions of a ceiling whose crossing is a
 	// budget.threshold event, e.g. [0.5, 0.8, 1.0]; none: no alerts.
 	BudgetThresholds []float64 `yaml:"budget_thresholds"`
+	// ConsoleURL is the console's address as the people notified reach it
+	// (e.g. https://ratchet.example.com through an ingress): Teams cards'
+	// buttons and mails link an approval's page under it, PagerDuty alerts
+	// an effect's. Required with a teams or email sink.
+	ConsoleURL string `yaml:"console_url"`
 }
 
 // NotifySink is one destination.
 type NotifySink struct {
 	// Name is how routes name it. Required.
 	Name string `yaml:"name"`
-	// Type is webhook or slack.
+	// Type is webhook, slack, pagerduty, teams or email.
 	Type string `yaml:"type"`
 	// URL (webhook) receives the events.
 	URL string `yaml:"url"`
@@ -61,7 +69,72 @@ type NotifySink struct {
 	Listen string `yaml:"listen"`
 	// APIURL (slack) is the Web API's base URL; empty means Slack's own.
 	APIURL string `yaml:"api_url"`
+
+	// RoutingKeyFile or RoutingKeyEnv (pagerduty) holds the integration
+	// key of an Events API v2 integration; URL (pagerduty, optional) is
+	// the Events API endpoint (e.g. the EU region's), Source its
+	// payload.source (default ratchet).
+	RoutingKeyFile string `yaml:"routing_key_file"`
+	RoutingKeyEnv  string `yaml:"routing_key_env"`
+	Source         string `yaml:"source"`
+	// URLFile or URLEnv (teams) holds the Workflows webhook's URL, a
+	// secret: its sig parameter lets anyone post to the channel.
+	URLFile string `yaml:"url_file"`
+	URLEnv  string `yaml:"url_env"`
+	// Address (email) is the SMTP server's host:port (submission, 587);
+	// From the sender, To the recipients.
+	Address string   `yaml:"address"`
+	From    string   `yaml:"from"`
+	To      []string `yaml:"to"`
+	// Username (email, optional) authenticates with the password from
+	// PasswordFile or PasswordEnv.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// StartTLS (email) is on unless set false, which only a relay on a
+	// loopback address may be: nothing else is spoken to in the clear.
+	StartTLS *bool `yaml:"starttls"`
+	// CAFile (email, optional) holds PEM certificates to verify the
+	// server with instead of the system's roots (a private relay).
+	CAFile string `yaml:"ca_file"`
 }
+
+// sinkKeys are the keys each sink type takes beyond name and type; a key
+// of another type's is refused, so that a misplaced secret or address is
+// said, not ignored.
+var sinkKeys = map[string][]string{
+	"webhook":   {"url", "secret_file", "secret_env"},
+	"slack":     {"channel", "token_file", "token_env", "signing_secret_file", "signing_secret_env", "deciders", "decider_groups", "listen", "api_url"},
+	"pagerduty": {"routing_key_file", "routing_key_env", "url", "source"},
+	"teams":     {"url_file", "url_env"},
+	"email":     {"address", "from", "to", "username", "password_file", "password_env", "starttls", "ca_file"},
+}
+
+// setKeys are the keys s sets, beyond name and type.
+func (s *NotifySink) setKeys() []string {
+	var out []string
+	for _, f := range []struct {
+		k   string
+		set bool
+	}{
+		{"url", s.URL != ""}, {"secret_file", s.SecretFile != ""}, {"secret_env", s.SecretEnv != ""},
+		{"channel", s.Channel != ""}, {"token_file", s.TokenFile != ""}, {"token_env", s.TokenEnv != ""},
+		{"signing_secret_file", s.SigningSecretFile != ""}, {"signing_secret_env", s.SigningSecretEnv != ""},
+		{"deciders", len(s.Deciders) > 0}, {"decider_groups", len(s.DeciderGroups) > 0}, {"listen", s.Listen != ""}, {"api_url", s.APIURL != ""},
+		{"routing_key_file", s.RoutingKeyFile != ""}, {"routing_key_env", s.RoutingKeyEnv != ""}, {"source", s.Source != ""},
+		{"url_file", s.URLFile != ""}, {"url_env", s.URLEnv != ""},
+		{"address", s.Address != ""}, {"from", s.From != ""}, {"to", len(s.To) > 0}, {"username", s.Username != ""},
+		{"password_file", s.PasswordFile != ""}, {"password_env", s.PasswordEnv != ""}, {"starttls", s.StartTLS != nil}, {"ca_file", s.CAFile != ""},
+	} {
+		if f.set {
+			out = append(out, f.k)
+		}
+	}
+	return out
+}
+
+// StartTLSOn reports whether an email sink upgrades with STARTTLS.
+func (s *NotifySink) StartTLSOn() bool { return s.StartTLS == nil || *s.StartTLS }
 
 // NotifyRoute sends the events it matches to its sinks (see notify.Route).
 type NotifyRoute struct {
@@ -111,6 +184,7 @@ func (n *Notify) problems() []Problem {
 		}
 	}
 	names := map[string]string{}
+	var needConsole []string // the sinks whose links need notify.console_url
 	oneSecret := func(p, what, file, env string) { secretSource(add, p, what, file, env) }
 	for i, s := range n.Sinks {
 		p := fmt.Sprintf("notify.sinks[%d]", i)
@@ -122,7 +196,50 @@ func (n *Notify) problems() []Problem {
 		default:
 			names[s.Name] = p
 		}
+		if keys, ok := sinkKeys[s.Type]; ok && s.Type != "webhook" && s.Type != "slack" {
+			for _, k := range s.setKeys() {
+				if !slices.Contains(keys, k) && (k != "url" || s.Type != "teams") { // teams: said below
+					add(p+"."+k, "is not a key of %s sinks (they take %s)", s.Type, strings.Join(keys, ", "))
+				}
+			}
+		}
 		switch s.Type {
+		case "pagerduty":
+			oneSecret(p, "routing_key", s.RoutingKeyFile, s.RoutingKeyEnv)
+			if s.URL != "" {
+				if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					add(p+".url", "%q is not an http(s) URL (the Events API v2 endpoint; leave it out for PagerDuty's own)", s.URL)
+				}
+			}
+		case "teams":
+			oneSecret(p, "url", s.URLFile, s.URLEnv)
+			if s.URL != "" {
+				add(p+".url", "the Workflows webhook's URL carries its signature, a secret: put it in the file url_file names or the variable url_env names")
+			}
+			needConsole = append(needConsole, p)
+		case "email":
+			if host, port, err := net.SplitHostPort(s.Address); err != nil || host == "" || port == "" {
+				add(p+".address", "%q is not the SMTP server's host:port (e.g. smtp.example.com:587)", s.Address)
+			} else if !s.StartTLSOn() && !loopback.Is(s.Address) {
+				add(p+".starttls", "may be false only for a relay on a loopback address (127.0.0.1, ::1, localhost), not %s: mail and credentials are never sent over the network in the clear", host)
+			}
+			if !mailAddress(s.From) {
+				add(p+".from", "%q is not an email address (e.g. ratchet@example.com)", s.From)
+			}
+			if len(s.To) == 0 {
+				add(p+".to", "is required: the recipients' addresses")
+			}
+			for j, to := range s.To {
+				if !mailAddress(to) {
+					add(fmt.Sprintf("%s.to[%d]", p, j), "%q is not an email address", to)
+				}
+			}
+			if s.Username != "" {
+				oneSecret(p, "password", s.PasswordFile, s.PasswordEnv)
+			} else if s.PasswordFile != "" || s.PasswordEnv != "" {
+				add(p+".username", "is required with password_file or password_env")
+			}
+			needConsole = append(needConsole, p)
 		case "webhook":
 			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				add(p+".url", "%q is not an http(s) URL", s.URL)
@@ -163,8 +280,15 @@ func (n *Notify) problems() []Problem {
 				add(p+".url", "is for webhook sinks")
 			}
 		default:
-			add(p+".type", "%q must be webhook or slack", s.Type)
+			add(p+".type", "%q must be webhook, slack, pagerduty, teams or email", s.Type)
 		}
+	}
+	if n.ConsoleURL != "" {
+		if u, err := url.Parse(n.ConsoleURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			add("notify.console_url", "%q is not the console's http(s) address (e.g. https://ratchet.example.com), without query or fragment", n.ConsoleURL)
+		}
+	} else if len(needConsole) > 0 {
+		add("notify.console_url", "is required with %s (a teams or email sink): the console's address as people reach it, where their links open approvals (e.g. https://ratchet.example.com)", needConsole[0])
 	}
 	for i, r := range n.Routes {
 		p := fmt.Sprintf("notify.routes[%d]", i)
@@ -196,6 +320,13 @@ func (n *Notify) problems() []Problem {
 		add("notify.routes", "is empty, so no event reaches the sinks; add a route (e.g. {sinks: [%s]} for every event)", n.Sinks[0].Name)
 	}
 	return probs
+}
+
+// mailAddress reports whether s is one bare email address (no display
+// name, no control characters: it goes into headers and SMTP commands).
+func mailAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name == "" && a.Address == s && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r == 0x7f })
 }
 
 func notifyTypeList() string { return strings.Join(sortedKeys(ledger.NotifyTypes), ", ") }

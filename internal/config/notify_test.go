@@ -2,7 +2,10 @@ package config
 
 import (
 	"os"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
@@ -40,7 +43,7 @@ func TestNotifyProblemsNameTheLine(t *testing.T) {
 		{9, "notify.sinks[1]", "needs signing_secret_file or signing_secret_env"},
 		{9, "notify.sinks[1].listen", "is required with deciders"},
 		{14, "notify.sinks[2].name", "already the name of notify.sinks[0]"},
-		{15, "notify.sinks[2].type", "must be webhook or slack"},
+		{15, "notify.sinks[2].type", "must be webhook, slack, pagerduty, teams or email"},
 		{17, "notify.routes[0].sinks[1]", "not the name of a sink"},
 		{18, "notify.routes[0].events[0]", "not a notification event"},
 	}
@@ -62,5 +65,79 @@ func TestReadSecretFromAFileOrTheEnvironment(t *testing.T) {
 	}
 	if !ledger.NotifyTypes[ledger.EventBudgetThreshold] {
 		t.Fatal("budget.threshold is not a notification type")
+	}
+}
+
+func TestOnCallSinksLoad(t *testing.T) {
+	cfg, err := Load("testdata/notify_oncall.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Notify
+	if n.ConsoleURL != "https://ratchet.example.com" {
+		t.Errorf("console_url %q", n.ConsoleURL)
+	}
+	got := []string{}
+	for _, s := range n.Sinks {
+		got = append(got, s.Name+":"+s.Type)
+	}
+	if diff := cmp.Diff([]string{"pager:pagerduty", "teams:teams", "mail:email", "relay:email"}, got); diff != "" {
+		t.Errorf("sinks (-want +got):\n%s", diff)
+	}
+	if !n.Sinks[2].StartTLSOn() {
+		t.Errorf("an email sink without starttls does not upgrade")
+	}
+	if n.Sinks[3].StartTLSOn() {
+		t.Errorf("starttls: false on a loopback relay is on")
+	}
+}
+
+func TestOnCallSinkProblemsNameTheLine(t *testing.T) {
+	probs := problems(t, "testdata/notify_oncall_broken.yaml")
+	want := []wantProblem{
+		{6, "notify.sinks[0].channel", "not a key of pagerduty sinks"},
+		{3, "notify.sinks[0]", "needs routing_key_file or routing_key_env"},
+		{5, "notify.sinks[0].url", "not an http(s) URL"},
+		{7, "notify.sinks[1]", "needs url_file or url_env"},
+		{9, "notify.sinks[1].url", "carries its signature"},
+		{12, "notify.sinks[2].address", "not the SMTP server's host:port"},
+		{13, "notify.sinks[2].from", "not an email address"},
+		{14, "notify.sinks[2].to[1]", "not an email address"},
+		{10, "notify.sinks[2].username", "is required with password_file"},
+		{19, "notify.sinks[3].starttls", "only for a relay on a loopback address"},
+		{1, "notify.console_url", "is required with notify.sinks[1]"},
+	}
+	wantProblems(t, probs, want)
+}
+
+// TestTheExamplesNotifyBlockIsValid: the commented notify block of the
+// example config, every sink type in it, loads as it is once uncommented.
+func TestTheExamplesNotifyBlockIsValid(t *testing.T) {
+	b, err := os.ReadFile("../../configs/ratchet.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "# notify:")
+	end := strings.Index(s[start:], "\n\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no notify block in the example")
+	}
+	var out []string
+	for _, l := range strings.Split(s[start:start+end], "\n") {
+		if rest, ok := strings.CutPrefix(l, "# "); ok {
+			out = append(out, rest)
+		}
+	}
+	cfg, err := Parse(strings.NewReader(strings.Join(out, "\n")), "example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, s := range cfg.Notify.Sinks {
+		types = append(types, s.Type)
+	}
+	if diff := cmp.Diff([]string{"webhook", "slack", "pagerduty", "teams", "email"}, types); diff != "" {
+		t.Errorf("the example's sinks (-want +got):\n%s", diff)
 	}
 }
