@@ -19,7 +19,9 @@ import (
 // strings other than printable ASCII without HTML characters, quotes and
 // backslashes, and the rare nested values (a threshold's budget, an
 // approval's compensation). TestAuditEncodingIsMarshals and
-// FuzzAuditEncodingIsMarshals hold the appenders to json.Marshal.
+// FuzzAuditEncodingIsMarshals hold the appenders to json.Marshal, and
+// TestAuditEncodingCoversEveryEventField fails when Event gains a field
+// appendEvent does not write: add it there, in the struct's order.
 
 // appendAuditRecord appends r's JSON and returns it with the offset of its
 // hash's value (just after `"hash":"`), where a hash written later goes.
@@ -105,14 +107,7 @@ func appendEvent(b []byte, ev *Event) ([]byte, error) {
 	}
 	b = appendField(b, "rule", ev.Rule)
 	if len(ev.NotApplied) > 0 {
-		b = append(b, `,"ceilings_not_applied":[`...)
-		for i, s := range ev.NotApplied {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, s)
-		}
-		b = append(b, ']')
+		b = appendStrings(b, "ceilings_not_applied", ev.NotApplied)
 	}
 	b = appendField(b, "halt_id", ev.HaltID)
 	b = appendField(b, "note", ev.Note)
@@ -120,6 +115,13 @@ func appendEvent(b []byte, ev *Event) ([]byte, error) {
 		if b, err = appendMarshalled(b, "compensation", ev.Compensation); err != nil {
 			return nil, err
 		}
+	}
+	if ev.ApproversRequired != 0 {
+		b = append(b, `,"approvers_required":`...)
+		b = strconv.AppendInt(b, int64(ev.ApproversRequired), 10)
+	}
+	if len(ev.ApprovedBy) > 0 {
+		b = appendStrings(b, "approved_by", ev.ApprovedBy)
 	}
 	return append(b, '}'), nil
 }
@@ -133,6 +135,20 @@ func appendField(b []byte, name, s string) []byte {
 	b = append(b, name...)
 	b = append(b, `":`...)
 	return appendJSONString(b, s)
+}
+
+// appendStrings appends a field whose value is a list of strings.
+func appendStrings(b []byte, name string, ss []string) []byte {
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":[`...)
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
 }
 
 // appendMarshalled appends a field whose value json.Marshal encodes.

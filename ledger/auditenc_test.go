@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ func fullEvent(s string, at time.Time, n int64) Event {
 	return Event{ID: "evt_" + s, Type: s, At: at, Namespace: s, EffectID: s, EffectType: s, Vendor: s, Operation: s,
 		Attempt: int(n), AgentID: s, RunID: s, GroupKey: s, ApprovalID: s, Decision: Decision(s), State: State(s), Reason: s,
 		CostMicros: &n, Actor: s, Count: int(n), GrantID: s, Rule: s, HaltID: s, Note: s,
-		Budget:       &BudgetThreshold{Ceiling: s, Per: s, Scope: s, Window: s, Unit: s, Limit: n, Counted: n, Threshold: 0.8},
-		Dimensions:   map[string]string{s: s, "b": "x" + s, "a": s + "y"},
-		NotApplied:   []string{s, "per-" + s},
-		Compensation: &Compensation{EffectType: s, Vendor: s, EstimatedCostMicros: &n, Description: s},
+		Budget:            &BudgetThreshold{Ceiling: s, Per: s, Scope: s, Window: s, Unit: s, Limit: n, Counted: n, Threshold: 0.8},
+		Dimensions:        map[string]string{s: s, "b": "x" + s, "a": s + "y"},
+		NotApplied:        []string{s, "per-" + s},
+		Compensation:      &Compensation{EffectType: s, Vendor: s, EstimatedCostMicros: &n, Description: s},
+		ApproversRequired: int(n), ApprovedBy: []string{s, "admin:" + s},
 	}
 }
 
@@ -123,3 +125,39 @@ func (m *memTxn) Scan(prefix, start []byte, fn func(key, val []byte) (bool, erro
 
 func (m *memTxn) Set(k, v []byte) error { m.vals[string(k)] = v; return nil }
 func (m *memTxn) Delete(k []byte) error { delete(m.vals, string(k)); return nil }
+
+// Every field of Event is written as json.Marshal writes it: a field added
+// to Event and not to appendEvent fails here. Each field is set by
+// reflection to a value that is not its zero.
+func TestAuditEncodingCoversEveryEventField(t *testing.T) {
+	var ev Event
+	v := reflect.ValueOf(&ev).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x" + v.Type().Field(i).Name)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Slice:
+			f.Set(reflect.Append(reflect.MakeSlice(f.Type(), 0, 1), reflect.Zero(f.Type().Elem())))
+			if f.Index(0).Kind() == reflect.String {
+				f.Index(0).SetString("y")
+			}
+		case reflect.Map:
+			f.Set(reflect.MakeMap(f.Type()))
+			f.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf("v").Convert(f.Type().Elem()))
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Struct:
+			if f.Type() == reflect.TypeFor[time.Time]() {
+				f.Set(reflect.ValueOf(time.Date(2026, 12, 2, 1, 0, 0, 5, time.UTC)))
+				continue
+			}
+			t.Fatalf("Event.%s: a struct field this test cannot fill; teach it and appendEvent", v.Type().Field(i).Name)
+		default:
+			t.Fatalf("Event.%s: a %s field this test cannot fill; teach it and appendEvent", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	checkAuditEncoding(t, ev)
+}
