@@ -306,12 +306,15 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 		if !Mutating(rt.method) {
 			add(p+".method", "%q must be POST, PUT, PATCH or DELETE (reads are never effects)", r.Method)
 		}
+		badPath := false
 		if !strings.HasPrefix(r.Path, "/") {
 			add(p+".path", "%q must start with /", r.Path)
+			badPath = true
 		} else {
 			for _, s := range strings.Split(strings.TrimPrefix(r.Path, "/"), "/") {
 				if !segmentRe.MatchString(s) {
 					add(p+".path", "%q: the segment %q is not a literal path segment or {name}", r.Path, s)
+					badPath = true
 					break
 				}
 				if strings.HasPrefix(s, "{") {
@@ -320,11 +323,13 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 				rt.parts = append(rt.parts, s)
 			}
 		}
-		sig := rt.method + " " + strings.Join(rt.parts, "/")
-		if j, dup := seen[sig]; dup {
-			add(p+".path", "%s %s is routes[%d]'s already", rt.method, r.Path, j)
+		// A bad path (cut short at its bad segment) is no route to compare.
+		if sig := rt.method + " " + strings.Join(rt.parts, "/"); !badPath {
+			if j, dup := seen[sig]; dup {
+				add(p+".path", "%s %s is routes[%d]'s already", rt.method, r.Path, j)
+			}
+			seen[sig] = i
 		}
-		seen[sig] = i
 		if r.EffectType == "" {
 			add(p+".effect_type", "is required (payment.charge, email.send, ...)")
 		} else if len(r.EffectType) > 128 || !effectNameRe.MatchString(r.EffectType) {
@@ -534,6 +539,9 @@ func (v *Declared) Classify(r *Request) (Effect, bool) {
 	e.EffectType, e.FollowUp = rt.EffectType, rt.FollowUp
 	if rt.Amount != nil {
 		e.Money = declaredMoney(body, rt.Amount, rt.Currency)
+		if e.Refuse == "" {
+			e.Refuse = amountProblem(body, rt.Amount, rt.Currency)
+		}
 	}
 	if rt.CostMicros != nil {
 		c := *rt.CostMicros
@@ -610,6 +618,43 @@ func declaredMoney(body any, a *AmountField, c *Field) *Money {
 	}
 	return &m
 }
+
+// amountProblem says why a route's amount is refused: it is there but not
+// in a form Ratchet reads (25000.0 or 2.5e4 minor units, " 10.00" or "1e1"
+// major ones, a currency that is not a code, or none). The vendor may read
+// it all the same (many parsers take 25000.0 for 25000), and the money
+// would then pass every ceiling uncounted. A call that names no amount
+// (the field absent or null) and a negative minor amount (a debit, as
+// Increase's ACH transfers take) are not refused: they declare no cost, as
+// before. The message names the field, never its value.
+func amountProblem(body any, a *AmountField, c *Field) string {
+	if Get(body, strings.Split(a.Field, ".")...) == nil {
+		return ""
+	}
+	amt := fieldString(body, a.Field)
+	if amt == "" {
+		return "the " + a.Field + " field is not an amount; send a number or a decimal string"
+	}
+	cur := c.Value
+	if c.Field != "" {
+		cur = fieldString(body, c.Field)
+	}
+	if !currencyCodeRe.MatchString(cur) {
+		return "the amount in " + a.Field + " comes without a three-letter currency code"
+	}
+	if a.Unit == "minor" {
+		if _, err := strconv.ParseInt(amt, 10, 64); err != nil {
+			return "the " + a.Field + " field is not a whole number of minor units (e.g. 1000)"
+		}
+		return ""
+	}
+	if _, err := ParseDecimal(amt, cur); err != nil {
+		return "the " + a.Field + " field is not a plain decimal in major units with the currency's digits (e.g. 10.00)"
+	}
+	return ""
+}
+
+var currencyCodeRe = regexp.MustCompile(`^[A-Za-z]{3}$`)
 
 // Outcome implements Vendor with the definition's status lists.
 func (v *Declared) Outcome(r *Response) Outcome {
