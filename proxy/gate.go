@@ -22,7 +22,7 @@ import (
 )
 
 // maxResponseBytes bounds an upstream answer read for classification.
-const maxResponseBytes = 16 << 20
+const maxResponseBytes = outbound.MaxAnswerBytes
 
 // ratchetHeaders are Ratchet's own request headers, never sent upstream.
 var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
