@@ -32,7 +32,7 @@ import (
 // AUTHORISATION item carries the merchantReference of the payment (the
 // caller's reference, required on /payments), and the request's metadata
 // in additionalData as "metadata.<key>". The proxy writes the vendor key
-// as metadata.ratchet_key (proxy/tag.go; /payments metadata: at most 20
+// as metadata.ratchet_key (Vendor.Tag; /payments metadata: at most 20
 // entries, keys up to 20 and values up to 80 characters). But the HMAC
 // covers only the eight fields above, not additionalData: anyone holding
 // one genuine signed item could rewrite its metadata to name another
@@ -47,7 +47,7 @@ import (
 // effect's vendor key included: it settles an effect succeeded, never
 // failed (a caller's declined payment must not free another effect's
 // key); metadata.ratchet_key is Ratchet's own, which the proxy refuses to
-// send with any value but the request's vendor key (proxy/tag.go). That the metadata
+// send with any value but the request's vendor key (Vendor.Tag). That the metadata
 // comes back in the AUTHORISATION item is from Adyen's API reference,
 // not seen in a stored sample (unconfirmed). AUTHORISATION with success
 // "true" settles the payment succeeded, "false" failed (Adyen answered

@@ -22,13 +22,13 @@ import (
 // carry its reference and metadata under data
 // (https://www.checkout.com/docs/workflows/webhook-event-types/payment_approved:
 // data.reference "ORD-5023-4E89", data.metadata {...}). The proxy writes
-// the vendor key as metadata.ratchet_key on POST /payments (proxy/tag.go),
+// the vendor key as metadata.ratchet_key on POST /payments (Vendor.Tag),
 // and an agent that owns its references may use the vendor key as its
 // reference: either matches, but the reference is the caller's field
 // (it may hold another effect's vendor key), so it settles an effect
 // succeeded and never failed; metadata.ratchet_key is Ratchet's own,
 // which the proxy refuses to send with any value but the request's
-// vendor key (proxy/tag.go). payment_approved (and payment_captured,
+// vendor key (Vendor.Tag). payment_approved (and payment_captured,
 // which follows it for the same payment) settle the payment request
 // succeeded; payment_declined failed (Checkout.com answers such a request
 // 201 with approved false, which vendors/checkout classifies failed

@@ -60,7 +60,7 @@ import (
 //
 // Matching: PayPal's events echo no PayPal-Request-Id. The proxy writes
 // the vendor key as the custom_id of the only purchase unit of a POST
-// /v2/checkout/orders (proxy/tag.go; custom_id at most 127 characters,
+// /v2/checkout/orders (Vendor.Tag; custom_id at most 127 characters,
 // developer.paypal.com/api/orders/v2/definitions/purchase_unit_request),
 // which a capture echoes as resource.custom_id
 // (PAYMENT.CAPTURE.COMPLETED) and an order as

@@ -24,7 +24,7 @@ import (
 // Matching: Square's events echo no idempotency key, so the proxy writes
 // the vendor key as the payment's reference_id (CreatePaymentRequest
 // reference_id, at most 40 characters: square/connect-api-specification
-// api.json) when the caller left it empty (proxy/tag.go), and
+// api.json) when the caller left it empty (Vendor.Tag), and
 // payment.created and payment.updated carry the Payment, reference_id
 // included, under data.object.payment
 // (https://developer.squareup.com/reference/square/payments-api/webhooks/payment.updated).
