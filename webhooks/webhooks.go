@@ -11,7 +11,7 @@
 // A verified event that says an action succeeded or failed is matched to
 // the attempt that performed it by the vendor key Ratchet handed out for
 // that attempt (echoed by Stripe, written as a tag by the proxy for the
-// others: proxy/tag.go), and given to ledger.Engine.Settle, which applies
+// others: vendors.Tagger, proxy/gate.go), and given to ledger.Engine.Settle, which applies
 // it, agrees with it, or flags a contradiction. Settle is idempotent, so
 // a replayed event (vendors retry until they get a 2xx) is harmless.
 //
@@ -42,7 +42,7 @@
 // A failure frees the key, so it settles an effect only through a field
 // that carries nothing but the request's own vendor key: Stripe's echoed
 // idempotency key, and metadata.ratchet_key, which the proxy always writes
-// itself (proxy/tag.go). The fields a caller may fill with any reference
+// itself (vendors.Tagger). The fields a caller may fill with any reference
 // (Square reference_id, Adyen merchantReference, Checkout.com reference,
 // PayPal custom_id) settle an effect succeeded only (vendors.Event.Shared).
 //
@@ -274,7 +274,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	failed := false
 	for i := range recs {
 		obs.Webhook(name, "verified")
-		if !h.settle(r.Context(), name, &recs[i]) {
+		if !h.settleEvent(r.Context(), name, &recs[i]) {
 			failed = true
 		}
 	}
@@ -296,9 +296,9 @@ var outcomes = map[vendors.EventOutcome]ledger.Outcome{
 	vendors.EventFailed:    ledger.OutcomeFailed,
 }
 
-// settle gives one event to the engine; false when the engine could not
+// settleEvent gives one event to the engine (Engine.Settle); false when the engine could not
 // record it and the vendor must retry.
-func (h *handler) settle(ctx context.Context, vendor string, rec *vendors.Event) bool {
+func (h *handler) settleEvent(ctx context.Context, vendor string, rec *vendors.Event) bool {
 	obs := h.opts.Observer
 	outcome := outcomes[rec.Outcome]
 	candidates := rec.Keys
@@ -330,7 +330,7 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *vendors.Event)
 	// settles by are filled only with the request's own key: the
 	// idempotency key the proxy stamps over the caller's, and
 	// metadata.ratchet_key, which the proxy refuses to send with any other
-	// value (proxy/tag.go). So a failure settles the effect whose request
+	// value (vendors.Tagger). So a failure settles the effect whose request
 	// the vendor declined, whatever its namespace, and nothing else. A
 	// shared field (rec.shared) may name another effect's key, of another
 	// tenant too, if its caller learned it: it settles only succeeded,

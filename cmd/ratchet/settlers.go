@@ -18,11 +18,11 @@ import (
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
-// settlement is what settles unknown outcomes without a human while serve
+// settlers are what settle unknown outcomes without a human while serve
 // runs: the vendors' webhook receivers on their own listener
 // (webhooks.listen) and same-key recovery of proxied calls (recovery).
 // stop ends both before the ledger closes.
-type settlement struct {
+type settlers struct {
 	// transport is the proxy's Transport: recording when recovery is on,
 	// nil (the proxy's default) otherwise.
 	transport http.RoundTripper
@@ -33,17 +33,17 @@ type settlement struct {
 	log       *slog.Logger
 }
 
-// settlementObserver counts webhook events and recoveries (metrics).
-type settlementObserver interface {
+// settlersObserver counts webhook events and recoveries (metrics).
+type settlersObserver interface {
 	webhooks.Observer
 	recovery.Observer
 }
 
-// startSettlement reads the webhook secrets and the recovery key, listens
+// startSettlers reads the webhook secrets and the recovery key, listens
 // for webhooks and starts the recovery loop, as cfg asks; with neither
 // configured it starts nothing.
-func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs settlementObserver) (*settlement, error) {
-	s := &settlement{log: log, done: make(chan struct{})}
+func startSettlers(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs settlersObserver) (*settlers, error) {
+	s := &settlers{log: log, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	if vs := cfg.Recovery.Vendors; len(vs) > 0 {
@@ -122,7 +122,7 @@ func webhookOptions(cfg *config.Config) (webhooks.Options, error) {
 // stop ends the webhook listener (events in progress finish) and the
 // recovery loop (a resend in progress is settled or left kept), within
 // ctx.
-func (s *settlement) stop(ctx context.Context) {
+func (s *settlers) stop(ctx context.Context) {
 	if s == nil {
 		return
 	}
