@@ -27,15 +27,10 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	worker := flag.String("pg-worker", "", "internal: run one of the PostgreSQL section's worker processes")
 	cpuW := flag.String("cpu-worker", "", "internal: run one workload of the CPU section (under callgrind)")
+	cpuOnly := flag.String("cpu", "", "with -only cpu: measure only these workloads, comma-separated (engine, mcp-noop, mcp, proxy-bare, proxy); a workload's floor is measured with it")
 	flag.Parse()
 	if *worker != "" {
 		if err := pgWorker(*worker); err != nil {
-			fail(err)
-		}
-		return
-	}
-	if *cpuW != "" {
-		if err := cpuWorker(*cpuW); err != nil {
 			fail(err)
 		}
 		return
@@ -49,6 +44,13 @@ func main() {
 			fail(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *cpuW != "" {
+		if err := cpuWorker(*cpuW); err != nil {
+			pprof.StopCPUProfile()
+			fail(err)
+		}
+		return
 	}
 	run := func(section string) bool { return *only == "" || *only == section }
 	dir, err := os.MkdirTemp("", "ratchet-bench")
@@ -183,7 +185,7 @@ func main() {
 	}
 	if run("cpu") {
 		w("## 7. ")
-		figs, err := benchCPU(filepath.Join(dir, "cpu"))
+		figs, err := benchCPU(filepath.Join(dir, "cpu"), *cpuOnly)
 		writeCPU(w, figs, err)
 	}
 	if *only != "" {

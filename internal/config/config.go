@@ -773,8 +773,28 @@ func (c *Config) problems() []Problem {
 		add("proxy.namespace", "%s", msg)
 	}
 	c.proxyAgentProblems(add)
+	// One person, one name, spelled one way: the engine counts approvals
+	// by ledger.DeciderKey, so two names that read the same would be one
+	// approver recorded under two names. The same name twice is one
+	// person's two tokens (one rotated in beside the other).
+	adminNames := map[string]int{} // DeciderKey → the first entry with it
 	for i, a := range c.Auth.Admins {
-		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		p := fmt.Sprintf("auth.admins[%d]", i)
+		checkToken(p, a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		if a.Name == "" {
+			continue
+		}
+		if !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl) {
+			add(p+".name", "must be valid UTF-8 without control characters (it is recorded on every approval)")
+			continue
+		}
+		k := ledger.DeciderKey(a.Name)
+		if j, ok := adminNames[k]; ok && c.Auth.Admins[j].Name != a.Name {
+			add(p+".name", "%q reads as auth.admins[%d]'s %q (case, width, spaces or invisible characters aside), and approvals count per person: "+
+				"give each person one name, spelled one way (the same name twice is fine: a token rotated in beside the old one)", a.Name, j, c.Auth.Admins[j].Name)
+		} else if !ok {
+			adminNames[k] = i
+		}
 	}
 	probs = append(probs, c.Notify.problems()...)
 	probs = append(probs, c.Webhooks.problems()...)

@@ -209,6 +209,10 @@ func (n *Notify) problems() []Problem {
 			if s.URL != "" {
 				if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					add(p+".url", "%q is not an http(s) URL (the Events API v2 endpoint; leave it out for PagerDuty's own)", s.URL)
+				} else if u.Scheme == "http" && !loopback.Is(u.Host) {
+					// Every request carries the routing key: as an email
+					// sink's starttls, the clear only on this machine.
+					add(p+".url", "%q is plain http: the routing key in every request would cross the network in the clear; use https (http only for a loopback address)", s.URL)
 				}
 			}
 		case "teams":
