@@ -736,3 +736,39 @@ func TestAStripeEventOfTheOtherModeSettlesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAPayPalTransmissionIdTheLedgerCannotKeepIsRefused: PayPal's
+// receiver binds each transmission id to its body in the ledger, through
+// the adapter's store; a genuinely signed delivery whose id is longer
+// than the ledger's ids (or not text) cannot be bound and is refused
+// (401), while one of the longest id the ledger keeps is accepted.
+func TestAPayPalTransmissionIdTheLedgerCannotKeepIsRefused(t *testing.T) {
+	e := newEnv(t)
+	key, cert := paypalCert(t)
+	h := webhooks.New(e.eng, webhooks.Options{Hold: -1,
+		Receivers: map[string]vendors.Receiver{"paypal": &paypal.Webhook{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}}}})
+	body := fixture(t, "paypal_payment_capture_completed.json", "__TAG__", "not-a-ratchet-order-0000000000000000")
+	post := func(id string) int {
+		when := time.Now().UTC().Format(time.RFC3339)
+		digest := sha256.Sum256([]byte(paypal.Signed(id, when, paypalWebhookID, body)))
+		sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"paypal", bytes.NewReader(body))
+		req.Header = http.Header{"Paypal-Transmission-Id": {id}, "Paypal-Transmission-Time": {when}, "Content-Type": {"application/json"},
+			"Paypal-Transmission-Sig": {base64.StdEncoding.EncodeToString(sig)}, "Paypal-Auth-Algo": {"SHA256withRSA"}}
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if got := post(strings.Repeat("a", ledger.MaxIDLen+1)); got != http.StatusUnauthorized {
+		t.Errorf("an id longer than the ledger's: %d, want 401", got)
+	}
+	if got := post("id-with-a-\x7f-control"); got != http.StatusUnauthorized {
+		t.Errorf("an id that is not text: %d, want 401", got)
+	}
+	if got := post(strings.Repeat("b", ledger.MaxIDLen)); got != http.StatusOK {
+		t.Errorf("an id of the ledger's longest: %d, want 200", got)
+	}
+}
