@@ -62,7 +62,7 @@ func TestADeclaredVendorsKeyFitsItsAlphabet(t *testing.T) {
 // refused.
 func TestADeclaredVendorClassifiesByItsRoutes(t *testing.T) {
 	v := compiled(t, acme(vendors.DefinedKey{In: "body", Name: "idempotency_key", MaxLength: 64}))
-	e, ok := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Authorization": {"Bearer k"}},
+	e, ok := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Authorization": {"Bearer k"}, "Content-Type": {"application/json"}},
 		Body: []byte(`{"amount": 1250, "to": {"id": "acct_9"}, "idempotency_key": "order-7"}`)})
 	if !ok {
 		t.Fatal("a charge is not an effect")
@@ -72,7 +72,7 @@ func TestADeclaredVendorClassifiesByItsRoutes(t *testing.T) {
 	if diff := cmp.Diff(want, e); diff != "" {
 		t.Errorf("the charge (-want +got):\n%s", diff)
 	}
-	mail, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/mails", Header: http.Header{}, Body: []byte(`{}`)})
+	mail, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/mails", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
 	if mail.EffectType != "email.send" || mail.CostMicros == nil || *mail.CostMicros != 1000 {
 		t.Errorf("a mail: type %q cost %v, want email.send at 1000 micros", mail.EffectType, mail.CostMicros)
 	}
