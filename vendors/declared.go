@@ -227,6 +227,9 @@ func (v *Declared) compileKey(add func(path, format string, args ...any)) {
 		v.rule.Location = InHeader
 		if !headerTokenRe.MatchString(k.Name) {
 			add("key.name", "%q is not a header name", k.Name)
+		} else if reservedHeader(k.Name) {
+			add("key.name", "%q cannot carry the key: the proxy strips it (hop-by-hop or Ratchet's own) or it carries the credentials or the body's framing, "+
+				"so the vendor would get the call without Ratchet's key", k.Name)
 		}
 	case "body":
 		v.rule.Location = InBody
@@ -258,6 +261,19 @@ func (v *Declared) compileKey(add func(path, format string, args ...any)) {
 			v.rule.RetentionHours = int(d / time.Hour)
 		}
 	}
+}
+
+// reservedHeader reports whether a header cannot carry a key: the
+// hop-by-hop ones (RFC 9110 7.6.1, which httputil.ReverseProxy drops after
+// the stamp), Ratchet's own (never forwarded), and those whose value is
+// the request's credentials, host or framing.
+func reservedHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding",
+		"Upgrade", "Authorization", "Host", "Content-Length", "Content-Type", "Content-Encoding", "Cookie":
+		return true
+	}
+	return strings.HasPrefix(http.CanonicalHeaderKey(name), "Ratchet-")
 }
 
 // alphabet is a set of ASCII characters; nil allows every character.
@@ -413,6 +429,13 @@ func (v *Declared) compileOutcome(add func(path, format string, args ...any)) {
 			}
 			if w, dup := where[s]; dup {
 				add(p, "%q is listed under %s already", s, w)
+				continue
+			}
+			if l.r == Failed && s[0] == '5' {
+				// failed frees the key for a new attempt, which a vendor
+				// that acted before its 5xx would perform again.
+				add(p, "%q cannot be failed: a 5xx answer may come after the vendor acted, and a failed call is one a retry performs again; "+
+					"list it under unknown (or succeeded, where the vendor documents it as done)", s)
 				continue
 			}
 			where[s], v.status[s] = l.name, l.r

@@ -148,3 +148,50 @@ func TestARegistryRefusesANameOrHostTwice(t *testing.T) {
 		t.Errorf("the built-in registry's stripe: %v %v", v, ok)
 	}
 }
+
+// TestADefinitionThatLosesTheKeyOrRepeatsACallIsRefused: a careless
+// definition is refused when it compiles, with the field at fault, rather
+// than let the proxy forward a call without Ratchet's key (a key header
+// that the proxy strips as hop-by-hop or as Ratchet's own, or one that
+// replaces the credentials or the body's framing) or let a retry act
+// again (a 5xx under failed: the vendor may have acted, and a failed
+// attempt is one a new key may repeat).
+func TestADefinitionThatLosesTheKeyOrRepeatsACallIsRefused(t *testing.T) {
+	base := func() vendors.Definition {
+		return acme(vendors.DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64})
+	}
+	cases := []struct {
+		name, path string
+		edit       func(d *vendors.Definition)
+	}{
+		{"5xx failed", "outcome.failed[1]", func(d *vendors.Definition) {
+			d.Outcome = vendors.OutcomeRules{Unknown: []string{"408"}, Failed: []string{"4xx", "5xx"}}
+		}},
+		{"500 failed", "outcome.failed[0]", func(d *vendors.Definition) { d.Outcome = vendors.OutcomeRules{Failed: []string{"500"}} }},
+		{"503 failed, in upper case", "outcome.failed[0]", func(d *vendors.Definition) { d.Outcome = vendors.OutcomeRules{Failed: []string{"5XX"}} }},
+	}
+	for _, h := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Upgrade", "Proxy-Authorization", "Trailer",
+		"Ratchet-Idempotency-Key", "ratchet-group-key", "Authorization", "Host", "Content-Length", "Content-Type"} {
+		cases = append(cases, struct {
+			name, path string
+			edit       func(d *vendors.Definition)
+		}{"key header " + h, "key.name", func(d *vendors.Definition) { d.Key.Name = h }})
+	}
+	for _, c := range cases {
+		d := base()
+		c.edit(&d)
+		_, errs := vendors.Compile(d, nil)
+		var paths []string
+		for _, e := range errs {
+			paths = append(paths, e.Path)
+		}
+		if diff := cmp.Diff([]string{c.path}, paths); diff != "" {
+			t.Errorf("%s: the errors' fields (-want +got):\n%s", c.name, diff)
+		}
+	}
+	ok := base()
+	ok.Outcome = vendors.OutcomeRules{Succeeded: []string{"2xx", "503"}, Unknown: []string{"5xx"}}
+	if _, errs := vendors.Compile(ok, nil); errs != nil {
+		t.Errorf("a 503 the vendor documents as done, under succeeded: %+v", errs)
+	}
+}
