@@ -21,8 +21,11 @@ import (
 // the query string (Rack and Laravel merge it into a POST's parameters);
 // a form or untyped body that is also a JSON string (Rack reads an untyped
 // POST as a form, Mollie takes form bodies); the amount under a field name
-// in another case (Go's and ASP.NET's decoders match names in any case).
-// Each is refused or denied, never sent.
+// in another case (Go's and ASP.NET's decoders match names in any case);
+// an amount too large to count in micro-USD (it was declared no cost).
+// Paths the server resolves (a trailing slash, dot segments, a percent
+// escape), duplicate keys, escapes in names and amounts as numbers are
+// counted or refused as before. Each is refused or denied, never sent.
 func TestADeclaredVendorsPaymentCannotSlipPastItsCeiling(t *testing.T) {
 	t.Run("badger", func(t *testing.T) { declaredVendorAttacked(t, "") })
 	t.Run("postgres", func(t *testing.T) {
@@ -78,6 +81,17 @@ func declaredVendorAttacked(t *testing.T, ledgerConfig string) {
 		{"a form body inside a JSON object", "/v2/payments", "application/x-www-form-urlencoded", `{"a": "&amount[value]=15.00&amount[currency]=EUR&"}`},
 		{"the amount field in upper case", "/v2/payments", js, `{"Amount": {"value": "15.00", "currency": "EUR"}, "customerId": "cst_2"}`},
 		{"the amount's value in upper case", "/v2/payments", js, `{"amount": {"VALUE": "15.00", "currency": "EUR"}, "customerId": "cst_2"}`},
+		{"a trailing slash", "/v2/payments/", js, fifteen},
+		{"double slashes", "//v2//payments", js, fifteen},
+		{"dot segments", "/v2/./x/../payments", js, fifteen},
+		{"a percent-encoded segment", "/v2/%70ayments", js, fifteen},
+		{"a JSON type in another case", "/v2/payments", "application/JSON; charset=utf-8", fifteen},
+		{"the amount twice", "/v2/payments", js, `{"amount": {"value": "1.00", "currency": "EUR"}, "amount": {"value": "15.00", "currency": "EUR"}}`},
+		{"the amount twice in two cases", "/v2/payments", js, `{"amount": {"value": "1.00", "currency": "EUR"}, "AMOUNT": {"value": "15.00", "currency": "EUR"}}`},
+		{"a unicode escape in the field name", "/v2/payments", js, `{"\u0061mount": {"value": "15.00", "currency": "EUR"}}`},
+		{"the amount as a number", "/v2/payments", js, `{"amount": {"value": 15, "currency": "EUR"}}`},
+		{"a huge amount", "/v2/payments", js, `{"amount": {"value": "99999999999999999999.00", "currency": "EUR"}}`},
+		{"an amount past micro-USD", "/v2/payments", js, `{"amount": {"value": "92233720368547758.07", "currency": "EUR"}}`},
 	}
 	for _, a := range attacks {
 		before := len(up.calls())
