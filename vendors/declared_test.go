@@ -195,3 +195,35 @@ func TestADefinitionThatLosesTheKeyOrRepeatsACallIsRefused(t *testing.T) {
 		t.Errorf("a 503 the vendor documents as done, under succeeded: %+v", errs)
 	}
 }
+
+// TestADeclaredVendorsBodyKeyAndAccountAreReadAsTheVendorWould: the body
+// key in another case is refused (a vendor matching names in any case
+// would take it, after the key Ratchet stamps: the caller's raw key would
+// reach it), as is the key or the account in the query string (merged
+// into the body by some servers); a numeric account field scopes the key
+// as its text.
+func TestADeclaredVendorsBodyKeyAndAccountAreReadAsTheVendorWould(t *testing.T) {
+	d := acme(vendors.DefinedKey{In: "body", Name: "idempotency_key", MaxLength: 64})
+	d.Account = &vendors.Account{Field: "profile.id"}
+	v := compiled(t, d)
+	classify := func(query, body string) vendors.Effect {
+		e, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Query: query,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)})
+		return e
+	}
+	if e := classify("", `{"amount": 100, "IDEMPOTENCY_KEY": "mine"}`); e.Refuse == "" {
+		t.Error("a body key in upper case is not refused")
+	}
+	if e := classify("idempotency_key=mine", `{"amount": 100}`); e.Refuse == "" {
+		t.Error("the key in the query string is not refused")
+	}
+	if e := classify("Profile%5Bid%5D=p_2", `{"amount": 100, "profile": {"id": "p_1"}}`); e.Refuse == "" {
+		t.Error("the account in the query string is not refused")
+	}
+	if e := classify("expand=customer", `{"amount": 100}`); e.Refuse != "" {
+		t.Errorf("a query naming no field Ratchet reads is refused: %s", e.Refuse)
+	}
+	if e := classify("", `{"amount": 100, "profile": {"id": 123}}`); e.Merchant != "123" {
+		t.Errorf("a numeric account field scopes as %q, want 123", e.Merchant)
+	}
+}
