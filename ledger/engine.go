@@ -157,6 +157,8 @@ type Engine struct {
 	cache    *writerCaches // nil unless the store is exclusive; writer only
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
+	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
+	queued   bool                  // the batch being committed wrote outbox entries; writer only
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
 	// replica names this engine among those sharing a store ("" on an
@@ -208,6 +210,7 @@ type opResult struct {
 type unsynced struct {
 	ops     []*op
 	results []opResult
+	outbox  bool // the batch wrote outbox entries: wake the workers once durable
 }
 
 // New starts an engine on opts.Store.
@@ -447,6 +450,7 @@ func (e *Engine) commit(batch []*op) []*op {
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
 		// A store may also run fn again; the batch is decided afresh,
 		// without what the discarded run put in the caches.
+		e.queued = false
 		if runs++; runs > 1 {
 			e.reruns.Add(1)
 			if e.cache != nil {
@@ -465,9 +469,12 @@ func (e *Engine) commit(batch []*op) []*op {
 	}
 	done := batch[:len(results)]
 	if e.deferred != nil {
-		e.unsynced <- unsynced{slices.Clone(done), results}
+		e.unsynced <- unsynced{slices.Clone(done), results, e.queued}
 	} else {
 		answer(done, results)
+		if e.queued {
+			e.wake.signal()
+		}
 	}
 	return batch[len(results):]
 }
@@ -515,6 +522,9 @@ func (e *Engine) syncer() {
 				answerAll(g.ops, err)
 			} else {
 				answer(g.ops, g.results)
+				if g.outbox {
+					e.wake.signal()
+				}
 			}
 		}
 	}

@@ -50,6 +50,9 @@ const (
 	// needs more (Approval.ApproversRequired); approval.decided follows
 	// at the quorum or on a rejection.
 	EventApprovalPartiallyApproved = "approval.partially_approved"
+	// EventOutboxDropped: a sink's oldest dead letters were dropped at the
+	// outbox's bound (outbox_bound.go); Sink and Count say whose and how many.
+	EventOutboxDropped = "outbox.dropped"
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
@@ -66,6 +69,7 @@ var NotifyTypes = map[string]bool{
 	EventEffectContradicted:        true,
 	EventHaltStarted:               true,
 	EventHaltLifted:                true,
+	EventOutboxDropped:             true,
 }
 
 // Event is one thing that happened in the ledger.
@@ -123,6 +127,9 @@ type Event struct {
 	// when more than one, and who has approved it so far (approval.*).
 	ApproversRequired int      `json:"approvers_required,omitempty"`
 	ApprovedBy        []string `json:"approved_by,omitempty"`
+	// Sink is the sink an outbox.dropped event is about; its Count is the
+	// dead letters dropped.
+	Sink string `json:"sink,omitempty"`
 }
 
 // withoutPayload is c for an event, which keeps no payload (nil for nil).
@@ -228,6 +235,7 @@ func (e *Engine) journal(tx Txn, events []Event, now time.Time) error {
 			if err := tx.Set(key(kindOutbox, sink, ev.ID), b); err != nil {
 				return err
 			}
+			e.queued = true
 		}
 	}
 	return nil

@@ -127,7 +127,8 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 	}
 	host, _ := os.Hostname()
 	w := &notify.Worker{Outbox: eng, Sinks: sinks, Name: fmt.Sprintf("%s:%d", host, os.Getpid()),
-		MaxAttempts: cfg.Notify.MaxAttempts, MaxBackoff: cfg.Notify.MaxBackoff.Value(), Observer: obs, Logger: log}
+		MaxAttempts: cfg.Notify.MaxAttempts, MaxBackoff: cfg.Notify.MaxBackoff.Value(), Observer: obs, Logger: log,
+		MaxWaiting: cfg.Notify.MaxWaiting, MaxDead: cfg.Notify.MaxDeadLetters}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {

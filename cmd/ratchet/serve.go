@@ -129,7 +129,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
+	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log, SessionIdle: cfg.MCP.SessionIdle.Value()})))
 	agentTokens := map[string]bool{}
 	for sum := range agents {
 		agentTokens[sum] = true
@@ -146,13 +146,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		return n
 	})
-	// An idle keep-alive connection is closed after listenerIdle, so that
-	// agents that vanish leave no connections open (MCP sessions expire
-	// after mcp.DefaultSessionIdle); both are counted in the metrics.
+	// An idle keep-alive connection is closed after listen.idle_timeout, so
+	// that agents that vanish leave no connections open (MCP sessions
+	// expire after mcp.session_idle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("mcp")},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("admin")},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("proxy")},
+		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -308,9 +308,3 @@ func (c *inflight) wait(ctx context.Context) {
 		}
 	}
 }
-
-// listenerIdle is how long the MCP, admin and proxy listeners keep a
-// keep-alive connection with no request on it: longer than an agent's or
-// an SDK's pause between calls (their pools reconnect after it), short
-// enough that connections of agents that vanished do not pile up.
-const listenerIdle = 2 * time.Minute

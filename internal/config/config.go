@@ -33,6 +33,7 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
 	"github.com/ratchet-mcp/ratchet/vendors/all"
@@ -62,6 +63,8 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	// Console configures the operator console.
 	Console Console `yaml:"console"`
+	// MCP configures the MCP endpoint's sessions.
+	MCP MCP `yaml:"mcp"`
 	// Vendors declares vendors the code does not know (docs/proxy.md,
 	// "Declared vendors"; vendors/declared.go).
 	Vendors []vendors.Definition `yaml:"vendors"`
@@ -103,11 +106,30 @@ type Tracing struct {
 	IncludeIdempotencyKeys bool `yaml:"include_idempotency_keys"`
 }
 
+// MCP configures the MCP endpoint's sessions.
+type MCP struct {
+	// SessionIdle closes a session that has had no request for this long
+	// (an agent that vanished without closing it); its client's next
+	// request is answered 404, on which the SDKs open a new session.
+	// Default mcp.DefaultSessionIdle, 30m.
+	SessionIdle Duration `yaml:"session_idle"`
+}
+
+// DefaultIdleTimeout is how long the MCP, admin and proxy listeners keep a
+// keep-alive connection with no request on it: longer than an agent's or
+// an SDK's pause between calls (their pools reconnect after it), short
+// enough that connections of agents that vanished do not pile up.
+const DefaultIdleTimeout = 2 * time.Minute
+
 // Listen holds the listener addresses.
 type Listen struct {
 	MCP   string `yaml:"mcp"`
 	Admin string `yaml:"admin"`
 	Proxy string `yaml:"proxy"`
+	// IdleTimeout closes a keep-alive connection of the MCP, admin or
+	// proxy listener with no request on it for this long (default
+	// DefaultIdleTimeout).
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// Transparent, when set, is the loopback address where connections
 	// redirected by `ratchet transparent rules` arrive (transparent mode;
 	// off by default). On 127.0.0.1 Ratchet also listens on [::1] at the
@@ -235,6 +257,8 @@ func (c *Config) fill() {
 	set(&c.Listen.MCP, "127.0.0.1:8787")
 	set(&c.Listen.Admin, "127.0.0.1:8788")
 	set(&c.Listen.Proxy, "127.0.0.1:8789")
+	c.Listen.IdleTimeout.orDefault(DefaultIdleTimeout)
+	c.MCP.SessionIdle.orDefault(mcp.DefaultSessionIdle)
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
 	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
 	c.Defaults.ApprovalRetryAfter.orDefault(ledger.DefaultApprovalRetryAfter)
@@ -683,6 +707,8 @@ func (c *Config) problems() []Problem {
 		}
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)
+	checkDur("listen.idle_timeout", c.Listen.IdleTimeout)
+	checkDur("mcp.session_idle", c.MCP.SessionIdle)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
 	checkDur("defaults.approval_retry_after", c.Defaults.ApprovalRetryAfter)
 	checkDur("audit.retention", c.Audit.Retention)
@@ -773,8 +799,28 @@ func (c *Config) problems() []Problem {
 		add("proxy.namespace", "%s", msg)
 	}
 	c.proxyAgentProblems(add)
+	// One person, one name, spelled one way: the engine counts approvals
+	// by ledger.DeciderKey, so two names that read the same would be one
+	// approver recorded under two names. The same name twice is one
+	// person's two tokens (one rotated in beside the other).
+	adminNames := map[string]int{} // DeciderKey → the first entry with it
 	for i, a := range c.Auth.Admins {
-		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		p := fmt.Sprintf("auth.admins[%d]", i)
+		checkToken(p, a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		if a.Name == "" {
+			continue
+		}
+		if !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl) {
+			add(p+".name", "must be valid UTF-8 without control characters (it is recorded on every approval)")
+			continue
+		}
+		k := ledger.DeciderKey(a.Name)
+		if j, ok := adminNames[k]; ok && c.Auth.Admins[j].Name != a.Name {
+			add(p+".name", "%q reads as auth.admins[%d]'s %q (case, width, spaces or invisible characters aside), and approvals count per person: "+
+				"give each person one name, spelled one way (the same name twice is fine: a token rotated in beside the old one)", a.Name, j, c.Auth.Admins[j].Name)
+		} else if !ok {
+			adminNames[k] = i
+		}
 	}
 	probs = append(probs, c.Notify.problems()...)
 	probs = append(probs, c.Webhooks.problems()...)
