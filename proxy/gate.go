@@ -81,6 +81,13 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+e.Refuse+"; nothing was sent or recorded")
 		return
 	}
+	if e.Money != nil && !e.FollowUp && e.Money.TooLarge(p.opts.CurrencyMicros) {
+		// Micros declares no cost for it, and a money ceiling would let
+		// the largest amounts through uncounted.
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: the amount is too large to count in micro-USD; nothing was sent or recorded")
+		return
+	}
 	owner := ownerOf(e)
 	req := p.gatedBegin(r, v, path, body, e, false)
 	res, err := p.eng.Begin(r.Context(), req)
