@@ -189,6 +189,10 @@ type issuerKeys struct {
 	lastError error
 
 	reviewed map[[32]byte]review // TokenReview answers, by the token's SHA-256
+	// reviewWindow is the start of the second in which reviewsInWindow
+	// new reviews were asked (at most MaxReviewsPerSecond).
+	reviewWindow    time.Time
+	reviewsInWindow int
 }
 
 // New returns a Verifier. It reads CA files now (an error names the file)
