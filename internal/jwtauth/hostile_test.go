@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +255,53 @@ func TestAnIssuerWhoseKeysCannotBeReadIsNotDescribedToTheCaller(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "no-such-jwks") {
 		t.Errorf("the log does not say what failed:\n%s", log.String())
+	}
+}
+
+// TestNothingIsFetchedThatTheConfigDoesNotName: a hostile or compromised
+// discovery endpoint cannot send Ratchet elsewhere: a redirect is not
+// followed, a jwks_uri on another host is not fetched, and a token's jku
+// or x5u header is never fetched; each refusal is keys_unavailable (or
+// unknown_kid) and the other host sees no request.
+func TestNothingIsFetchedThatTheConfigDoesNotName(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	var issuerURL string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/redirect/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/.well-known/openid-configuration", http.StatusFound)
+	})
+	mux.HandleFunc("/offsite/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"issuer": issuerURL + "/offsite", "jwks_uri": other.URL + "/jwks"})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	issuerURL = srv.URL
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	for _, name := range []string{"redirect", "offsite"} {
+		t.Run(name, func(t *testing.T) {
+			iss := srv.URL + "/" + name
+			v, err := jwtauth.New(jwtauth.Options{
+				Issuers: []jwtauth.Issuer{{Name: "corp", Issuer: iss, DiscoveryURL: iss + "/.well-known/openid-configuration",
+					Audiences: []string{aud}, Algorithms: []string{"RS256"}, Namespace: "payments"}},
+				AgentScope: "ratchet:agent", AdminScope: "ratchet:admin",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := map[string]any{"iss": iss, "sub": "bot", "aud": aud, "scope": "ratchet:agent", "exp": time.Now().Add(time.Minute).Unix()}
+			s, _ := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key},
+				(&jose.SignerOptions{}).WithHeader("kid", "k1").WithHeader("jku", other.URL+"/jwks").WithHeader("x5u", other.URL+"/cert"))
+			p, _ := json.Marshal(c)
+			o, _ := s.Sign(p)
+			tok, _ := o.CompactSerialize()
+			if _, err := v.Verify(context.Background(), tok, jwtauth.RightAgent); reasonOf(err) != "keys_unavailable" {
+				t.Errorf("decision = %s, want keys_unavailable", reasonOf(err))
+			}
+		})
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the host the config does not name got %d requests", n)
 	}
 }
