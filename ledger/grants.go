@@ -35,9 +35,6 @@ const (
 	EventGrantUsed    = "grant.used"
 )
 
-// CodeGrantNotFound: no grant has the id (admin API 404).
-const CodeGrantNotFound Code = "grant_not_found"
-
 // Grant states, as views report them.
 const (
 	GrantActive    = "active"

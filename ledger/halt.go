@@ -42,14 +42,6 @@ const (
 	EventHaltLifted  = "halt.lifted"
 )
 
-// Error codes of halts: CodeHalted refuses an approval or a recovery
-// claim in a halted scope (HTTP 409); CodeHaltNotFound: no active halt
-// has the id (404).
-const (
-	CodeHalted       Code = "halted"
-	CodeHaltNotFound Code = "halt_not_found"
-)
-
 // MaxHalts bounds the active halts: they are read by every begin.
 const MaxHalts = 64
 

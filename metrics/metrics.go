@@ -43,6 +43,7 @@ type Metrics struct {
 	proxyReqs  *prometheus.CounterVec
 	upstream   *prometheus.HistogramVec
 	notify     *prometheus.CounterVec
+	dropped    *prometheus.CounterVec
 	observed   *prometheus.CounterVec
 	dimWarn    *prometheus.CounterVec
 	ops        *prometheus.CounterVec
@@ -89,6 +90,9 @@ func New() *Metrics {
 	m.notify = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_notify_deliveries_total",
 		Help: "Notification delivery attempts by sink, event type and result: delivered, failed (tried again later) or dead (given up: a dead letter, see GET /v1/outbox?dead=true)."},
 		[]string{"sink", "event_type", "result"})
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_outbox_dropped_total",
+		Help: "Dead letters dropped, oldest first, to keep a sink's outbox within notify.max_dead_letters: notifications lost for good (each drop is also an outbox.dropped event)."},
+		[]string{"sink"})
 	m.observed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_observed_total",
 		Help: "Begins an observed policy rule (mode: observe) would have refused, by effect type and what it would have answered; the agent was answered as if the rule were absent."},
 		[]string{"effect_type", "would"})
@@ -111,7 +115,7 @@ func New() *Metrics {
 		Help: "Access token (auth.oauth) decisions by issuer name and result: accepted, or the reason of a refusal (expired, audience, issuer, signature, algorithm, unknown_kid, scope, …)."},
 		[]string{"issuer", "result"})
 	m.reg.MustRegister(m.tokens)
-	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify,
+	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify, m.dropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

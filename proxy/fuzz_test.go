@@ -32,8 +32,14 @@ func FuzzBeginRequest(f *testing.F) {
 			return
 		}
 		req := p.beginRequest(r, v, path, []byte(body), e, false)
-		if !json.Valid(req.Payload) || len(req.IdempotencyKey) > 255 || req.IdempotencyKey == "" {
-			t.Fatalf("begin request %+v", req)
+		if !json.Valid(req.Payload) {
+			t.Fatalf("!json.Valid(req.Payload): begin request %+v", req)
+		}
+		if len(req.IdempotencyKey) > 255 {
+			t.Fatalf("len(req.IdempotencyKey) > 255: begin request %+v", req)
+		}
+		if req.IdempotencyKey == "" {
+			t.Fatalf("req.IdempotencyKey == \"\": begin request %+v", req)
 		}
 		if req.EstimatedCostMicros != nil && *req.EstimatedCostMicros < 0 {
 			t.Fatalf("negative cost %d", *req.EstimatedCostMicros)

@@ -22,7 +22,7 @@ import (
 )
 
 // maxResponseBytes bounds an upstream answer read for classification.
-const maxResponseBytes = 16 << 20
+const maxResponseBytes = outbound.MaxAnswerBytes
 
 // ratchetHeaders are Ratchet's own request headers, never sent upstream.
 var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
@@ -35,8 +35,10 @@ type call struct {
 	owner    string // ownerOf the request: whose its stored answer is
 }
 
-// vendor handles a request for vendor v whose API path is path.
-func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
+// gateRequest handles a request for vendor v whose API path is path: a
+// read passes through; an effect is classified, decided by the ledger and
+// stamped and sent, or refused in the vendor's shape.
+func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
 	r, span := startSpan(r, v.Name()) // trace.go
 	defer span.End()
 	if !standardMethod(r.Method) {

@@ -14,7 +14,7 @@ import (
 
 // maxAnswerBytes bounds an answer read to classify it (the proxy's own
 // bound); a longer one is passed on unread and its request kept.
-const maxAnswerBytes = 16 << 20
+const maxAnswerBytes = outbound.MaxAnswerBytes
 
 // Transport is the proxy's Transport (proxy.Options.Transport) when
 // recovery is on: it keeps each gated request of an opted-in vendor

@@ -20,6 +20,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/metrics"
 	"github.com/ratchet-mcp/ratchet/proxy"
@@ -118,11 +119,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 	defer flushTraces()
-	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
+	settlers, err := startSettlers(cfg, eng, log, m) // settlers.go: webhooks and same-key recovery
 	if err != nil {
 		return err
 	}
-	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
+	outbound, err := newProxy(cfg, traced, log, m, settlers.transport)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
 	var calls inflight
 	mux := http.NewServeMux()
-	httpOpts := &mcp.HTTPOptions{Agents: agents, Logger: log, OAuth: verifier}
+	httpOpts := &mcp.HTTPOptions{Agents: agents, Logger: log, OAuth: verifier, SessionIdle: cfg.MCP.SessionIdle.Value()}
 	if verifier != nil {
 		// The protected resource metadata (RFC 9728) at the path the
 		// resource's URL gives and at the bare well-known path, which
@@ -153,10 +154,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, OAuth: verifier, OAuthAdmins: cfg.Auth.OAuth.AdminsOn(), Namespaces: keyNamespaces(cfg),
+	adminHandler := admin.Handler(eng, &admin.Options{Admins: admins, Agents: agentTokens, OAuth: verifier, OAuthAdmins: cfg.Auth.OAuth.AdminsOn(), Namespaces: keyNamespaces(cfg),
 		Metrics: m.Handler(), Logger: log, Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
-	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens, OAuth: verifier != nil,
+	adminHandler = console.Handler(adminHandler, eng, &console.Options{Admins: admins, Agents: agentTokens, OAuth: verifier != nil,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	m.WatchSessions(func() int {
 		n := 0
@@ -165,13 +166,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		return n
 	})
-	// An idle keep-alive connection is closed after listenerIdle, so that
-	// agents that vanish leave no connections open (MCP sessions expire
-	// after mcp.DefaultSessionIdle); both are counted in the metrics.
+	// An idle keep-alive connection is closed after listen.idle_timeout, so
+	// that agents that vanish leave no connections open (MCP sessions
+	// expire after mcp.session_idle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("mcp")},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("admin")},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("proxy")},
+		{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -211,7 +212,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	notifier.stop(cctx) // deliveries in progress are recorded before the ledger closes
-	settle.stop(cctx)   // webhooks in progress are recorded before the ledger closes
+	settlers.stop(cctx) // webhooks in progress are recorded before the ledger closes
 	if err := eng.Close(cctx); err != nil {
 		return fmt.Errorf("closing ledger: %w", err)
 	}
@@ -256,7 +257,7 @@ func proxyOptions(cfg *config.Config) proxy.Options {
 // keyNamespaces are the namespaces the console and the admin API look an
 // idempotency key up in: the agents', the proxy's and the default.
 func keyNamespaces(cfg *config.Config) []string {
-	out := []string{"default"}
+	out := []string{ledger.DefaultNamespace}
 	if !slices.Contains(out, cfg.Proxy.Namespace) {
 		out = append(out, cfg.Proxy.Namespace)
 	}
@@ -339,8 +340,7 @@ func (c *inflight) wait(ctx context.Context) {
 	}
 }
 
-// listenerIdle is how long the MCP, admin and proxy listeners keep a
-// keep-alive connection with no request on it: longer than an agent's or
-// an SDK's pause between calls (their pools reconnect after it), short
-// enough that connections of agents that vanished do not pile up.
-const listenerIdle = 2 * time.Minute
+// readHeaderTimeout bounds how long every listener waits for a request's
+// headers, so a client that opens a connection and says nothing holds it
+// for no longer.
+const readHeaderTimeout = 10 * time.Second

@@ -33,6 +33,7 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
 	"github.com/ratchet-mcp/ratchet/vendors/all"
@@ -62,6 +63,8 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	// Console configures the operator console.
 	Console Console `yaml:"console"`
+	// MCP configures the MCP endpoint's sessions.
+	MCP MCP `yaml:"mcp"`
 	// Vendors declares vendors the code does not know (docs/proxy.md,
 	// "Declared vendors"; vendors/declared.go).
 	Vendors []vendors.Definition `yaml:"vendors"`
@@ -103,11 +106,30 @@ type Tracing struct {
 	IncludeIdempotencyKeys bool `yaml:"include_idempotency_keys"`
 }
 
+// MCP configures the MCP endpoint's sessions.
+type MCP struct {
+	// SessionIdle closes a session that has had no request for this long
+	// (an agent that vanished without closing it); its client's next
+	// request is answered 404, on which the SDKs open a new session.
+	// Default mcp.DefaultSessionIdle, 30m.
+	SessionIdle Duration `yaml:"session_idle"`
+}
+
+// DefaultIdleTimeout is how long the MCP, admin and proxy listeners keep a
+// keep-alive connection with no request on it: longer than an agent's or
+// an SDK's pause between calls (their pools reconnect after it), short
+// enough that connections of agents that vanished do not pile up.
+const DefaultIdleTimeout = 2 * time.Minute
+
 // Listen holds the listener addresses.
 type Listen struct {
 	MCP   string `yaml:"mcp"`
 	Admin string `yaml:"admin"`
 	Proxy string `yaml:"proxy"`
+	// IdleTimeout closes a keep-alive connection of the MCP, admin or
+	// proxy listener with no request on it for this long (default
+	// DefaultIdleTimeout).
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// Transparent, when set, is the loopback address where connections
 	// redirected by `ratchet transparent rules` arrive (transparent mode;
 	// off by default). On 127.0.0.1 Ratchet also listens on [::1] at the
@@ -227,6 +249,14 @@ func Default() *Config {
 	return c
 }
 
+// The listen addresses when the config names none: loopback, so nothing is
+// reachable from another machine until the operator says so.
+const (
+	DefaultMCPListen   = "127.0.0.1:8787"
+	DefaultAdminListen = "127.0.0.1:8788"
+	DefaultProxyListen = "127.0.0.1:8789"
+)
+
 // fill sets every field the file left empty to its default.
 func (c *Config) fill() {
 	set := func(p *string, v string) {
@@ -235,15 +265,17 @@ func (c *Config) fill() {
 		}
 	}
 	set(&c.DataDir, "./data")
-	set(&c.Listen.MCP, "127.0.0.1:8787")
-	set(&c.Listen.Admin, "127.0.0.1:8788")
-	set(&c.Listen.Proxy, "127.0.0.1:8789")
+	set(&c.Listen.MCP, DefaultMCPListen)
+	set(&c.Listen.Admin, DefaultAdminListen)
+	set(&c.Listen.Proxy, DefaultProxyListen)
+	c.Listen.IdleTimeout.orDefault(DefaultIdleTimeout)
+	c.MCP.SessionIdle.orDefault(mcp.DefaultSessionIdle)
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
 	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
 	c.Defaults.ApprovalRetryAfter.orDefault(ledger.DefaultApprovalRetryAfter)
 	c.Audit.Retention.orDefault(ledger.DefaultAuditRetention)
 	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
-	set(&c.Proxy.Namespace, "default")
+	set(&c.Proxy.Namespace, ledger.DefaultNamespace)
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
 	if c.Mode == ledger.ModeObserve {
@@ -701,6 +733,8 @@ func (c *Config) problems() []Problem {
 		}
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)
+	checkDur("listen.idle_timeout", c.Listen.IdleTimeout)
+	checkDur("mcp.session_idle", c.MCP.SessionIdle)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
 	checkDur("defaults.approval_retry_after", c.Defaults.ApprovalRetryAfter)
 	checkDur("audit.retention", c.Audit.Retention)

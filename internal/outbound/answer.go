@@ -15,6 +15,10 @@ import (
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
+// MaxAnswerBytes bounds a vendor's answer read for classification, by the
+// proxy and by recovery's resends; a longer one is passed on unclassified.
+const MaxAnswerBytes = 16 << 20
+
 // StoredAnswer is a vendor's answer in the form the proxy keeps for
 // replaying to duplicates (a report's result), for what settles proxied
 // effects from elsewhere: a vendor's event (package webhooks) or the

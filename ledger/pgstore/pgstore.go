@@ -166,7 +166,13 @@ type Store struct {
 	seed          uint64 // keys' locks are hashes of the schema and the key
 }
 
-var _ ledger.Store = (*Store)(nil)
+// The store, and the optional power the engine finds by assertion (a
+// shared store is never Exclusive and never Deferred).
+var (
+	_ ledger.Store      = (*Store)(nil)
+	_ ledger.Txn        = (*txn)(nil)
+	_ ledger.Prefetcher = (*txn)(nil)
+)
 
 var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
