@@ -6,7 +6,8 @@
 //
 // Authentication: tokens are configured by their SHA-256 under
 // auth.admins, each with a name that is recorded on every approval and
-// resolution. An agent's token is refused with 403 wherever it is
+// resolution; with auth.oauth, an access token with the admin scope is an
+// admin named "<issuer name>:<subject>" (Options.OAuth). An agent's token is refused with 403 wherever it is
 // presented: agents cannot approve their own actions. Which tokens are
 // configured decides the mode:
 //

@@ -7,7 +7,9 @@
 // Identity. Over HTTP, bearer tokens are checked against the SHA-256 hashes
 // in the config (auth.go: a refused token is a 401 whose JSON-RPC error says
 // what to fix); a token maps to a
-// namespace and optionally an agent_id. An agent whose token names an
+// namespace and optionally an agent_id. With HTTPOptions.OAuth, an access
+// token of a trusted issuer (internal/jwtauth) is accepted too, always
+// fixing both; refusals then name the protected resource metadata. An agent whose token names an
 // agent_id cannot act as another one (unauthorized), and a token that
 // names none cannot act as an agent a credential fixes (Options.Reserved:
 // another token's agent, the proxy's), nor report or resolve the attempts

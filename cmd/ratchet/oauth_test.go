@@ -277,3 +277,40 @@ func TestServePublishesProtectedResourceMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOAuthOnlyServeLeavesNothingOpenOnLoopback: with auth.oauth and no
+// static token at all, an agent on the sidecar's loopback that leaves its
+// token off finds neither an open console (it is closed: access tokens do
+// not sign in to it) nor an open admin API (401: an admin's token is
+// needed). With no token configured the console had been open to every
+// local process, approvals included.
+func TestAnOAuthOnlyServeLeavesNothingOpenOnLoopback(t *testing.T) {
+	is := jwtauthtest.New(t)
+	s := oauthServe(t, "badger", is)
+	resp, err := http.Get(s.admin + "/console/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		Mode      string `json:"mode"`
+		CanDecide bool   `json:"can_decide"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view.Mode != "admin_required" || view.CanDecide {
+		t.Errorf("console session %+v, want mode admin_required, cannot decide", view)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.admin+"/v1/approvals/apr_x/approve", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an approval without a token: %d, want 401", resp.StatusCode)
+	}
+}
