@@ -204,6 +204,10 @@ type BeginResult struct {
 	// ExpiresAt is when the approval request lapses undecided; a begin
 	// after it asks again.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// ApprovalURL is the approval's console page, where an operator
+	// decides (set by the MCP adapter when the console's public address,
+	// notify.console_url, is configured): the agent shows it to its user.
+	ApprovalURL string `json:"approval_url,omitempty"`
 
 	// GrantID, on an execute, is the grant (a scoped approval) that let
 	// it through without a request of its own.

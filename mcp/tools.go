@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"reflect"
 	"strings"
 
@@ -21,6 +22,7 @@ type tools struct {
 	fallback Identity
 	leases   ledger.Defaults   // for the lease bounds in the begin schema
 	reserved map[Identity]bool // Options.Reserved
+	console  string            // Options.ConsoleURL, without a trailing slash
 }
 
 // field documents and bounds one input property.
@@ -285,6 +287,10 @@ func (t *tools) register(s *sdk.Server) {
 			return nil, "", err
 		}
 		text := string(res.Decision) + ": " + res.Message
+		if res.Decision == ledger.DecisionApprovalRequired && t.console != "" {
+			res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
+			text += " Show the user where an operator decides: " + res.ApprovalURL
+		}
 		if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
 			text += " Warning: " + w.Message
 		}
