@@ -23,6 +23,10 @@ func (e *Engine) StateKey(purpose string) []byte {
 	return keyedSum(e.secret, "ratchet-state-key", purpose)
 }
 
+// ErrStateExpired is RedeemState's answer for a state past its expiry,
+// which is never redeemed: the caller asks again instead.
+var ErrStateExpired = errors.New("the request state has expired")
+
 // maxStateID bounds a request state's id.
 const maxStateID = 64
 
@@ -31,15 +35,16 @@ const pruneRedeemed = 16
 
 // RedeemState records that the request state id, valid until expires, was
 // used. It fails with invalid_argument (field requestState) when it was
-// redeemed before, on this replica or another, or has expired; at most
-// one of several redemptions at once succeeds.
+// redeemed before, on this replica or another, and with ErrStateExpired
+// (recording nothing) when it is past expires by the engine's clock; at
+// most one of several redemptions at once succeeds.
 func (e *Engine) RedeemState(ctx context.Context, id string, expires time.Time) error {
 	if err := checkText("requestState", id, maxStateID, true); err != nil {
 		return err
 	}
 	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
 		if !now.Before(expires) {
-			return nil, invalidArg("requestState", "has expired; call again without it")
+			return nil, ErrStateExpired
 		}
 		k := timeKey(kindRedeemed, expires, id)
 		if _, err := t.Get(k); err == nil {

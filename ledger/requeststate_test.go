@@ -13,7 +13,7 @@ import (
 
 // TestARequestStateIsRedeemedOnce (issue 37 item 2): a requestState's id
 // is redeemed once; again, it is refused with invalid_argument naming
-// requestState; one past its expiry is refused; ids past their expiry are
+// requestState; one past its expiry is ErrStateExpired; ids past their expiry are
 // dropped by later redemptions. Both backends.
 func TestARequestStateIsRedeemedOnce(t *testing.T) {
 	h := newHarness(t, testRules())
@@ -24,13 +24,15 @@ func TestARequestStateIsRedeemedOnce(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"again":   h.eng.RedeemState(ctx, "st_1", exp),
-		"expired": h.eng.RedeemState(ctx, "st_2", h.clock.Now()),
 		"empty":   h.eng.RedeemState(ctx, "", exp),
 	} {
 		var le *ledger.Error
 		if !errors.As(err, &le) || le.Code != ledger.CodeInvalidArgument || le.Field != "requestState" {
 			t.Errorf("%s: %v, want invalid_argument on requestState", name, err)
 		}
+	}
+	if err := h.eng.RedeemState(ctx, "st_2", h.clock.Now()); !errors.Is(err, ledger.ErrStateExpired) {
+		t.Errorf("expired: %v, want ErrStateExpired", err)
 	}
 	h.clock.Advance(2 * time.Minute)
 	if err := h.eng.RedeemState(ctx, "st_3", h.clock.Now().Add(time.Minute)); err != nil {

@@ -112,7 +112,7 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
 	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{},
-		console: strings.TrimSuffix(opts.ConsoleURL, "/")}
+		console: strings.TrimSuffix(opts.ConsoleURL, "/"), log: cmp.Or(opts.Logger, discard)}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
 	}
