@@ -66,7 +66,7 @@ cross:
 interop: build
 	cd interop && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
-		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs conversation.test.mjs
 
 # The operator console in Debian's Chromium (playwright-core) against a real
 # ratchet serve, an agent speaking MCP beside it (console/browser/, about 10

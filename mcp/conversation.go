@@ -169,6 +169,7 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 		Message: "An operator must approve this action in Ratchet's console before " + res.ExpiresAt.UTC().Format(time.RFC3339) +
 			". Open the page to decide (sign in as an operator) or to see who can. Accepting here approves nothing."}
 	if statelessClient(req) {
+		params.ElicitationID = "" // the 2026-07-28 revision dropped it, with notifications/elicitation/complete
 		state, ok := t.seal(sealed{ID: rand.Text(), Namespace: ns, Agent: agent, Key: in.IdempotencyKey, FP: fp,
 			Cost: in.EstimatedCostMicros, Approval: res.ApprovalID, Expires: res.ExpiresAt.UnixNano()})
 		if !ok {

@@ -181,6 +181,9 @@ func TestARequestStateIsRedeemedOnceAndBound(t *testing.T) {
 	if !ok || el.Mode != "url" {
 		t.Fatalf("input requests %+v, want a url-mode elicitation", first.InputRequests)
 	}
+	if el.ElicitationID != "" {
+		t.Errorf("elicitationId %q in a 2026-07-28 input request: that revision dropped it", el.ElicitationID)
+	}
 	approve(t, s, approvalIDOf(el.URL))
 	other := elicitingClientAs(t, s, "other-tok", "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
 	retryAs := func(cs *sdk.ClientSession, args map[string]any, state string) *sdk.CallToolResult {

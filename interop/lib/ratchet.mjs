@@ -42,22 +42,23 @@ export function tempDir(prefix) {
   return dir;
 }
 
-/** Writes a config for a data dir; tokens maps agent tokens to namespaces. */
-function writeConfig(dir, tokens) {
+/** Writes a config for a data dir; tokens maps agent tokens to namespaces;
+ * extra is more YAML (top-level keys the config does not set already). */
+function writeConfig(dir, tokens, extra = '') {
   const agents = Object.entries(tokens)
     .map(([tok, ns]) => `    - {token_sha256: "${sha256(tok)}", namespace: ${ns}, agent_id: ${AGENT_ID}}`)
     .join('\n');
   const file = join(dir, 'ratchet.yaml');
   writeFileSync(file, `listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}
 data_dir: ${join(dir, 'data')}
-${agents ? `auth:\n  agents:\n${agents}\n  admins:\n    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: interop}\n` : ''}${POLICIES}`);
+${agents ? `auth:\n  agents:\n${agents}\n  admins:\n    - {token_sha256: "${sha256(ADMIN_TOKEN)}", name: interop}\n` : ''}${POLICIES}${extra}`);
   return file;
 }
 
 /** Starts "ratchet serve"; resolves to {mcp, admin, stop()} once it listens. */
-export async function startServe(tokens) {
+export async function startServe(tokens, extra = '') {
   const dir = tempDir('serve');
-  const config = writeConfig(dir, tokens);
+  const config = writeConfig(dir, tokens, extra);
   const proc = spawn(BIN, ['serve', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
   cleanups.unshift(() => proc.kill('SIGKILL'));
   let log = '';
