@@ -23,8 +23,8 @@ func TestARequestStateIsRedeemedOnce(t *testing.T) {
 		t.Fatalf("first redemption: %v", err)
 	}
 	for name, err := range map[string]error{
-		"again":   h.eng.RedeemState(ctx, "st_1", exp),
-		"empty":   h.eng.RedeemState(ctx, "", exp),
+		"again": h.eng.RedeemState(ctx, "st_1", exp),
+		"empty": h.eng.RedeemState(ctx, "", exp),
 	} {
 		var le *ledger.Error
 		if !errors.As(err, &le) || le.Code != ledger.CodeInvalidArgument || le.Field != "requestState" {

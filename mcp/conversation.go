@@ -10,7 +10,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -64,13 +67,15 @@ const approvalInput = "ratchet_approval"
 // sealed is what a requestState holds.
 type sealed struct {
 	ID        string `json:"id"`
+	Kind      string `json:"kind"` // approvalInput or confirmInput: what it answers`
 	Namespace string `json:"ns"`
 	Agent     string `json:"agent"`
 	Key       string `json:"key"`
 	FP        string `json:"fp"` // argsHash
 	Cost      *int64 `json:"cost,omitempty"`
 	Approval  string `json:"approval"`
-	Expires   int64  `json:"exp"` // unix nanoseconds
+	Expires   int64  `json:"exp"`              // unix nanoseconds
+	Issued    int64  `json:"issued,omitempty"` // unix nanoseconds, for a confirmation's answer time
 }
 
 // argsHash is the fingerprint a state binds: a hash of the begin's
@@ -114,30 +119,33 @@ func stateErr(msg string) error {
 }
 
 // redeem checks and redeems a retry's requestState for the begin in (whose
-// caller and agent are fixed), reporting whether it redeemed one. An
-// expired state is not an error: the call asks again.
-func (t *tools) redeem(ctx context.Context, state string, ns, agent, fp string, in *ledger.BeginRequest) (bool, error) {
+// caller and agent are fixed), returning what it held, or nil when it had
+// expired: that is not an error, the call asks again.
+func (t *tools) redeem(ctx context.Context, state string, ns, agent, fp string, in *ledger.BeginRequest) (*sealed, error) {
 	g, ok := t.aead()
 	if !ok {
-		return false, stateErr("this server issues none")
+		return nil, stateErr("this server issues none")
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(state)
 	if err != nil || len(raw) < g.NonceSize()+g.Overhead() {
-		return false, stateErr("is not one Ratchet issued")
+		return nil, stateErr("is not one Ratchet issued")
 	}
 	pt, err := g.Open(nil, raw[:g.NonceSize()], raw[g.NonceSize():], stateAAD)
 	var s sealed
 	if err != nil || json.Unmarshal(pt, &s) != nil {
-		return false, stateErr("is not one Ratchet issued (altered, or sealed under another secret)")
+		return nil, stateErr("is not one Ratchet issued (altered, or sealed under another secret)")
 	}
 	if s.Namespace != ns || s.Agent != agent || s.Key != in.IdempotencyKey || s.FP != fp || !sameCost(s.Cost, in.EstimatedCostMicros) {
-		return false, stateErr("was issued for another call (another caller, key, arguments or cost)")
+		return nil, stateErr("was issued for another call (another caller, key, arguments or cost)")
 	}
 	err = t.eng.(stateEngine).RedeemState(ctx, s.ID, time.Unix(0, s.Expires))
 	if errors.Is(err, ledger.ErrStateExpired) {
-		return false, nil
+		return nil, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
 }
 
 func sameCost(a, b *int64) bool {
@@ -170,7 +178,7 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 			". Open the page to decide (sign in as an operator) or to see who can. Accepting here approves nothing."}
 	if statelessClient(req) {
 		params.ElicitationID = "" // the 2026-07-28 revision dropped it, with notifications/elicitation/complete
-		state, ok := t.seal(sealed{ID: rand.Text(), Namespace: ns, Agent: agent, Key: in.IdempotencyKey, FP: fp,
+		state, ok := t.seal(sealed{ID: rand.Text(), Kind: approvalInput, Namespace: ns, Agent: agent, Key: in.IdempotencyKey, FP: fp,
 			Cost: in.EstimatedCostMicros, Approval: res.ApprovalID, Expires: res.ExpiresAt.UnixNano()})
 		if !ok {
 			return nil
@@ -191,3 +199,107 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 
 // discard is the logger of a server given none.
 var discard = slog.New(slog.DiscardHandler)
+
+// User confirmation (confirm_with: user). When the engine refuses a begin
+// with confirmation_required, a client that shows forms is asked to have
+// its user confirm what the agent declared (type, vendor, cost, the
+// dimensions' names; no payload); a 2026-07-28 client as an input request
+// with a sealed state as above, bound to the same call and redeemed once.
+// Only an accept with confirm true counts; the begin then records which
+// client answered and how soon (effect.begun: actor and note). It trusts
+// the host to have shown the form to a person.
+
+// confirmInput is the confirmation's input request id.
+const confirmInput = "ratchet_confirm"
+
+// confirmTTL bounds how long a confirmation's requestState is good for.
+const confirmTTL = 10 * time.Minute
+
+// wantsForm reports whether the caller shows form elicitations (a client
+// declaring elicitation with neither mode means form).
+func wantsForm(req *sdk.CallToolRequest) bool {
+	caps := req.ClientCapabilities()
+	return caps != nil && caps.Elicitation != nil && (caps.Elicitation.Form != nil || caps.Elicitation.URL == nil)
+}
+
+func clientName(req *sdk.CallToolRequest) string {
+	if ci := req.ClientInfo(); ci != nil {
+		return ci.Name + "/" + ci.Version
+	}
+	return "unnamed"
+}
+
+func confirmParams(in *ledger.BeginRequest, agent string) *sdk.ElicitParams {
+	what := in.EffectType
+	if in.Vendor != "" {
+		what += " at " + in.Vendor
+	}
+	if in.EstimatedCostMicros != nil {
+		what += fmt.Sprintf(", costing $%.2f", float64(*in.EstimatedCostMicros)/1e6)
+	}
+	if len(in.Dimensions) > 0 {
+		var ds []string
+		for k, v := range in.Dimensions {
+			ds = append(ds, k+" "+v)
+		}
+		slices.Sort(ds)
+		what += " (" + strings.Join(ds, ", ") + ")"
+	}
+	return &sdk.ElicitParams{Mode: "form",
+		Message: "Agent " + agent + " asks to perform " + what + ". This is what the agent declared to Ratchet. Confirm only if you want it done.",
+		RequestedSchema: map[string]any{"type": "object", "required": []string{"confirm"},
+			"properties": map[string]any{"confirm": map[string]any{"type": "boolean", "title": "I confirm this action"}}}}
+}
+
+func declined(action string) error {
+	return &ledger.Error{Code: ledger.CodeConfirmationRequired, Message: "the user did not confirm this action (" + action + "): do not perform it"}
+}
+
+// accepted reports whether an elicitation's answer confirms.
+func accepted(r *sdk.ElicitResult) bool {
+	return r != nil && r.Action == "accept" && r.Content["confirm"] == true
+}
+
+// confirmation answers a begin the engine refused with
+// confirmation_required: the confirmation to begin again with, or the
+// input_required result to answer with, or (both nil) nothing to do for a
+// client that shows no forms.
+func (t *tools) confirmation(ctx context.Context, req *sdk.CallToolRequest, prior *sealed, ns, agent, fp string, in *ledger.BeginRequest) (*ledger.UserConfirmation, *sdk.CallToolResult, error) {
+	if prior != nil && prior.Kind == confirmInput { // the retry with the user's answer
+		r, _ := req.Params.InputResponses[confirmInput].(*sdk.ElicitResult)
+		if !accepted(r) {
+			action := "no answer"
+			if r != nil {
+				action = r.Action
+			}
+			return nil, nil, declined(action)
+		}
+		ms := time.Since(time.Unix(0, prior.Issued)).Milliseconds()
+		return &ledger.UserConfirmation{Client: clientName(req), AnswerMS: ms}, nil, nil
+	}
+	if !wantsForm(req) {
+		return nil, nil, nil
+	}
+	params := confirmParams(in, agent)
+	if statelessClient(req) {
+		now := time.Now()
+		state, ok := t.seal(sealed{ID: rand.Text(), Kind: confirmInput, Namespace: ns, Agent: agent, Key: in.IdempotencyKey, FP: fp,
+			Cost: in.EstimatedCostMicros, Expires: now.Add(confirmTTL).UnixNano(), Issued: now.UnixNano()})
+		if !ok {
+			return nil, nil, nil
+		}
+		return nil, &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{confirmInput: params}, RequestState: state}, nil
+	}
+	ectx, cancel := context.WithTimeout(ctx, elicitWait)
+	defer cancel()
+	start := time.Now()
+	r, err := req.Session.Elicit(ectx, params)
+	if err != nil {
+		t.log.Debug("asking the user to confirm", "error", err)
+		return nil, nil, declined("the client did not answer")
+	}
+	if !accepted(r) {
+		return nil, nil, declined(r.Action)
+	}
+	return &ledger.UserConfirmation{Client: clientName(req), AnswerMS: time.Since(start).Milliseconds()}, nil, nil
+}

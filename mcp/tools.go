@@ -297,15 +297,28 @@ func (t *tools) register(s *sdk.Server) {
 			return nil, "", err
 		}
 		req, _ := ctx.Value(callKey{}).(*sdk.CallToolRequest)
-		redeemed := false
+		var prior *sealed
 		if req != nil && req.Params.RequestState != "" { // a retry after input_required (conversation.go)
-			if redeemed, err = t.redeem(ctx, req.Params.RequestState, id.Namespace, agent, fp, in); err != nil {
+			if prior, err = t.redeem(ctx, req.Params.RequestState, id.Namespace, agent, fp, in); err != nil {
 				return nil, "", err
 			}
 		}
+		redeemed := prior != nil
 		in.Namespace, in.AgentID = id.Namespace, agent
 		in.AgentClaimed = id.AgentID == "" // a label, not a principal
 		res, err := t.eng.Begin(ctx, *in)
+		if le := (*ledger.Error)(nil); errors.As(err, &le) && le.Code == ledger.CodeConfirmationRequired && req != nil {
+			conf, ready, cerr := t.confirmation(ctx, req, prior, id.Namespace, agent, fp, in)
+			switch {
+			case cerr != nil:
+				return nil, "", cerr
+			case ready != nil:
+				return nil, "", &readyResult{ready}
+			case conf != nil:
+				in.Confirmation = conf
+				res, err = t.eng.Begin(ctx, *in)
+			}
+		}
 		if err != nil {
 			return nil, "", err
 		}

@@ -268,3 +268,65 @@ func TestASessionClientIsAskedToOpenThePage(t *testing.T) {
 		}
 	}
 }
+
+// formClient connects as an agent whose client shows form elicitations and
+// answers each with answer (counting the prompts in asked).
+func formClient(t *testing.T, s *server, version string, asked *[]string, answer *sdk.ElicitResult) *sdk.ClientSession {
+	t.Helper()
+	opts := &sdk.ClientOptions{
+		Capabilities: &sdk.ClientCapabilities{Elicitation: &sdk.ElicitationCapabilities{Form: &sdk.FormElicitationCapabilities{}}},
+		ElicitationHandler: func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			*asked = append(*asked, req.Params.Mode+": "+req.Params.Message)
+			return answer, nil
+		},
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-host", Version: "1"}, opts).Connect(t.Context(),
+		&sdk.StreamableClientTransport{Endpoint: s.mcp, HTTPClient: &http.Client{Transport: agentBearer{"agent-tok"}}},
+		&sdk.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// TestAUserConfirmsThroughAFormElicitation (issue 37 item 4): under
+// confirm_with: user from $50, a client that shows forms asks its user
+// (what and how much, as the agent declared it), and the begin executes on
+// an accept with confirm true, over a session (2025-11-25) and as
+// input_required (2026-07-28); a decline, and a client that shows no
+// forms, get confirmation_required and nothing is recorded.
+func TestAUserConfirmsThroughAFormElicitation(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"policies:\n  - match: 'payment.*'\n    confirm_with: user\n    confirm_threshold_micros: 50000000\n")
+	yes := &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}
+	pay := func(key string) map[string]any {
+		return map[string]any{"idempotency_key": key, "effect_type": "payment.charge", "vendor": "stripe", "estimated_cost_micros": 60_000_000,
+			"dimensions": map[string]any{"counterparty": "acct_9"}}
+	}
+	for _, v := range []string{"2025-11-25", "2026-07-28"} {
+		var asked []string
+		got := structured(t, callResult(t, formClient(t, s, v, &asked, yes), pay("conf:"+v)))
+		if got["decision"] != "execute" {
+			t.Errorf("%s, confirmed: %v, want execute", v, got)
+		}
+		want := []string{"form: Agent bot asks to perform payment.charge at stripe, costing $60.00 (counterparty acct_9). This is what the agent declared to Ratchet. Confirm only if you want it done."}
+		if diff := cmp.Diff(want, asked); diff != "" {
+			t.Errorf("%s: prompts (-want +got):\n%s", v, diff)
+		}
+	}
+	var asked []string
+	for name, cs := range map[string]*sdk.ClientSession{
+		"declined": formClient(t, s, "2025-11-25", &asked, &sdk.ElicitResult{Action: "decline"}),
+		"no forms": connect(t, s.mcp, "agent-tok"),
+		"unticked": formClient(t, s, "2026-07-28", &asked, &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}),
+	} {
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: pay("conf:" + name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if le := mcp.ErrorOf(res); le == nil || le.Code != "confirmation_required" {
+			t.Errorf("%s: %+v, want confirmation_required", name, le)
+		}
+	}
+}
