@@ -127,7 +127,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	started = true
 
-	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
+	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg),
+		ConsoleURL: cfg.Notify.ConsoleURL})
 	var calls inflight
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log, SessionIdle: cfg.MCP.SessionIdle.Value()})))
