@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short cross interop interop-vendors console-test console-screenshots bench lint fmt clean
+.PHONY: all build run test test-short cross interop interop-oauth interop-vendors console-test console-screenshots bench lint fmt clean
 
 all: lint test
 
@@ -67,7 +67,20 @@ interop: build
 	cd interop && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
 		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs sessions.test.mjs conversation.test.mjs
+	$(MAKE) --no-print-directory interop-oauth
 	$(MAKE) --no-print-directory interop-vendors
+
+# The TypeScript SDK's OAuth client flow (discovery from the 401, dynamic
+# registration, authorization code + PKCE) against a real authorization
+# server, oidc-provider (interop/oauth/package.json), then every tool and
+# the Inspector CLI with the access token (docs/identity.md): under a
+# minute. It uses interop/'s SDK and Inspector, so interop/ installs first.
+interop-oauth: build
+	cd interop && { [ node_modules/.installed -nt package.json ] || \
+		{ npm install --no-package-lock && touch node_modules/.installed; }; }
+	cd interop/oauth && { [ node_modules/.installed -nt package.json ] || \
+		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec oauth.test.mjs
 
 # The vendor definitions shipped in configs/vendors/, each driven by its
 # vendor's official Node SDK (interop/vendors/package.json) through a real

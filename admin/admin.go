@@ -6,7 +6,8 @@
 //
 // Authentication: tokens are configured by their SHA-256 under
 // auth.admins, each with a name that is recorded on every approval and
-// resolution. An agent's token is refused with 403 wherever it is
+// resolution; with auth.oauth, an access token with the admin scope is an
+// admin named "<issuer name>:<subject>" (Options.OAuth). An agent's token is refused with 403 wherever it is
 // presented: agents cannot approve their own actions. Which tokens are
 // configured decides the mode:
 //
@@ -72,6 +73,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
@@ -107,6 +109,13 @@ type Options struct {
 	// Agents are the SHA-256 digests of agent tokens, refused here; with
 	// no Admins, their presence closes the API (every /v1 call refused).
 	Agents map[string]bool
+	// OAuth, when set, verifies access tokens (JWTs): one with the admin
+	// scope is an admin named "<issuer name>:<subject>", one with the
+	// agent scope is refused (403) like an agent's static token. Its
+	// presence closes the API as Agents' does, unless OAuthAdmins says an
+	// issuer may grant the admin scope.
+	OAuth       *jwtauth.Verifier
+	OAuthAdmins bool
 	// Namespaces are searched for an idempotency_key filter that names no
 	// namespace (a key is unique within a namespace only).
 	Namespaces []string
@@ -168,12 +177,12 @@ func Handler(eng Engine, o *Options) http.Handler {
 func (a *api) guard(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(a.opts.Admins) == 0 && !loopback.Is(r.Host) {
+		if !a.adminsOn() && !loopback.Is(r.Host) {
 			writeError(w, &apiError{http.StatusForbidden, CodeHostNotAllowed, fmt.Sprintf("Host %q is not localhost or a loopback address: "+
 				"without auth.admins the admin API answers only requests addressed to localhost, 127.0.0.1 or [::1]", truncate(r.Host, 100))})
 			return
 		}
-		if len(a.opts.Admins) == 0 && !loopback.Is(r.RemoteAddr) {
+		if !a.adminsOn() && !loopback.Is(r.RemoteAddr) {
 			// The Host says nothing of who connects: a peer that reached
 			// the listener (a port-forward bound beyond loopback, ssh -L
 			// with GatewayPorts) sends Host: 127.0.0.1 as easily.
@@ -273,7 +282,20 @@ func (a *api) authenticate(r *http.Request) (string, error) {
 	if digest != "" && a.opts.Agents[digest] {
 		return "", &apiError{http.StatusForbidden, string(ledger.CodeUnauthorized), "agent tokens cannot use the admin API"}
 	}
-	if len(a.opts.Admins) > 0 {
+	if _, static := a.opts.Admins[digest]; !static && digest != "" && a.opts.OAuth != nil && jwtauth.LooksLikeJWT(token) {
+		// An access token: an admin's, or refused with what is wrong (an
+		// agent's token, whose scope is the agent tools', is a 403 as
+		// an agent's static token is).
+		p, err := a.opts.OAuth.Verify(r.Context(), token, jwtauth.RightAdmin)
+		if e, ok := errors.AsType[*jwtauth.Error](err); ok {
+			return "", &apiError{e.Status, string(ledger.CodeUnauthorized), e.Message}
+		}
+		if err != nil {
+			return "", &apiError{http.StatusUnauthorized, string(ledger.CodeUnauthorized), err.Error()}
+		}
+		return p.Name, nil
+	}
+	if a.adminsOn() {
 		name, isAdmin := a.opts.Admins[digest]
 		switch {
 		case digest == "":
@@ -283,10 +305,16 @@ func (a *api) authenticate(r *http.Request) (string, error) {
 		}
 		return name, nil
 	}
-	if len(a.opts.Agents) > 0 {
+	if len(a.opts.Agents) > 0 || a.opts.OAuth != nil {
 		return "", &apiError{http.StatusForbidden, CodeAdminAuthRequired, MsgAdminAuthRequired}
 	}
 	return "local", nil
+}
+
+// adminsOn reports whether an admin credential opens the API (static
+// admins, or an OAuth issuer that may grant the admin scope).
+func (a *api) adminsOn() bool {
+	return len(a.opts.Admins) > 0 || (a.opts.OAuth != nil && a.opts.OAuthAdmins)
 }
 
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {

@@ -46,6 +46,10 @@ type Options struct {
 	// Agents are the SHA-256 digests of agent tokens, which cannot sign
 	// in; with no Admins their presence closes the console (ModeAdminRequired).
 	Agents map[string]bool
+	// OAuth says agents (or admins) authenticate with access tokens too
+	// (auth.oauth): with no Admins, the console is then closed as with
+	// Agents. Access tokens do not sign in to the console.
+	OAuth bool
 	// Namespaces are searched when an operator looks an effect up by its
 	// idempotency key without naming a namespace; nil means "default".
 	Namespaces []string
@@ -165,7 +169,7 @@ func Handler(api http.Handler, eng Engine, o *Options) http.Handler {
 	switch {
 	case len(opts.Admins) > 0:
 		c.mode = ModeSignIn
-	case len(opts.Agents) > 0:
+	case len(opts.Agents) > 0 || opts.OAuth:
 		c.mode = ModeAdminRequired
 	default:
 		c.mode = ModeOpen

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -114,10 +116,20 @@ func (b *bridge) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 // calls (measured: 16 sessions making 50 calls each opened 112-141
 // connections; now 32).
 func Connect(ctx context.Context, url, token, version string) (*sdk.ClientSession, error) {
+	if token == "" {
+		return ConnectWith(ctx, url, nil, version)
+	}
+	return ConnectWith(ctx, url, func() (string, error) { return token, nil }, version)
+}
+
+// ConnectWith is Connect with the token read from token before every
+// request (nil sends none), so that a token the kubelet rotates is sent
+// as soon as it is on disk (TokenFile).
+func ConnectWith(ctx context.Context, url string, token func() (string, error), version string) (*sdk.ClientSession, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	hc := &http.Client{Transport: tr}
-	if token != "" {
+	if token != nil {
 		hc.Transport = bearer{token: token, rt: tr}
 	}
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "ratchet-client", Version: version}, nil).
@@ -130,12 +142,51 @@ func Connect(ctx context.Context, url, token, version string) (*sdk.ClientSessio
 
 // bearer adds a bearer token to every request.
 type bearer struct {
-	token string
+	token func() (string, error)
 	rt    http.RoundTripper
 }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	tok, err := b.token()
+	if err != nil {
+		return nil, err
+	}
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
+	r.Header.Set("Authorization", "Bearer "+tok)
 	return b.rt.RoundTrip(r)
+}
+
+// TokenFile reads a token from path on every call: a projected service
+// account token, which the kubelet replaces (an atomic rename of its
+// directory) before it expires. A file of at most 16 KiB, trimmed of
+// white space; while the file cannot be read, the last token read is used
+// (a rotation caught between rename and write), and the first read must
+// succeed.
+func TokenFile(path string) (func() (string, error), error) {
+	var mu sync.Mutex
+	var last string
+	read := func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err == nil && len(b) > 16<<10 {
+			err = fmt.Errorf("the token file %s is larger than 16 KiB", path)
+		}
+		tok := strings.TrimSpace(string(b))
+		if err == nil && tok == "" {
+			err = fmt.Errorf("the token file %s is empty", path)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if last != "" {
+				return last, nil
+			}
+			return "", fmt.Errorf("reading the token: %w", err)
+		}
+		last = tok
+		return tok, nil
+	}
+	if _, err := read(); err != nil {
+		return nil, err
+	}
+	return read, nil
 }

@@ -7,7 +7,9 @@
 // Identity. Over HTTP, bearer tokens are checked against the SHA-256 hashes
 // in the config (auth.go: a refused token is a 401 whose JSON-RPC error says
 // what to fix); a token maps to a
-// namespace and optionally an agent_id. An agent whose token names an
+// namespace and optionally an agent_id. With HTTPOptions.OAuth, an access
+// token of a trusted issuer (internal/jwtauth) is accepted too, always
+// fixing both; refusals then name the protected resource metadata. An agent whose token names an
 // agent_id cannot act as another one (unauthorized), and a token that
 // names none cannot act as an agent a credential fixes (Options.Reserved:
 // another token's agent, the proxy's), nor report or resolve the attempts
@@ -47,6 +49,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -163,6 +166,14 @@ type HTTPOptions struct {
 	// Agents are the accepted tokens; with none, calls are unauthenticated
 	// and get Options.Identity (serve only on loopback then).
 	Agents Agents
+	// OAuth, when set, accepts access tokens of its issuers that carry
+	// the agent scope, beside Agents; calls are then never
+	// unauthenticated.
+	OAuth *jwtauth.Verifier
+	// ResourceMetadataURL is where the protected resource metadata is
+	// (ResourceMetadataURL of the resource), named in every refusal's
+	// WWW-Authenticate when OAuth is set.
+	ResourceMetadataURL string
 	// MaxBodyBytes bounds a request body; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Logger receives the transport's logs; nil discards them.
@@ -214,10 +225,10 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 	// token or reaches an unauthenticated loopback sidecar: cross-origin
 	// requests are refused (403) before any tool runs.
 	h = http.NewCrossOriginProtection().Handler(h)
-	if len(opts.Agents) == 0 {
+	if len(opts.Agents) == 0 && opts.OAuth == nil {
 		return h
 	}
-	return requireToken(opts.Agents, maxBody, h)
+	return requireToken(opts.Agents, opts.OAuth, opts.ResourceMetadataURL, maxBody, h)
 }
 
 // statelessProtocol is the first protocol version without sessions, which

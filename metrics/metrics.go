@@ -50,6 +50,7 @@ type Metrics struct {
 	webhooks   *prometheus.CounterVec // webhooks.Observer
 	recovered  *prometheus.CounterVec // recovery.Observer
 	idleClosed *prometheus.CounterVec // ConnState, once asked for
+	tokens     *prometheus.CounterVec // jwtauth decisions
 
 	mu    sync.Mutex
 	types map[string]bool
@@ -110,9 +111,18 @@ func New() *Metrics {
 		Help: "Same-key recoveries by vendor and result: tried, settled, agreed, contradicted, unknown (tried again later), expired (the vendor's key window closed first), dropped (settled otherwise), unreadable."},
 		[]string{"vendor", "result"})
 	m.reg.MustRegister(m.webhooks, m.recovered)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_token_decisions_total",
+		Help: "Access token (auth.oauth) decisions by issuer name and result: accepted, or the reason of a refusal (expired, audience, issuer, signature, algorithm, unknown_kid, scope, …)."},
+		[]string{"issuer", "result"})
+	m.reg.MustRegister(m.tokens)
 	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify, m.dropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// TokenDecision counts one access token decision (jwtauth.Options.Count).
+func (m *Metrics) TokenDecision(issuer, result string) {
+	m.tokens.WithLabelValues(issuer, result).Inc()
 }
 
 // Watch adds the scrape-time gauges read from l.

@@ -17,7 +17,9 @@ import (
 // runMCP is "ratchet mcp --stdio": the tools over stdin/stdout for a local
 // MCP client. It opens the ledger itself, or with --server URL bridges to a
 // running sidecar (Badger allows one process per data dir), authenticating
-// with the token in $RATCHET_TOKEN (never a flag, which ps would show).
+// with the token in $RATCHET_TOKEN (never a flag, which ps would show) or
+// read from --token-file before every request (a rotated service account
+// token).
 func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	var cf commonFlags
@@ -26,6 +28,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	server := fs.String("server", "", "bridge to a running sidecar's MCP URL, e.g. http://127.0.0.1:8787/mcp")
 	ns := fs.String("namespace", "", "namespace for this client (default \"default\")")
 	agent := fs.String("agent-id", "", "fix the agent_id of this client")
+	tokenFile := fs.String("token-file", os.Getenv("RATCHET_TOKEN_FILE"), "with --server: read the bearer token from this file before every request (a projected service account token the kubelet rotates); default $RATCHET_TOKEN_FILE, else the token in $RATCHET_TOKEN")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -40,8 +43,18 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var srv *sdk.Server
 	if *server != "" {
 		token := os.Getenv("RATCHET_TOKEN")
+		var source func() (string, error)
+		switch {
+		case *tokenFile != "":
+			if source, err = mcp.TokenFile(*tokenFile); err != nil {
+				return err
+			}
+			token = "(from --token-file)"
+		case token != "":
+			source = func() (string, error) { return token, nil }
+		}
 		connect := func(ctx context.Context) (*sdk.ClientSession, error) {
-			cs, err := mcp.Connect(ctx, *server, token, version)
+			cs, err := mcp.ConnectWith(ctx, *server, source, version)
 			if err != nil && token == "" {
 				return nil, fmt.Errorf("%w (RATCHET_TOKEN is not set: set it to this agent's token when the sidecar has auth.agents)", err)
 			}

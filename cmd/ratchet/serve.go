@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/internal/jwtauth"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/metrics"
@@ -46,7 +48,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 	agents := agentsOf(cfg)
-	if len(agents) == 0 {
+	if !cfg.HasAgents() {
 		if !isLoopback(cfg.Listen.MCP) {
 			return fmt.Errorf("no auth.agents are configured, so MCP would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.MCP)
 		}
@@ -81,11 +83,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	for _, a := range cfg.Auth.Admins {
 		admins[a.TokenSHA256] = a.Name
 	}
-	if len(admins) == 0 {
+	if !cfg.HasAdmins() {
 		if !isLoopback(cfg.Listen.Admin) {
 			return fmt.Errorf("no auth.admins are configured, so the admin API would be unauthenticated: refusing to listen on non-loopback %s", cfg.Listen.Admin)
 		}
-		if len(agents) == 0 {
+		if !cfg.HasAgents() {
 			log.Warn("no auth.admins configured: the admin API is unauthenticated and served on loopback only", "listen", cfg.Listen.Admin)
 		} // with agents, the config's warning below says the API is closed
 	}
@@ -93,6 +95,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		log.Warn("config: "+w.Path+": "+w.Message, "line", w.Line)
 	}
 	m := metrics.New()
+	verifier, err := newVerifier(cfg, log, m)
+	if err != nil {
+		return err
+	}
 	eng, err := openEngine(cfg, log, m)
 	if err != nil {
 		return err
@@ -131,15 +137,28 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		ConsoleURL: cfg.Notify.ConsoleURL})
 	var calls inflight
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log, SessionIdle: cfg.MCP.SessionIdle.Value()})))
+	httpOpts := &mcp.HTTPOptions{Agents: agents, Logger: log, OAuth: verifier, SessionIdle: cfg.MCP.SessionIdle.Value()}
+	if verifier != nil {
+		// The protected resource metadata (RFC 9728) at the path the
+		// resource's URL gives and at the bare well-known path, which
+		// clients that do not insert the path try.
+		metaURL, _ := mcp.ResourceMetadataURL(cfg.Auth.OAuth.Resource)
+		httpOpts.ResourceMetadataURL = metaURL
+		prm := mcp.ProtectedResourceMetadata(cfg.Auth.OAuth.Resource, verifier)
+		if u, err := url.Parse(metaURL); err == nil && u.Path != "/.well-known/oauth-protected-resource" {
+			mux.Handle(u.Path, prm)
+		}
+		mux.Handle("/.well-known/oauth-protected-resource", prm)
+	}
+	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, httpOpts)))
 	agentTokens := map[string]bool{}
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, &admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
+	adminHandler := admin.Handler(eng, &admin.Options{Admins: admins, Agents: agentTokens, OAuth: verifier, OAuthAdmins: cfg.Auth.OAuth.AdminsOn(), Namespaces: keyNamespaces(cfg),
 		Metrics: m.Handler(), Logger: log, Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
-	adminHandler = console.Handler(adminHandler, eng, &console.Options{Admins: admins, Agents: agentTokens,
+	adminHandler = console.Handler(adminHandler, eng, &console.Options{Admins: admins, Agents: agentTokens, OAuth: verifier != nil,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	m.WatchSessions(func() int {
 		n := 0
@@ -262,6 +281,17 @@ func consoleHosts(cfg *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// newVerifier is auth.oauth's token verifier, logging and counting its
+// decisions; nil without auth.oauth.
+func newVerifier(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*jwtauth.Verifier, error) {
+	if !cfg.Auth.OAuth.On() {
+		return nil, nil
+	}
+	opts := cfg.Auth.OAuth.VerifierOptions()
+	opts.Logger, opts.Count = log, m.TokenDecision
+	return jwtauth.New(opts)
 }
 
 // agentsOf maps the configured agent tokens to identities.

@@ -20,7 +20,7 @@ var releaseTagRe = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
 // pushes exactly those names with that tag form.
 func TestImagesAreTheOnesTheReleasePushes(t *testing.T) {
 	tags := map[string]bool{}
-	for _, file := range []string{"ratchet-sidecar.yaml", "ratchet-transparent.yaml"} {
+	for _, file := range []string{"ratchet-sidecar.yaml", "ratchet-transparent.yaml", "ratchet-workload-identity.yaml"} {
 		for name, doc := range readDocs(t, file) {
 			pod := get(doc, "spec", "template", "spec")
 			for _, c := range append(list(get(pod, "initContainers")), list(get(pod, "containers"))...) {

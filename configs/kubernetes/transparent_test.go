@@ -135,7 +135,7 @@ func TestDockerfileAndManifestsAgree(t *testing.T) {
 	if d.initUID != d.uid {
 		t.Errorf("the ratchet-init image's default rules exclude UID %d, the sidecar image runs as %d", d.initUID, d.uid)
 	}
-	for _, file := range []string{"ratchet-sidecar.yaml", "ratchet-transparent.yaml"} {
+	for _, file := range []string{"ratchet-sidecar.yaml", "ratchet-transparent.yaml", "ratchet-workload-identity.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			for name, doc := range readDocs(t, file) {
 				if !strings.HasPrefix(name, "Deployment/") {

@@ -165,6 +165,9 @@ type Secrets struct {
 type Auth struct {
 	Agents []Agent `yaml:"agents"`
 	Admins []Admin `yaml:"admins"`
+	// OAuth, when set, accepts access tokens of trusted issuers too
+	// (oauth.go).
+	OAuth *OAuth `yaml:"oauth"`
 }
 
 // Agent maps an agent token to its identity.
@@ -282,6 +285,7 @@ func (c *Config) fill() {
 			}
 		}
 	}
+	c.Auth.OAuth.fill()
 	c.Notify.fill()
 	c.Webhooks.fill()
 	c.Recovery.fill()
@@ -455,7 +459,7 @@ func Parse(r io.Reader, name string) (*Config, error) {
 // working.
 func (c *Config) Warnings() []Problem {
 	var warns []Problem
-	if len(c.Auth.Agents) > 0 && len(c.Auth.Admins) == 0 {
+	if c.HasAgents() && !c.HasAdmins() {
 		msg := "agents are configured and auth.admins are not, so the admin API and the console answer no one: every /v1 call, " +
 			"read or change, answers 403 admin_auth_required (an agent shares the sidecar's loopback and must neither approve its own " +
 			"actions nor read other namespaces by leaving its token off); add auth.admins with tokens of their own to read and decide"
@@ -576,21 +580,35 @@ func (c *Config) proxyRunWarnings() []Problem {
 	return warns
 }
 
+// HasAgents reports whether agents need a credential: auth.agents or
+// auth.oauth.
+func (c *Config) HasAgents() bool { return len(c.Auth.Agents) > 0 || c.Auth.OAuth.On() }
+
+// HasAdmins reports whether an admin credential opens the admin API:
+// auth.admins, or an auth.oauth issuer whose tokens may carry the admin
+// scope.
+func (c *Config) HasAdmins() bool { return len(c.Auth.Admins) > 0 || c.Auth.OAuth.AdminsOn() }
+
 // Open says, one line per listener, what answers without a credential and
 // to whom: "ratchet config validate" prints it, so an operator reads what
 // a local process (or anything that reaches a listener) may do without a
 // token. Package admin's doc holds the rules it describes.
 func (c *Config) Open() []string {
 	var out []string
-	if len(c.Auth.Agents) == 0 {
+	switch {
+	case c.Auth.OAuth.On():
+		out = append(out, fmt.Sprintf("MCP (%s): an access token of auth.oauth.issuers with scope %s (or a token of auth.agents) is required; each fixes its namespace and agent_id", c.Listen.MCP, c.Auth.OAuth.AgentScope))
+	case len(c.Auth.Agents) == 0:
 		out = append(out, fmt.Sprintf("MCP (%s): no auth.agents, so unauthenticated: any caller is in namespace default and names its own agent_id", c.Listen.MCP))
-	} else {
+	default:
 		out = append(out, fmt.Sprintf("MCP (%s): a token of auth.agents is required; each fixes its namespace (and agent_id, where set)", c.Listen.MCP))
 	}
 	switch {
+	case c.Auth.OAuth.AdminsOn():
+		out = append(out, fmt.Sprintf("admin API (%s): every read and change needs an admin token (auth.admins, or an access token with scope %s); the console signs in with auth.admins tokens only", c.Listen.Admin, c.Auth.OAuth.AdminScope))
 	case len(c.Auth.Admins) > 0:
 		out = append(out, fmt.Sprintf("admin API and console (%s): every read and change needs an admin token (auth.admins)", c.Listen.Admin))
-	case len(c.Auth.Agents) > 0:
+	case c.HasAgents():
 		out = append(out, fmt.Sprintf("admin API and console (%s): closed: agents are configured and admins are not, so every /v1 call answers 403 admin_auth_required", c.Listen.Admin))
 	default:
 		out = append(out, fmt.Sprintf("admin API and console (%s): no tokens at all, so open to every process on this machine (loopback only): it reads every namespace and approves", c.Listen.Admin))
@@ -830,6 +848,7 @@ func (c *Config) problems() []Problem {
 			adminNames[k] = i
 		}
 	}
+	probs = append(probs, c.Auth.OAuth.problems()...)
 	probs = append(probs, c.Notify.problems()...)
 	probs = append(probs, c.Webhooks.problems()...)
 	probs = append(probs, c.Recovery.problems()...)

@@ -1,0 +1,154 @@
+package jwtauth
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// A Kubernetes issuer with a TokenReviewURL has each token decided by the
+// API server (TokenReview, authentication.k8s.io/v1), for a cluster whose
+// keys Ratchet cannot fetch. The request and answer are as the Kubernetes
+// API reference gives them ("TokenReview v1", and "Webhook Token
+// Authentication" in the authentication docs):
+//
+//	POST /apis/authentication.k8s.io/v1/tokenreviews
+//	{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview",
+//	 "spec":{"token":"<token>","audiences":["ratchet"]}}
+//	→ {"status":{"authenticated":true,"audiences":["ratchet"],
+//	   "user":{"username":"system:serviceaccount:<ns>:<name>","uid":"…",
+//	   "groups":[…],"extra":{"authentication.kubernetes.io/pod-name":[…]}}}}
+//
+// Ratchet sends its own token (BearerTokenFile; its service account needs
+// the system:auth-delegator role). An answer is kept for reviewTTL or until
+// the token's exp, whichever is first, so that an agent's calls do not each
+// cost a request to the API server.
+
+// reviewTTL bounds how long a TokenReview answer is used.
+const reviewTTL = 30 * time.Second
+
+// maxReviewed bounds the answers kept; past it, expired ones are dropped,
+// and if none has expired, all.
+const maxReviewed = 10_000
+
+type review struct {
+	ns, name string
+	until    time.Time
+}
+
+type tokenReview struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Spec       tokenReviewSpec `json:"spec"`
+	Status     struct {
+		Authenticated bool     `json:"authenticated"`
+		Audiences     []string `json:"audiences"`
+		Error         string   `json:"error"`
+		User          struct {
+			Username string `json:"username"`
+		} `json:"user"`
+	} `json:"status"`
+}
+
+type tokenReviewSpec struct {
+	Token     string   `json:"token"`
+	Audiences []string `json:"audiences"`
+}
+
+func (v *Verifier) review(ctx context.Context, token string, k *issuerKeys, kid string, unverified jwt.Claims, want Right) (*Principal, *issuerKeys, error) {
+	now := v.opts.Now()
+	sum := sha256.Sum256([]byte(token))
+	k.mu.Lock()
+	r, ok := k.reviewed[sum]
+	k.mu.Unlock()
+	if !ok || !now.Before(r.until) {
+		var err error
+		if r, err = k.askReview(ctx, token); err != nil {
+			return &Principal{KeyID: kid}, k, err
+		}
+		r.until = now.Add(reviewTTL)
+		if unverified.Expiry != nil && unverified.Expiry.Time().Before(r.until) {
+			r.until = unverified.Expiry.Time()
+		}
+		k.mu.Lock()
+		if k.reviewed == nil || len(k.reviewed) >= maxReviewed {
+			kept := map[[32]byte]review{}
+			for s, old := range k.reviewed {
+				if now.Before(old.until) && len(kept) < maxReviewed/2 {
+					kept[s] = old
+				}
+			}
+			k.reviewed = kept
+		}
+		k.reviewed[sum] = r
+		k.mu.Unlock()
+	}
+	p := &Principal{IssuerName: k.cfg.Name, Issuer: k.cfg.Issuer, Subject: "system:serviceaccount:" + r.ns + ":" + r.name, KeyID: kid}
+	extra := map[string]any{"kubernetes.io": map[string]any{"namespace": r.ns, "serviceaccount": map[string]any{"name": r.name}}}
+	return v.grant(p, k, extra, want)
+}
+
+// askReview posts one TokenReview.
+func (k *issuerKeys) askReview(ctx context.Context, token string) (review, error) {
+	body, _ := json.Marshal(tokenReview{APIVersion: "authentication.k8s.io/v1", Kind: "TokenReview",
+		Spec: tokenReviewSpec{Token: token, Audiences: k.cfg.Audiences}})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	unavailable := func(err error) (review, error) {
+		return review{}, &Error{Status: 401, Code: "invalid_token", Reason: "review_unavailable",
+			Message: fmt.Sprintf("the cluster's TokenReview for issuer %s did not answer (%v), so the token cannot be verified: try again later", k.cfg.Name, err)}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, k.cfg.TokenReviewURL, bytes.NewReader(body))
+	if err != nil {
+		return unavailable(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if f := k.cfg.BearerTokenFile; f != "" {
+		tok, err := os.ReadFile(f)
+		if err != nil {
+			return unavailable(fmt.Errorf("reading bearer_token_file: %w", err))
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxKeySetBytes))
+	if err != nil {
+		return unavailable(err)
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return unavailable(fmt.Errorf("POST %s: %s", k.cfg.TokenReviewURL, resp.Status))
+	}
+	var ans tokenReview
+	if err := json.Unmarshal(data, &ans); err != nil {
+		return unavailable(fmt.Errorf("the TokenReview answer is not JSON: %w", err))
+	}
+	st := ans.Status
+	if !st.Authenticated {
+		return review{}, refuse("review_refused", "the cluster did not authenticate the token (TokenReview: %s): mount a current projected service account token with audience %s",
+			truncate(st.Error, 200), k.cfg.Audiences[0])
+	}
+	if !slices.ContainsFunc(k.cfg.Audiences, func(a string) bool { return slices.Contains(st.Audiences, a) }) {
+		return review{}, refuse("audience", "the cluster authenticated the token for %q, not for Ratchet (%s)", strings.Join(st.Audiences, " "), strings.Join(k.cfg.Audiences, ", "))
+	}
+	rest, ok := strings.CutPrefix(st.User.Username, "system:serviceaccount:")
+	ns, name, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || ns == "" || name == "" {
+		return review{}, refuse("no_service_account", "the token is %q's, not a service account's", truncate(st.User.Username, 200))
+	}
+	return review{ns: ns, name: name}, nil
+}
