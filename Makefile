@@ -66,7 +66,7 @@ cross:
 interop: build
 	cd interop && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
-		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs sessions.test.mjs
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs sessions.test.mjs conversation.test.mjs
 	$(MAKE) --no-print-directory interop-oauth
 	$(MAKE) --no-print-directory interop-vendors
 

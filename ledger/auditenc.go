@@ -123,6 +123,7 @@ func appendEvent(b []byte, ev *Event) ([]byte, error) {
 	if len(ev.ApprovedBy) > 0 {
 		b = appendStrings(b, "approved_by", ev.ApprovedBy)
 	}
+	b = appendField(b, "sink", ev.Sink)
 	return append(b, '}'), nil
 }
 

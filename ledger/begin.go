@@ -104,7 +104,7 @@ func (e *Engine) begin(t *opTxn, in *beginInput, now time.Time) (*BeginResult, e
 	t.emit(Event{Type: EventEffectBegun, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
 		Vendor: req.Vendor, Operation: req.Operation, Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, ApprovalID: res.ApprovalID,
 		Decision: res.Decision, State: res.State, Reason: res.Reason, CostMicros: req.EstimatedCostMicros, Dimensions: in.dims,
-		NotApplied: notApplied(res)})
+		NotApplied: notApplied(res), Actor: confirmedBy(req), Note: confirmNote(req)})
 	if o := in.observed; o != nil && o.changes(res.Decision) {
 		t.emit(Event{Type: EventPolicyObserved, Namespace: req.Namespace, EffectID: res.EffectID, EffectType: req.EffectType,
 			Attempt: res.Attempt, AgentID: req.AgentID, RunID: req.RunID, GroupKey: req.GroupKey, Decision: Decision(o.would),
@@ -305,6 +305,14 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			}
 			return r.res, r.err
 		}
+	}
+	// A user confirmation (confirm_with) is asked before ceilings and
+	// approval, so a rule may ask for both; an approved request was
+	// confirmed when it was made.
+	if pol.asksUser(req.EstimatedCostMicros) && !undo && !approved && req.Confirmation == nil {
+		return nil, &Error{Code: CodeConfirmationRequired, Message: fmt.Sprintf(
+			"a rule asks the user to confirm %s actions in their MCP client (a form), and this call carries no confirmation: "+
+				"do not perform it; tell the user it needs their confirmation from an MCP client that shows forms", req.EffectType)}
 	}
 	uses, err := ceilingsFor(t, in, now)
 	if err != nil {
@@ -770,4 +778,22 @@ func (e *Engine) grantForEffect(t *opTxn, ns, effectType, operation, agent, run 
 		return g, err
 	}
 	return e.grantFor(t, ns, operation, agent, run, cost, now)
+}
+
+// confirmedBy is who confirmed a begin for its user, as effect.begun
+// records it: the MCP client that answered the form.
+func confirmedBy(req *BeginRequest) string {
+	if req.Confirmation == nil {
+		return ""
+	}
+	return "user via client:" + truncate(req.Confirmation.Client, 128)
+}
+
+// confirmNote says how soon the client answered: a host that accepts on
+// its own answers in milliseconds, a person in seconds.
+func confirmNote(req *BeginRequest) string {
+	if req.Confirmation == nil {
+		return ""
+	}
+	return fmt.Sprintf("user confirmation accepted after %d ms", req.Confirmation.AnswerMS)
 }

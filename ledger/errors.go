@@ -18,6 +18,10 @@ const (
 	CodeIdempotencyKeyConflict Code = "idempotency_key_conflict"
 	CodeDimensionRequired      Code = "dimension_required"
 	CodeCostRequired           Code = "cost_required"
+	// CodeConfirmationRequired: a rule's confirm_with: user applies and
+	// the begin carries no user confirmation (only the MCP adapter, with a
+	// client that shows forms, can obtain one).
+	CodeConfirmationRequired   Code = "confirmation_required"
 	CodeUnauthorized           Code = "unauthorized"
 	CodeEffectNotFound         Code = "effect_not_found"
 	CodeApprovalNotFound       Code = "approval_not_found"
@@ -109,7 +113,7 @@ func Classify(err error) *Error {
 // admin API and the proxy share.
 func HTTPStatus(code Code) int {
 	switch code {
-	case CodeInvalidArgument, CodeDimensionRequired, CodeCostRequired:
+	case CodeInvalidArgument, CodeDimensionRequired, CodeCostRequired, CodeConfirmationRequired:
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized

@@ -40,6 +40,7 @@ import (
 //	d\0<expires, 8 bytes BE>\0<effect_id>       approval requests by expiry, for the expiry sweep (approvals.go)
 //	q\0<grant_id>                               a grant: a scoped approval and what it covered (grants.go, JSON)
 //	w\0<effect_id>                              a recovery claim: expiry (8 bytes BE) and attempt (recoveryclaim.go)
+//	z\0<expires, 8 bytes BE>\0<state id>        a redeemed MCP requestState, until it expires (requeststate.go)
 //
 // The kind m holds both group members (three parts) and the engine's own
 // records (one part); they never collide, as the number of parts differs.
@@ -68,6 +69,7 @@ const (
 	kindApprovalDue   = "d"
 	kindGrant         = "q"
 	kindRecoveryClaim = "w"
+	kindRedeemed      = "z"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -104,6 +106,7 @@ var keyLayouts = map[string][]int{
 	kindApprovalDue:   {0},
 	kindGrant:         {1},
 	kindRecoveryClaim: {1},
+	kindRedeemed:      {0},
 }
 
 func key(kind string, parts ...string) []byte {

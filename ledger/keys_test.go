@@ -42,6 +42,9 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	if err := h.eng.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := h.eng.RedeemState(ctx, "st_1", h.clock.Now().Add(time.Minute)); err != nil { // a redeemed request state
+		t.Fatal(err)
+	}
 	if err := h.eng.PutSinkRef(ctx, "test-sink", ask.ApprovalID, []byte(`{"ts":"1"}`)); err != nil {
 		t.Fatal(err)
 	}

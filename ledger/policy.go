@@ -43,6 +43,16 @@ type Rule struct {
 	// that cost need them; below it one approver decides.
 	ApproversRequired        int    `yaml:"approvers_required,omitempty"`
 	ApproversThresholdMicros *int64 `yaml:"approvers_threshold_micros,omitempty"`
+	// ConfirmWith "user" asks the agent's user to confirm the action in
+	// their MCP client (a form showing what and how much, from what the
+	// agent declared) before it may execute, from ConfirmThresholdMicros
+	// on (nil: every begin; a begin without a cost is asked). A weaker
+	// control than approval: it trusts the MCP host to show the prompt
+	// to a person. A rule may ask for both; a begin that cannot be
+	// confirmed (the proxy, a client without form elicitation) is
+	// refused confirmation_required.
+	ConfirmWith            string `yaml:"confirm_with,omitempty"`
+	ConfirmThresholdMicros *int64 `yaml:"confirm_threshold_micros,omitempty"`
 	// RequireDimensions names dimensions a begin must declare.
 	RequireDimensions []string `yaml:"require_dimensions,omitempty"`
 	// Ceilings limit money or count over a window per scope.
@@ -127,6 +137,16 @@ func ValidatePolicies(rules []Rule) []*FieldError {
 			add(rp+".approval_threshold_micros", "must be >= 0, got %d", *t)
 		}
 		checkApprovers(r, rp, add)
+		switch {
+		case r.ConfirmWith != "" && r.ConfirmWith != "user":
+			add(rp+".confirm_with", "%q is not who confirms; the one there is: user", r.ConfirmWith)
+		case r.ConfirmWith != "" && r.Mode == ModeObserve:
+			add(rp+".confirm_with", "an observed rule asks no one, so it asks no user either")
+		case r.ConfirmThresholdMicros != nil && r.ConfirmWith == "":
+			add(rp+".confirm_threshold_micros", "applies confirm_with: user, which this rule does not set")
+		case r.ConfirmThresholdMicros != nil && *r.ConfirmThresholdMicros < 0:
+			add(rp+".confirm_threshold_micros", "must be >= 0, got %d", *r.ConfirmThresholdMicros)
+		}
 		if r.MaxLeaseSeconds < 0 {
 			add(rp+".max_lease_seconds", "must be >= 0, got %d", r.MaxLeaseSeconds)
 		}
@@ -238,6 +258,10 @@ type effectivePolicy struct {
 	quorums  []quorum // of the enforced rules (approvers_required)
 	ceilings []*ceiling
 	maxLease int
+	// confirm: an enforced rule asks the user (confirm_with), from
+	// confirmFrom on (nil: always).
+	confirm     bool
+	confirmFrom *int64
 	// observe is what the observed rules that match would add; their
 	// ceilings are in ceilings, marked observed.
 	observe gates
@@ -333,6 +357,15 @@ func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy
 			continue
 		}
 		ep.gates.add(r)
+		if r.ConfirmWith == "user" {
+			t := r.ConfirmThresholdMicros
+			switch {
+			case !ep.confirm:
+				ep.confirm, ep.confirmFrom = true, t
+			case ep.confirmFrom != nil && (t == nil || *t < *ep.confirmFrom):
+				ep.confirmFrom = t
+			}
+		}
 		if r.ApproversRequired > 1 {
 			ep.quorums = append(ep.quorums, quorum{n: r.ApproversRequired, from: r.ApproversThresholdMicros})
 		}
@@ -340,6 +373,13 @@ func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy
 		ep.maxLease = minPositive(ep.maxLease, r.MaxLeaseSeconds)
 	}
 	return ep
+}
+
+// asksUser reports whether a begin declaring cost must be confirmed by
+// the agent's user (confirm_with): a begin without a cost is, where a
+// threshold applies, since its cost could be any.
+func (ep *effectivePolicy) asksUser(cost *int64) bool {
+	return ep.confirm && (ep.confirmFrom == nil || cost == nil || *cost >= *ep.confirmFrom)
 }
 
 // minPositive returns the smaller of a and b, treating zero as "unset".

@@ -107,6 +107,10 @@ type BeginRequest struct {
 	// that began its first step, and only that agent adds steps to it; a
 	// compensation is begun only by the agent whose attempt it undoes.
 	AgentClaimed bool `json:"-"`
+	// Confirmation, set by the MCP adapter, is the agent's user's
+	// confirmation of this begin through their MCP client (a rule's
+	// confirm_with: user); nil when none was asked for or obtained.
+	Confirmation *UserConfirmation `json:"-"`
 	// Operation is the vendor's own operation (stripe.payment_intents.create)
 	// when an adapter knows it: the proxy sets it for every call it gates,
 	// with EffectType the call's type in the taxonomy (package vendors,
@@ -204,6 +208,10 @@ type BeginResult struct {
 	// ExpiresAt is when the approval request lapses undecided; a begin
 	// after it asks again.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// ApprovalURL is the approval's console page, where an operator
+	// decides (set by the MCP adapter when the console's public address,
+	// notify.console_url, is configured): the agent shows it to its user.
+	ApprovalURL string `json:"approval_url,omitempty"`
 
 	// GrantID, on an execute, is the grant (a scoped approval) that let
 	// it through without a request of its own.
@@ -219,6 +227,14 @@ type BeginResult struct {
 	BudgetWarning      *BudgetWarning      `json:"budget_warning,omitempty"`
 	DimensionWarning   *DimensionWarning   `json:"dimension_warning,omitempty"`
 	IntegrationWarning *IntegrationWarning `json:"integration_warning,omitempty"`
+}
+
+// UserConfirmation is how the agent's user confirmed a begin: which MCP
+// client (its clientInfo, as it names itself) answered, and how soon. It
+// trusts that client to have shown the prompt to a person.
+type UserConfirmation struct {
+	Client   string
+	AnswerMS int64
 }
 
 // ReportRequest records what happened after an execute.

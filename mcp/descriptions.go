@@ -23,7 +23,7 @@ var beginSpec = toolSpec{
 - duplicate: it already happened. Do not act; use result as if you had just done it.
 - in_flight: someone else is doing it now. Do not act; wait retry_after_seconds, then ask again with the same key.
 - blocked: an earlier attempt may or may not have happened. Do not act; tell the user what is unresolved, or verify at the vendor and call ratchet_resolve_effect.
-- approval_required: a human must approve. Do not act; ask again with the same key after retry_after_seconds.
+- approval_required: a human must approve. Do not act; show the user approval_url and expires_at; ask again with the same key after retry_after_seconds.
 - denied: policy or budget refused it (see reason). Do not act; tell the user.
 - denied, reason halted: an operator stopped these actions. Stop, try no other way, tell the user.
 
@@ -35,9 +35,9 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 		"effect_type":     {min: 3, max: ledger.MaxEffectTypeLen, desc: `Kind of action, lowercase and dot-separated, e.g. "email.send", "payment.charge", "github.pr.create". Policies are set per type.`},
 		"run_id":          {max: ledger.MaxIDLen, desc: "Groups the effects of one task or run."},
 		"agent_id":        {max: ledger.MaxIDLen, desc: "Your identifier. If your credentials name an agent, omit it or send that one."},
-		"vendor":          {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "square", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
+		"vendor":          {max: ledger.MaxVendorNameLen, desc: `Who performs the action ("stripe", "adyen", …); shapes vendor_idempotency_key to that vendor's rules.`},
 		"payload":         {desc: "The action's parameters (any JSON, at most 64 KiB). Only a keyed hash is kept, never the content; reusing the key with different parameters is refused."},
-		"group_key":       {max: ledger.MaxIDLen, desc: `Set when this is one step of a multi-step workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
+		"group_key":       {max: ledger.MaxIDLen, desc: `Set when this is a step of a workflow that must succeed or fail as a whole, e.g. "booking:trip_8812", so the whole can be rolled back with ratchet_unwind_group. Another agent's group is refused (unauthorized).`},
 		"dimensions":      {maxProps: ledger.MaxDimensions, valuesMax: ledger.MaxDimValueLen, desc: `Who or what the action targets, most often the destination: {"counterparty": "acct_1234"}. Send it whenever there is a specific recipient, account or customer: it is what per-destination ceilings count ("at most $200 to any one counterparty a day"). Only a keyed hash of each value is stored. Declaring can only tighten limits, never remove one.`},
 		"compensation": {desc: "How to undo this step if its group is rolled back. Declare it now, while you know what undoing means; it is stored as given and shown to approvers. Steps without one are permanent.", props: map[string]field{
 			"effect_type":           {min: 3, max: ledger.MaxEffectTypeLen},
@@ -53,7 +53,7 @@ Errors (isError, text starting with the code) to fix and retry: invalid_argument
 	},
 	output: fields{"decision": nil, "effect_id": nil, "attempt": nil, "message": nil, "lease_expires_at": nil,
 		"result": nil, "vendor_reference": nil, "retry_after_seconds": nil, "reason": nil, "approval_id": nil,
-		"expires_at": nil, "grant_id": nil, "budget_warning": nil, "dimension_warning": nil, "integration_warning": nil,
+		"expires_at": nil, "approval_url": nil, "grant_id": nil, "budget_warning": nil, "dimension_warning": nil, "integration_warning": nil,
 		"vendor_idempotency_key": {"value": nil, "location": nil, "name": nil, "enforced": nil}},
 }
 
@@ -70,7 +70,7 @@ var settledOutput = fields{"effect_id": nil, "idempotency_key": nil, "state": ni
 var reportSpec = toolSpec{
 	name:  "ratchet_report_effect",
 	title: "Report what happened",
-	desc:  `Report the outcome right after acting on an execute decision. succeeded stores result for replay to later duplicates; failed means it certainly did not happen, so the next begin with the key starts a new attempt; unknown means you cannot tell (timeout, crash), which blocks the key until someone resolves it. Reporting the same outcome again is harmless; a contradicting report is refused with invalid_state_transition.`,
+	desc:  `Report the outcome right after acting on an execute decision. succeeded stores result for replay to later duplicates; failed means it certainly did not happen, so the next begin with the key starts a new attempt; unknown means you cannot tell (timeout, crash), which blocks the key until someone resolves it. Repeating a report is harmless; a contradicting one is refused with invalid_state_transition.`,
 	fields: map[string]field{
 		"effect_id":          {min: 1, max: ledger.MaxIDLen, desc: "The effect_id from ratchet_begin_effect."},
 		"outcome":            {enum: []any{"succeeded", "failed", "unknown"}, desc: "succeeded, failed (definitely did not happen) or unknown."},
@@ -117,7 +117,7 @@ var getSpec = toolSpec{
 	name:     "ratchet_get_effect",
 	title:    "Look up an effect",
 	readOnly: true,
-	desc:     `Read one effect by effect_id or idempotency_key: its state, attempt, result and any unresolved reason. Changes nothing.`,
+	desc:     `Read one effect by effect_id or idempotency_key: state, attempt, result, unresolved reason. Changes nothing.`,
 	fields: map[string]field{
 		"effect_id":       {max: ledger.MaxIDLen, desc: "The effect's id."},
 		"idempotency_key": {max: ledger.MaxKeyLen, desc: "The effect's key, instead of effect_id."},
@@ -129,7 +129,7 @@ var listSpec = toolSpec{
 	name:     "ratchet_list_effects",
 	title:    "List effects",
 	readOnly: true,
-	desc:     `List effects, oldest first, filtered by run, group, agent or state, so you can tell the user exactly what is done, pending or unresolved. Changes nothing. Pass next_cursor back as cursor for the next page.`,
+	desc:     `List effects, oldest first, filtered by run, group, agent or state, to tell the user what is done, pending or unresolved. Changes nothing. Pass next_cursor back as cursor for the next page.`,
 	fields: map[string]field{
 		"run_id":    {max: ledger.MaxIDLen, desc: "Only effects of this run."},
 		"group_key": {max: ledger.MaxIDLen, desc: "Only effects of this group."},

@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -91,6 +92,11 @@ type Options struct {
 	// which its credential exists to keep its own. An empty Namespace is
 	// "default".
 	Reserved []Identity
+	// ConsoleURL is the console's address as people reach it
+	// (notify.console_url): an approval_required answer carries its
+	// approval's page under it (approval_url), which the agent shows its
+	// user. Empty: no approval_url, the answer as before.
+	ConsoleURL string
 }
 
 // New returns an MCP server with Ratchet's six tools.
@@ -108,7 +114,8 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
-	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{}}
+	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{},
+		console: strings.TrimSuffix(opts.ConsoleURL, "/"), log: cmp.Or(opts.Logger, discard)}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
 	}

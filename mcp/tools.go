@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 
@@ -21,6 +23,8 @@ type tools struct {
 	fallback Identity
 	leases   ledger.Defaults   // for the lease bounds in the begin schema
 	reserved map[Identity]bool // Options.Reserved
+	console  string            // Options.ConsoleURL, without a trailing slash
+	log      *slog.Logger      // Options.Logger, or discard
 }
 
 // field documents and bounds one input property.
@@ -123,7 +127,11 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 			toolFailed(span, err)
 			return errorResult(err), nil
 		}
-		out, summary, err := call(ctx, t.identity(req), &args)
+		out, summary, err := call(context.WithValue(ctx, callKey{}, req), t.identity(req), &args)
+		var ready *readyResult
+		if errors.As(err, &ready) { // an answer other than the tool's result (input_required)
+			return ready.res, nil
+		}
 		if err != nil {
 			toolFailed(span, err)
 			return errorResult(err), nil
@@ -137,6 +145,15 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 		}}, nil
 	})
 }
+
+// callKey holds a tool call's request in its handler's context.
+type callKey struct{}
+
+// readyResult is a handler's answer that is not its tool's result (an
+// input_required result), passed through addTool as an error.
+type readyResult struct{ res *sdk.CallToolResult }
+
+func (*readyResult) Error() string { return "a ready result" }
 
 // decodeArgs decodes tool arguments strictly: unknown fields and wrong types
 // are invalid_argument errors naming the field.
@@ -282,17 +299,49 @@ func resolvedBy(id Identity) string {
 
 func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, withLeases(beginSpec, t.leases), func(ctx context.Context, id Identity, in *ledger.BeginRequest) (*ledger.BeginResult, string, error) {
+		fp := argsHash(in) // before the identity is filled in: what the caller sent
 		agent, err := t.agentFor(id, in.AgentID)
 		if err != nil {
 			return nil, "", err
 		}
+		req, _ := ctx.Value(callKey{}).(*sdk.CallToolRequest)
+		var prior *sealed
+		if req != nil && req.Params.RequestState != "" { // a retry after input_required (conversation.go)
+			if prior, err = t.redeem(ctx, req.Params.RequestState, id.Namespace, agent, fp, in); err != nil {
+				return nil, "", err
+			}
+		}
+		redeemed := prior != nil
 		in.Namespace, in.AgentID = id.Namespace, agent
 		in.AgentClaimed = id.AgentID == "" // a label, not a principal
 		res, err := t.eng.Begin(ctx, *in)
+		if le := (*ledger.Error)(nil); errors.As(err, &le) && le.Code == ledger.CodeConfirmationRequired && req != nil {
+			conf, ready, cerr := t.confirmation(ctx, req, prior, id.Namespace, agent, fp, in)
+			switch {
+			case cerr != nil:
+				return nil, "", cerr
+			case ready != nil:
+				return nil, "", &readyResult{ready}
+			case conf != nil:
+				in.Confirmation = conf
+				res, err = t.eng.Begin(ctx, *in)
+			}
+		}
 		if err != nil {
 			return nil, "", err
 		}
 		text := string(res.Decision) + ": " + res.Message
+		if res.Decision == ledger.DecisionApprovalRequired && t.console != "" {
+			res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
+			text += " Show the user where an operator decides: " + res.ApprovalURL
+			// A redeemed retry still waiting gets today's answer, not a
+			// new input request: a client retrying at once would loop.
+			if req != nil && !redeemed {
+				if r := t.askToOpen(ctx, req, res, id.Namespace, agent, fp, in); r != nil {
+					return nil, "", &readyResult{r}
+				}
+			}
+		}
 		if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
 			text += " Warning: " + w.Message
 		}

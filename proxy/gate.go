@@ -611,7 +611,7 @@ func decisionAnswer(res *ledger.BeginResult) (int, string, string) {
 func errorAnswer(err error) (int, string, string) {
 	le := ledger.Classify(err) // shutdown and cancellation are unavailable, as in every adapter
 	switch le.Code {
-	case ledger.CodeInvalidArgument, ledger.CodeIdempotencyKeyConflict, ledger.CodeDimensionRequired, ledger.CodeCostRequired:
+	case ledger.CodeInvalidArgument, ledger.CodeIdempotencyKeyConflict, ledger.CodeDimensionRequired, ledger.CodeCostRequired, ledger.CodeConfirmationRequired:
 		// 400 whatever the code: the shape every vendor's SDK shows.
 		return http.StatusBadRequest, "ratchet_" + string(le.Code), "Ratchet refused the request: " + string(le.Code) + ": " + le.Message
 	case ledger.CodeUnauthorized:

@@ -133,7 +133,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	started = true
 
-	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg)})
+	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg),
+		ConsoleURL: cfg.Notify.ConsoleURL})
 	var calls inflight
 	mux := http.NewServeMux()
 	httpOpts := &mcp.HTTPOptions{Agents: agents, Logger: log, OAuth: verifier, SessionIdle: cfg.MCP.SessionIdle.Value()}

@@ -41,7 +41,8 @@ type Notify struct {
 	// ConsoleURL is the console's address as the people notified reach it
 	// (e.g. https://ratchet.example.com through an ingress): Teams cards'
 	// buttons and mails link an approval's page under it, PagerDuty alerts
-	// an effect's. Required with a teams or email sink.
+	// an effect's; MCP approval_required answers carry the approval's page
+	// (approval_url). Required with a teams or email sink.
 	ConsoleURL string `yaml:"console_url"`
 }
 

@@ -1,0 +1,121 @@
+// Approvals inside the conversation (issue 37) from the TypeScript side: a
+// real "ratchet serve" with the console's public address set, the
+// TypeScript SDK 1.x (2025-11-25: URL-mode elicitation, a server-initiated
+// elicitation/create) and the v2 client (2026-07-28: an input_required
+// result, retried by the client's own driver), the operator approving
+// through the admin API meanwhile. Run by "make interop".
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport as HTTP1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { Client as Client2, StreamableHTTPClientTransport as HTTP2 } from '@modelcontextprotocol/client';
+
+import { approve, auditEvents, startServe } from './lib/ratchet.mjs';
+
+const CONSOLE = 'https://ratchet.example.com';
+const TOKEN = 'tok-conversation';
+let serve;
+
+before(async () => {
+  serve = await startServe({ [TOKEN]: 'conversation' }, `notify:\n  console_url: ${CONSOLE}\n`);
+});
+after(async () => serve?.stop());
+
+const headers = { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } };
+const pay = (key) => ({ name: 'ratchet_begin_effect', arguments: {
+  idempotency_key: key, effect_type: 'payment.charge', estimated_cost_micros: 150_000_000, dimensions: { counterparty: 'acct_1' } } });
+
+test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page; its accept approves nothing', async () => {
+  const client = new Client1({ name: 'interop-conversation-sdk1', version: '1' }, { capabilities: { elicitation: { url: {} } } });
+  const asked = [];
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push(req.params);
+    return { action: 'accept' };
+  });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool(pay('sdk1:big'));
+    const out = res.structuredContent;
+    assert.equal(out.decision, 'approval_required');
+    assert.equal(out.approval_url, `${CONSOLE}/approvals/${out.approval_id}`);
+    assert.deepEqual(asked.map((p) => [p.mode, p.url, p.elicitationId]), [['url', out.approval_url, out.approval_id]]);
+    const again = await client.callTool(pay('sdk1:big'));
+    assert.equal(again.structuredContent.decision, 'approval_required', 'an accept is not an approval');
+  } finally {
+    await client.close();
+  }
+});
+
+test('v2 2026-07-28: input_required, the operator approves, the client\'s own retry gets execute', async () => {
+  const client = new Client2({ name: 'interop-conversation-v2', version: '1' }, {
+    capabilities: { elicitation: { url: {} } },
+    versionNegotiation: { mode: { pin: '2026-07-28' } },
+    inputRequired: { autoFulfill: true },
+  });
+  const asked = [];
+  client.setRequestHandler('elicitation/create', async (req) => {
+    asked.push(req.params);
+    await approve(serve.admin, req.params.url.split('/').at(-1)); // the user went to the page; an operator approved there
+    return { action: 'accept' };
+  });
+  await client.connect(new HTTP2(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool(pay('v2:big'));
+    assert.equal(res.structuredContent?.decision, 'execute', JSON.stringify(res));
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].mode, 'url');
+    assert.equal(asked[0].elicitationId, undefined, 'the 2026-07-28 revision has no elicitationId');
+    assert.match(asked[0].url, new RegExp(`^${CONSOLE}/approvals/apr_`));
+  } finally {
+    await client.close();
+  }
+});
+
+test('v2 2026-07-28 without elicitation gets today\'s approval_required', async () => {
+  const client = new Client2({ name: 'interop-conversation-plain', version: '1' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await client.connect(new HTTP2(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool(pay('v2:plain'));
+    assert.equal(res.structuredContent.decision, 'approval_required');
+    assert.equal(res.structuredContent.approval_url, `${CONSOLE}/approvals/${res.structuredContent.approval_id}`);
+  } finally {
+    await client.close();
+  }
+});
+
+test('sdk1.x with form elicitation confirms a gift for its user; the audit names the host that accepted, and how fast', async () => {
+  const client = new Client1({ name: 'interop-auto-accepter', version: '7' }, { capabilities: { elicitation: { form: {} } } });
+  const asked = [];
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push(req.params);
+    return { action: 'accept', content: { confirm: true } }; // a host that accepts on its own
+  });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool({ name: 'ratchet_begin_effect', arguments: { idempotency_key: 'gift:1', effect_type: 'gift.send', estimated_cost_micros: 20_000_000 } });
+    assert.equal(res.structuredContent?.decision, 'execute', JSON.stringify(res));
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].mode, 'form');
+    assert.match(asked[0].message, /gift\.send, costing \$20\.00/);
+    const begun = (await auditEvents(serve.admin)).find((e) => e.type === 'effect.begun' && e.effect_id === res.structuredContent.effect_id);
+    assert.equal(begun?.actor, 'user via client:interop-auto-accepter/7');
+    assert.match(begun?.note ?? '', /^user confirmation accepted after \d+ ms$/);
+  } finally {
+    await client.close();
+  }
+});
+
+test('a client without forms is refused confirmation_required', async () => {
+  const client = new Client1({ name: 'interop-no-forms', version: '1' });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool({ name: 'ratchet_begin_effect', arguments: { idempotency_key: 'gift:2', effect_type: 'gift.send' } });
+    assert.equal(res.isError, true);
+    assert.match(res.content[0].text, /^confirmation_required: /);
+  } finally {
+    await client.close();
+  }
+});
