@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,27 @@ func TestAnIssuerOfSubjectsOnlyLetsNoOtherSubjectActThroughServe(t *testing.T) {
 				t.Errorf("effects recorded (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAnAccessTokenInTheQueryStringIsNotAccepted: RFC 9700 and the MCP
+// authorization spec: a token goes in the Authorization header only; one
+// in the URL (access_token=, as RFC 6750 once allowed) is as no token, 401.
+func TestAnAccessTokenInTheQueryStringIsNotAccepted(t *testing.T) {
+	is := jwtauthtest.New(t)
+	s := oauthServe(t, "badger", is)
+	tok := is.Sign(t, agentClaims(is, "bot-1", "payments"))
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	req, _ := http.NewRequest(http.MethodPost, s.mcp+"?access_token="+tok, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("status %d, want 401", resp.StatusCode)
 	}
 }
