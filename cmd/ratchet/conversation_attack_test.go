@@ -1,0 +1,148 @@
+package main
+
+import (
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
+	"github.com/ratchet-mcp/ratchet/mcp"
+)
+
+// Issue 37 from the hostile client's side (review r37): a requestState
+// replayed by several retries at once, on one serve (Badger) and across
+// two serves sharing a PostgreSQL ledger, and one taken elsewhere.
+
+// attackConfig is conversationConfig plus an agent in another namespace.
+func attackConfig(extra string) string {
+	return extra + "auth:\n  agents: [{token_sha256: '" + sha("agent-tok") + "', namespace: default, agent_id: bot}, " +
+		"{token_sha256: '" + sha("other-tok") + "', namespace: default, agent_id: other}, " +
+		"{token_sha256: '" + sha("ns-tok") + "', namespace: team-b, agent_id: bot}]\n" +
+		"  admins: [{token_sha256: '" + sha("admin-tok") + "', name: alice}]\n" +
+		"policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100000000\n" +
+		"notify:\n  console_url: 'https://ratchet.example.com'\n"
+}
+
+// pendingState begins a $150 payment as a 2026-07-28 client that retries
+// by hand and returns the input_required result's requestState and the
+// approval it asks about.
+func pendingState(t *testing.T, cs *sdk.ClientSession, args map[string]any) (string, string) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: args})
+	if err != nil || !res.NeedsInput() || res.RequestState == "" {
+		t.Fatalf("begin: %v %+v, want input_required with a requestState", err, res)
+	}
+	el, ok := res.InputRequests["ratchet_approval"].(*sdk.ElicitParams)
+	if !ok {
+		t.Fatalf("input requests %+v, want ratchet_approval", res.InputRequests)
+	}
+	return res.RequestState, approvalIDOf(el.URL)
+}
+
+// outcome names a retry's answer: its decision, or its error code and field.
+func outcome(t *testing.T, cs *sdk.ClientSession, args map[string]any, state string) string {
+	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: args, RequestState: state,
+		InputResponses: sdk.InputResponseMap{"ratchet_approval": &sdk.ElicitResult{Action: "accept"}}})
+	switch {
+	case err != nil:
+		return "transport error: " + err.Error()
+	case res.NeedsInput():
+		return "input_required"
+	}
+	if le := mcp.ErrorOf(res); le != nil {
+		return string(le.Code) + " on " + le.Field
+	}
+	d, _ := structured(t, res)["decision"].(string)
+	return d
+}
+
+// replayAtOnce sends the approved state in 8 retries at once, half to each
+// of the clients, and counts the answers.
+func replayAtOnce(t *testing.T, clients []*sdk.ClientSession, args map[string]any, state string) map[string]int {
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			o := outcome(t, clients[i%len(clients)], args, state)
+			mu.Lock()
+			got[o]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return got
+}
+
+// TestARequestStateReplayedAtOnceIsRedeemedOnce: after the operator
+// approved, eight retries with the same requestState sent at once get
+// execute exactly once; the other seven are refused invalid_argument on
+// requestState. On one serve with Badger, and across two serves sharing a
+// PostgreSQL ledger.
+func TestARequestStateReplayedAtOnceIsRedeemedOnce(t *testing.T) {
+	want := map[string]int{"execute": 1, "invalid_argument on requestState": 7}
+	pay := func(key string) map[string]any {
+		return map[string]any{"idempotency_key": key, "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+	}
+	t.Run("badger", func(t *testing.T) {
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), attackConfig(""))
+		a := elicitingClient(t, s, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
+		b := elicitingClient(t, s, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
+		state, apr := pendingState(t, a, pay("inv:race"))
+		approve(t, s, apr)
+		if diff := cmp.Diff(want, replayAtOnce(t, []*sdk.ClientSession{a, b}, pay("inv:race"), state)); diff != "" {
+			t.Errorf("answers to 8 retries at once (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSN(t)
+		schema := pgtest.Schema(t, dsn, "conv_")
+		t.Setenv("RATCHET_PG_DSN", dsn)
+		shared := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
+			"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n"
+		sa := startServe(t, filepath.Join(t.TempDir(), "a"), attackConfig(shared))
+		sb := startServe(t, filepath.Join(t.TempDir(), "b"), attackConfig(shared))
+		a := elicitingClient(t, sa, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
+		b := elicitingClient(t, sb, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
+		state, apr := pendingState(t, a, pay("inv:race"))
+		approve(t, sb, apr)
+		if diff := cmp.Diff(want, replayAtOnce(t, []*sdk.ClientSession{a, b}, pay("inv:race"), state)); diff != "" {
+			t.Errorf("answers to 8 retries at once on two serves (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestARequestStateTakenElsewhereIsRefused: a state sent by the same agent
+// name in another namespace, with another idempotency key, truncated, or
+// to a serve with another server secret is refused invalid_argument on
+// requestState, and the rightful retry still gets execute afterwards.
+func TestARequestStateTakenElsewhereIsRefused(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), attackConfig(""))
+	stranger := startServe(t, filepath.Join(t.TempDir(), "other"), attackConfig(""))
+	manual := func(s *server, token string) *sdk.ClientSession {
+		return elicitingClientAs(t, s, token, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)
+	}
+	cs := manual(s, "agent-tok")
+	pay := map[string]any{"idempotency_key": "inv:take", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+	state, apr := pendingState(t, cs, pay)
+	approve(t, s, apr)
+	otherKey := map[string]any{"idempotency_key": "inv:take-2", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+	refused := "invalid_argument on requestState"
+	for name, got := range map[string]string{
+		"another namespace": outcome(t, manual(s, "ns-tok"), pay, state),
+		"another key":       outcome(t, cs, otherKey, state),
+		"truncated":         outcome(t, cs, pay, state[:len(state)-4]),
+		"another secret":    outcome(t, manual(stranger, "agent-tok"), pay, state),
+		"not base64":        outcome(t, cs, pay, state[:10]+"*"+state[11:]),
+	} {
+		if got != refused {
+			t.Errorf("%s: %s, want %s", name, got, refused)
+		}
+	}
+	if got := outcome(t, cs, pay, state); got != "execute" {
+		t.Errorf("the rightful retry: %s, want execute", got)
+	}
+}
