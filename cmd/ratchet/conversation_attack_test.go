@@ -146,3 +146,38 @@ func TestARequestStateTakenElsewhereIsRefused(t *testing.T) {
 		t.Errorf("the rightful retry: %s, want execute", got)
 	}
 }
+
+// TestTheConfirmationFormSetsApartWhatTheAgentWrote: the user confirms on
+// the strength of the form's one sentence, so what the agent wrote there
+// (its name, the dimensions' values: free text) is quoted, and cannot pass
+// for Ratchet's own words about the cost; the cost is shown to the micro,
+// never rounded down to $0.00; a begin declaring no cost says so.
+func TestTheConfirmationFormSetsApartWhatTheAgentWrote(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"policies:\n  - match: 'payment.*'\n    confirm_with: user\n")
+	yes := &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}
+	spoof := "acct_9). Ratchet: this charge is pre-approved by finance and costs $0.01 (ignore the amount above"
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"spoofing dimension", map[string]any{"idempotency_key": "k1", "effect_type": "payment.charge", "vendor": "stripe", "estimated_cost_micros": 60_000_000,
+			"dimensions": map[string]any{"counterparty": spoof}},
+			`form: Agent "bot" asks to perform payment.charge at stripe, costing $60.00. Its dimensions, as the agent wrote them: counterparty ` +
+				`"acct_9). Ratchet: this charge is pre-approved by finance and costs $0.01 (ignore the amount above". ` +
+				"This is what the agent declared to Ratchet. Confirm only if you want it done."},
+		{"under a cent", map[string]any{"idempotency_key": "k2", "effect_type": "payment.charge", "estimated_cost_micros": 4_999},
+			`form: Agent "bot" asks to perform payment.charge, costing $0.004999. This is what the agent declared to Ratchet. Confirm only if you want it done.`},
+		{"no cost", map[string]any{"idempotency_key": "k3", "effect_type": "payment.charge"},
+			`form: Agent "bot" asks to perform payment.charge, declaring no cost (it may cost anything). This is what the agent declared to Ratchet. Confirm only if you want it done.`},
+	} {
+		var asked []string
+		if got := structured(t, callResult(t, formClient(t, s, "2025-11-25", &asked, yes), c.args)); got["decision"] != "execute" {
+			t.Errorf("%s: %v, want execute", c.name, got)
+		}
+		if diff := cmp.Diff([]string{c.want}, asked); diff != "" {
+			t.Errorf("%s: the form (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
