@@ -181,3 +181,26 @@ func TestTheConfirmationFormSetsApartWhatTheAgentWrote(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestStateFromAnOlderClientIsIgnoredAsBefore: requestState is a
+// 2026-07-28 field, and Ratchet issues states only to such clients; a
+// 2025-06-18 or 2025-11-25 client that sends one anyway gets the answer it
+// got before issue 37 (the field ignored: execute), not invalid_argument.
+func TestARequestStateFromAnOlderClientIsIgnoredAsBefore(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), attackConfig(""))
+	for _, v := range []string{"2025-06-18", "2025-11-25"} {
+		cs := elicitingClient(t, s, v, nil, false)
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "ratchet_begin_effect", RequestState: "abc",
+			Arguments: map[string]any{"idempotency_key": "old:" + v, "effect_type": "payment.charge", "estimated_cost_micros": 1000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if le := mcp.ErrorOf(res); le != nil {
+			t.Errorf("%s: %+v, want the begin answered as before", v, le)
+			continue
+		}
+		if got := structured(t, res)["decision"]; got != "execute" {
+			t.Errorf("%s: %v, want execute", v, got)
+		}
+	}
+}
