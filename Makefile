@@ -2,7 +2,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 
-.PHONY: all build run test test-short cross interop console-test console-screenshots bench lint fmt clean
+.PHONY: all build run test test-short cross interop interop-vendors console-test console-screenshots bench lint fmt clean
 
 all: lint test
 
@@ -66,7 +66,19 @@ cross:
 interop: build
 	cd interop && { [ node_modules/.installed -nt package.json ] || \
 		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
-		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs conversation.test.mjs
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec interop.test.mjs sessions.test.mjs conversation.test.mjs
+	$(MAKE) --no-print-directory interop-vendors
+
+# The vendor definitions shipped in configs/vendors/, each driven by its
+# vendor's official Node SDK (interop/vendors/package.json) through a real
+# ratchet serve in reverse-proxy mode, against fake upstreams, on Badger and
+# on PostgreSQL where it answers (RATCHET_TEST_PG_DSN; RATCHET_REQUIRE_PG
+# makes it required, as CI does): under two minutes. make interop runs it,
+# so make test and CI do.
+interop-vendors: build
+	cd interop/vendors && { [ node_modules/.installed -nt package.json ] || \
+		{ npm install --no-package-lock && touch node_modules/.installed; }; } && \
+		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec vendors.test.mjs
 
 # The operator console in Debian's Chromium (playwright-core) against a real
 # ratchet serve, an agent speaking MCP beside it (console/browser/, about 10

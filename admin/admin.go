@@ -123,8 +123,13 @@ type Options struct {
 // maxBody bounds admin request bodies.
 const maxBody = 64 << 10
 
-// Handler returns the admin listener's handler.
-func Handler(eng Engine, opts Options) http.Handler {
+// Handler returns the admin listener's handler. A nil opts is the zero
+// Options: no admins and no agents, an unauthenticated API (loopback only).
+func Handler(eng Engine, o *Options) http.Handler {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
 	a := &api{eng: eng, opts: opts, log: opts.Logger}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

@@ -33,7 +33,7 @@ func setup(t *testing.T) (*ledger.Engine, string) {
 		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100),
 			Ceilings: []ledger.Ceiling{{Name: "spend", LimitMicros: i64(1000), Window: "24h", Per: "global"}}}}})
 	m.Watch(eng)
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{
 		Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}, Metrics: m.Handler()}))
 	t.Cleanup(srv.Close)
 	return eng, srv.URL
@@ -172,7 +172,7 @@ func (cancelledEngine) Budgets(context.Context, string) ([]ledger.Budget, error)
 // API classifies errors as the MCP tools and the proxy do (ledger.Classify):
 // a call that ended or an engine shutting down is 503 unavailable.
 func TestACancelledOrShutDownCallIsUnavailableNotAnInternalError(t *testing.T) {
-	srv := httptest.NewServer(admin.Handler(cancelledEngine{}, admin.Options{}))
+	srv := httptest.NewServer(admin.Handler(cancelledEngine{}, &admin.Options{}))
 	t.Cleanup(srv.Close)
 	for _, path := range []string{"/v1/effects", "/v1/budgets"} {
 		resp, err := http.Get(srv.URL + path)

@@ -47,6 +47,10 @@ type AuditTrailer struct {
 // auditFlushEvery is how many records are written between flushes.
 const auditFlushEvery = 256
 
+// maxExportLine bounds one line of an audit export read back (Export's
+// copy, VerifyExport): a record with its largest fields fits many times.
+const maxExportLine = 16 << 20
+
 func (a *api) auditExport(w http.ResponseWriter, r *http.Request, who string) error {
 	since, until, err := auditRange(r.URL.Query())
 	if err != nil {
@@ -167,7 +171,7 @@ func (c *Client) AuditExport(ctx context.Context, since, until time.Time, w io.W
 		return errorOf(resp.StatusCode, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), maxExportLine)
 	trailer := false
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -230,7 +234,7 @@ type ExportSummary struct {
 // equal to it, and reaching at least its seq.
 func VerifyExport(r io.Reader, known map[string]ledger.AuditHeadInfo) (*ExportSummary, *ExportBreak, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), maxExportLine)
 	var (
 		recs    []ledger.AuditRecord
 		lines   []int // the file line of each record

@@ -23,7 +23,7 @@ func auditSetup(t *testing.T) (*admin.Client, *ledger.Engine) {
 	dir := t.TempDir()
 	eng := enginetest.Open(t, dir, ledger.Options{Audit: true,
 		Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100)}}})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{
 		Admins: map[string]string{sum("admin-tok"): "alice"}, Agents: map[string]bool{sum("agent-tok"): true}}))
 	t.Cleanup(srv.Close)
 	c := &admin.Client{URL: srv.URL, Token: "admin-tok"}

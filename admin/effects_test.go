@@ -21,7 +21,7 @@ func lookupSetup(t *testing.T, log *bytes.Buffer) (*ledger.Engine, string) {
 	t.Helper()
 	eng := enginetest.Open(t, t.TempDir(), ledger.Options{Policies: []ledger.Rule{{Match: "payment.*",
 		Ceilings: []ledger.Ceiling{{Name: "per-cp", LimitMicros: i64(10_000), Window: "24h", Per: "dimension:counterparty"}}}}})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"},
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"},
 		Agents: map[string]bool{sum("agent-tok"): true}, Namespaces: []string{"default", "shop"},
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 	t.Cleanup(srv.Close)

@@ -15,7 +15,7 @@ import (
 // closed: nobody on the host (an agent) can grant or revoke.
 func TestAClosedAdminAPIRefusesGrants(t *testing.T) {
 	eng := enginetest.Open(t, t.TempDir(), ledger.Options{})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{Agents: map[string]bool{sum("agent-tok"): true}}))
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{Agents: map[string]bool{sum("agent-tok"): true}}))
 	defer srv.Close()
 	ctx := context.Background()
 	var ae *admin.Error

@@ -58,7 +58,7 @@ func TestDeadLettersThroughTheAdminAPI(t *testing.T) {
 	dir := t.TempDir()
 	eng := enginetest.Open(t, dir, ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: i64(100)}},
 		Route: func(ledger.Event) []string { return []string{"hook"} }})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}}))
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}}))
 	defer srv.Close()
 	ctx := context.Background()
 	c := &admin.Client{URL: srv.URL, Token: "admin-tok"}

@@ -32,7 +32,7 @@ func serveAdmin(t *testing.T, opts admin.Options) (url, approvalID, effectID str
 		t.Fatal(err)
 	}
 	opts.Metrics = metrics.New().Handler()
-	srv := httptest.NewServer(admin.Handler(eng, opts))
+	srv := httptest.NewServer(admin.Handler(eng, &opts))
 	t.Cleanup(srv.Close)
 	return srv.URL, big.ApprovalID, ex.EffectID, eng
 }
@@ -225,7 +225,7 @@ func TestUnauthenticatedAPIRefusesPeersBeyondLoopback(t *testing.T) {
 	}
 	approve := "/v1/approvals/" + big.ApprovalID + "/approve"
 	for name, opts := range map[string]admin.Options{"open": {}, "agents, no admins": {Agents: map[string]bool{sum("agent-tok"): true}}} {
-		h := admin.Handler(eng, opts)
+		h := admin.Handler(eng, &opts)
 		for _, remote := range []string{"203.0.113.9:40000", "[2001:db8::1]:40000", "10.0.0.7:5555"} {
 			for _, c := range []struct{ method, path string }{{"POST", approve}, {"GET", "/v1/approvals"}, {"GET", "/healthz"}} {
 				status, body := send(h, c.method, c.path, remote, jsonCT)
@@ -243,7 +243,7 @@ func TestUnauthenticatedAPIRefusesPeersBeyondLoopback(t *testing.T) {
 	if s := pendingState(t, eng, big.ApprovalID); s != ledger.ApprovalPending {
 		t.Fatalf("approval is %s", s)
 	}
-	h := admin.Handler(eng, admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}})
+	h := admin.Handler(eng, &admin.Options{Admins: map[string]string{sum("admin-tok"): "alice"}})
 	if status, body := send(h, "GET", "/v1/approvals", "203.0.113.9:40000", map[string]string{"Authorization": "Bearer admin-tok"}); status != 200 {
 		t.Errorf("with an admin token from beyond loopback: %d %s", status, body)
 	}

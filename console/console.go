@@ -142,7 +142,13 @@ type console struct {
 // at /console/session, the admin API through the session at
 // /console/api/v1/..., and every other path (the API itself, /metrics, the
 // probes) passed to api untouched.
-func Handler(api http.Handler, eng Engine, opts Options) http.Handler {
+//
+// A nil opts is the zero Options.
+func Handler(api http.Handler, eng Engine, o *Options) http.Handler {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
 	c := &console{api: api, eng: eng, opts: opts, log: opts.Logger, now: opts.Now}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

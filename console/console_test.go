@@ -51,8 +51,8 @@ var (
 // does.
 func serve(t *testing.T, eng *ledger.Engine, opts console.Options) *httptest.Server {
 	t.Helper()
-	api := admin.Handler(eng, admin.Options{Admins: opts.Admins, Agents: opts.Agents, Metrics: http.NotFoundHandler()})
-	srv := httptest.NewServer(console.Handler(api, eng, opts))
+	api := admin.Handler(eng, &admin.Options{Admins: opts.Admins, Agents: opts.Agents, Metrics: http.NotFoundHandler()})
+	srv := httptest.NewServer(console.Handler(api, eng, &opts))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -230,8 +230,8 @@ func TestSignIn(t *testing.T) {
 
 func TestSecureCookieOverTLS(t *testing.T) {
 	eng := newEngine(t)
-	api := admin.Handler(eng, admin.Options{Admins: admins})
-	srv := httptest.NewTLSServer(console.Handler(api, eng, console.Options{Admins: admins}))
+	api := admin.Handler(eng, &admin.Options{Admins: admins})
+	srv := httptest.NewTLSServer(console.Handler(api, eng, &console.Options{Admins: admins}))
 	defer srv.Close()
 	b := newBrowser(t, srv)
 	b.c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
@@ -629,7 +629,7 @@ func sendTo(h http.Handler, method, url, remote, body string, header map[string]
 func TestWithoutAdminsOnlyLoopbackPeersAreServed(t *testing.T) {
 	for _, opts := range []console.Options{{}, {Agents: agents}} {
 		eng := newEngine(t)
-		h := console.Handler(admin.Handler(eng, admin.Options{Agents: opts.Agents}), eng, opts)
+		h := console.Handler(admin.Handler(eng, &admin.Options{Agents: opts.Agents}), eng, &opts)
 		ap := pendingApproval(t, eng, "p1")
 		json := map[string]string{"Content-Type": "application/json"}
 		for _, remote := range []string{"203.0.113.9:40000", "[2001:db8::7]:40000"} {
@@ -735,7 +735,7 @@ func TestSignInIsThrottledAndTellsNothing(t *testing.T) {
 	clock := func() time.Time { return now }
 	eng := newEngine(t)
 	opts := console.Options{Admins: admins, Agents: agents, Hosts: []string{"ratchet.example.com", "10.0.0.5:8788"}, Now: clock}
-	h := console.Handler(admin.Handler(eng, admin.Options{Admins: admins, Agents: agents}), eng, opts)
+	h := console.Handler(admin.Handler(eng, &admin.Options{Admins: admins, Agents: agents}), eng, &opts)
 	json := map[string]string{"Content-Type": "application/json"}
 	signIn := func(host, remote, token string) *httptest.ResponseRecorder {
 		return sendTo(h, "POST", "http://"+host+"/console/session", remote, `{"token":"`+token+`"}`, json, nil)

@@ -21,8 +21,8 @@ func TestExplainThroughTheConsole(t *testing.T) {
 	}{{"open", console.Options{}}, {"signed in", console.Options{Admins: admins, Agents: agents}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			eng := newEngine(t)
-			api := admin.Handler(eng, admin.Options{Admins: mode.opts.Admins, Agents: mode.opts.Agents, Explainer: eng})
-			srv := httptest.NewServer(console.Handler(api, eng, mode.opts))
+			api := admin.Handler(eng, &admin.Options{Admins: mode.opts.Admins, Agents: mode.opts.Agents, Explainer: eng})
+			srv := httptest.NewServer(console.Handler(api, eng, &mode.opts))
 			t.Cleanup(srv.Close)
 			b := newBrowser(t, srv)
 			if mode.opts.Admins == nil {

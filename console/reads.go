@@ -79,7 +79,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, _ *session) {
 		if f.Namespace != "" {
 			nss = []string{f.Namespace}
 		} else if len(nss) == 0 {
-			nss = []string{"default"}
+			nss = []string{ledger.DefaultNamespace}
 		}
 		for _, ns := range nss {
 			if err := add(c.eng.Get(r.Context(), ns, "", key)); err != nil {
@@ -210,7 +210,7 @@ func (c *console) listGroups(w http.ResponseWriter, r *http.Request, _ *session)
 	if gk := q.Get("group_key"); gk != "" {
 		ns := q.Get("namespace")
 		if ns == "" {
-			ns = "default"
+			ns = ledger.DefaultNamespace
 		}
 		g := group{Namespace: ns, GroupKey: gk}
 		if ev, ok := last[[2]string{ns, gk}]; ok {

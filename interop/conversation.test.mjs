@@ -13,7 +13,7 @@ import { StreamableHTTPClientTransport as HTTP1 } from '@modelcontextprotocol/sd
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Client as Client2, StreamableHTTPClientTransport as HTTP2 } from '@modelcontextprotocol/client';
 
-import { approve, startServe } from './lib/ratchet.mjs';
+import { approve, auditEvents, startServe } from './lib/ratchet.mjs';
 
 const CONSOLE = 'https://ratchet.example.com';
 const TOKEN = 'tok-conversation';
@@ -81,6 +81,40 @@ test('v2 2026-07-28 without elicitation gets today\'s approval_required', async 
     const res = await client.callTool(pay('v2:plain'));
     assert.equal(res.structuredContent.decision, 'approval_required');
     assert.equal(res.structuredContent.approval_url, `${CONSOLE}/approvals/${res.structuredContent.approval_id}`);
+  } finally {
+    await client.close();
+  }
+});
+
+test('sdk1.x with form elicitation confirms a gift for its user; the audit names the host that accepted, and how fast', async () => {
+  const client = new Client1({ name: 'interop-auto-accepter', version: '7' }, { capabilities: { elicitation: { form: {} } } });
+  const asked = [];
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push(req.params);
+    return { action: 'accept', content: { confirm: true } }; // a host that accepts on its own
+  });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool({ name: 'ratchet_begin_effect', arguments: { idempotency_key: 'gift:1', effect_type: 'gift.send', estimated_cost_micros: 20_000_000 } });
+    assert.equal(res.structuredContent?.decision, 'execute', JSON.stringify(res));
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].mode, 'form');
+    assert.match(asked[0].message, /gift\.send, costing \$20\.00/);
+    const begun = (await auditEvents(serve.admin)).find((e) => e.type === 'effect.begun' && e.effect_id === res.structuredContent.effect_id);
+    assert.equal(begun?.actor, 'user via client:interop-auto-accepter/7');
+    assert.match(begun?.note ?? '', /^user confirmation accepted after \d+ ms$/);
+  } finally {
+    await client.close();
+  }
+});
+
+test('a client without forms is refused confirmation_required', async () => {
+  const client = new Client1({ name: 'interop-no-forms', version: '1' });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    const res = await client.callTool({ name: 'ratchet_begin_effect', arguments: { idempotency_key: 'gift:2', effect_type: 'gift.send' } });
+    assert.equal(res.isError, true);
+    assert.match(res.content[0].text, /^confirmation_required: /);
   } finally {
     await client.close();
   }

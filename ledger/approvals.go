@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 )
 
 // ListApprovals returns approvals in a state (pending, approved, rejected,
@@ -61,13 +65,13 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 	// An agent never decides, so never counts toward a quorum: the admin
 	// API and the console refuse agents' tokens; this refuses an agent's
 	// name from any other caller of the engine.
-	if decidedBy == "" || strings.HasPrefix(decidedBy, "agent:") {
+	if DeciderKey(decidedBy) == "" || strings.HasPrefix(DeciderKey(decidedBy), "agent:") {
 		return nil, &Error{Code: CodeUnauthorized, Message: fmt.Sprintf("%q cannot decide an approval: a person must (an admin, the console's admin, a Slack user)", truncate(decidedBy, 64))}
 	}
 	if err := checkNote("note", note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	a, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Approval, error) {
 		id, err := t.Get(key(kindApproval, approvalID))
 		if err != nil {
 			return nil, approvalNotFound(err, approvalID)
@@ -99,7 +103,8 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 			}
 		}
 		if to == ApprovalApproved && a.ApproversRequired > 1 {
-			if slices.ContainsFunc(a.ApprovedBy, func(p Approver) bool { return p.By == decidedBy }) {
+			who := DeciderKey(decidedBy)
+			if slices.ContainsFunc(a.ApprovedBy, func(p Approver) bool { return DeciderKey(p.By) == who }) {
 				v := *rec.view(now).Approval // the same person again counts once
 				return &v, nil
 			}
@@ -130,9 +135,26 @@ func (e *Engine) decide(ctx context.Context, approvalID, decidedBy, note, to str
 	if err != nil {
 		return nil, err
 	}
-	a := v.(*Approval)
 	e.log.Info("approval decided", "approval_id", a.ApprovalID, "effect_id", a.EffectID, "state", a.State, "by", a.DecidedBy)
 	return a, nil
+}
+
+// DeciderKey is who a decider is, for counting approvals and for telling
+// an agent's name: decidedBy in NFKC (full-width letters are letters),
+// without invisible or control characters, its spaces collapsed and
+// trimmed, case-folded. Found breaking the quorum: "admin:alice" and
+// "admin:Alice" (a second admin token, or a renamed one, given a name that
+// reads the same) were two approvers, and "Agent:bot" was not an agent's
+// name. The config refuses two admin names with one key
+// (internal/config); this holds for every caller of the engine.
+func DeciderKey(decidedBy string) string {
+	s := strings.Map(func(r rune) rune {
+		if isInvisible(r) || unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, norm.NFKC.String(decidedBy))
+	return cases.Fold().String(strings.Join(strings.Fields(s), " "))
 }
 
 // approvalEvent is an approval.* event of rec's request decided by by,

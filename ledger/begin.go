@@ -29,14 +29,10 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	if err != nil {
 		return nil, err
 	}
-	v, err := e.enqueue(ctx, &op{
-		fn:    func(t *opTxn, now time.Time) (any, error) { return e.begin(t, in, now) },
-		reads: in.reads,
-	})
+	res, err := submitReading(ctx, e, in.reads, func(t *opTxn, now time.Time) (*BeginResult, error) { return e.begin(t, in, now) })
 	if err != nil {
 		return nil, err
 	}
-	res := v.(*BeginResult)
 	e.obs.Begin(in.req.EffectType, res.Decision, time.Since(start))
 	if w := res.DimensionWarning; w != nil {
 		if dw, ok := e.obs.(DimensionWarningObserver); ok {
@@ -46,7 +42,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 			"effect_type", in.req.EffectType, "effect_id", res.EffectID, "ceilings", w.Ceilings, "dimensions", w.Dimensions)
 	}
 	if o := in.observed; o != nil {
-		if ob, ok := e.obs.(ObservedObserver); ok {
+		if ob, ok := e.obs.(ObserveModeObserver); ok {
 			ob.Observed(in.req.EffectType, o.would)
 		}
 		e.log.InfoContext(ctx, "observed rule would have refused", "namespace", in.req.Namespace, "effect_type", in.req.EffectType,
@@ -302,45 +298,15 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 			return denied(rec, ReasonGroupUnwinding, fmt.Sprintf("Group %q is being rolled back. Do not perform new steps in it; perform only the compensations its unwind returns.", truncate(group, 64))), nil
 		}
 	}
-	if pol.deny {
-		return denied(rec, ReasonPolicyDenied, fmt.Sprintf("Policy forbids %s actions. Do not perform it; tell the user it is not allowed.", req.EffectType)), nil
-	}
-	// Observed rules (observe.go) are checked beside the enforced ones, in
-	// the same order, and only noted.
-	obs := &pol.observe
-	if obs.deny != "" {
-		in.note(observation{would: WouldDeny, reason: ReasonPolicyDenied, rule: obs.deny})
-	}
-	if pol.maxUnreported > 0 || obs.maxUnreported > 0 {
-		var a agentRec
-		if err := getJSON(t, key(kindUnreported, req.Namespace, req.AgentID), &a); err != nil && !errors.Is(err, ErrNotFound) {
-			return nil, err
-		}
-		if pol.maxUnreported > 0 && len(a.Unreported) >= pol.maxUnreported {
-			return denied(rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and every action must be reported after it is done.", len(a.Unreported), pol.maxUnreported)), nil
-		}
-		if obs.maxUnreported > 0 && len(a.Unreported) >= obs.maxUnreported {
-			in.note(observation{would: WouldDeny, reason: ReasonUnreported})
-		}
-	}
-	for _, d := range pol.requireDims {
-		if _, ok := in.dims[d]; !ok {
-			return nil, &Error{Code: CodeDimensionRequired, Field: "dimensions." + d, Message: fmt.Sprintf(
-				"policy requires dimension %q for %s; begin again with dimensions {%q: <who or what this action targets>}", d, req.EffectType, d)}
-		}
-	}
-	for _, d := range obs.requireDims {
-		if _, ok := in.dims[d]; !ok {
-			in.note(observation{would: WouldRequireDimension, reason: d})
-		}
-	}
 	approved := rec != nil && rec.approvalCovers(req.EstimatedCostMicros, now)
-	if pol.threshold != nil && req.EstimatedCostMicros == nil && !undo && !approved {
-		return nil, &Error{Code: CodeCostRequired, Field: "estimated_cost_micros", Message: fmt.Sprintf(
-			"an approval threshold applies to %s; begin again with estimated_cost_micros (micro-USD, 1000000 = $1)", req.EffectType)}
-	}
-	if obs.threshold != nil && req.EstimatedCostMicros == nil && !undo && !approved {
-		in.note(observation{would: WouldRequireCost})
+	g := &gate{t: t, in: in, rec: rec, undo: undo, approved: approved}
+	for _, check := range gateChecks {
+		if r, err := g.run(check); err != nil || r != nil {
+			if err != nil {
+				return nil, err
+			}
+			return r.res, r.err
+		}
 	}
 	// A user confirmation (confirm_with) is asked before ceilings and
 	// approval, so a rule may ask for both; an approved request was
@@ -382,25 +348,25 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 		}
 	}
 	var grant *Grant // a scoped approval that covers it (grants.go)
-	if pol.threshold != nil && !undo && !approved && *req.EstimatedCostMicros >= *pol.threshold {
+	if g.overThreshold(&pol.gates) {
 		// A grant is one operator's decision: it never stands in for a
 		// quorum of several people (approvers_required).
 		need := pol.approvers(*req.EstimatedCostMicros)
-		var g *Grant
+		var gr *Grant
 		if need == 1 {
-			if g, err = e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now); err != nil {
+			if gr, err = e.grantForEffect(t, req.Namespace, req.EffectType, req.Operation, req.AgentID, req.RunID, *req.EstimatedCostMicros, now); err != nil {
 				return nil, err
 			}
 		}
-		if g == nil {
+		if gr == nil {
 			return e.requestApproval(t, in, rec, *pol.threshold, need, now)
 		}
-		grant = g
-		if err := e.useGrant(t, g, in, rec, now); err != nil {
+		grant = gr
+		if err := e.useGrant(t, gr, in, rec, now); err != nil {
 			return nil, err
 		}
 	}
-	if obs.threshold != nil && !undo && !approved && req.EstimatedCostMicros != nil && *req.EstimatedCostMicros >= *obs.threshold {
+	if g.overThreshold(&pol.observe) {
 		in.note(observation{would: WouldRequireApproval, reason: reasonApprovalRequired})
 	}
 	if approved { // an approval is for one execute: a later attempt asks again
@@ -422,6 +388,98 @@ func (e *Engine) evaluate(t *opTxn, in *beginInput, rec *effectRec, now time.Tim
 	}
 	res.DimensionWarning = dimensionWarning(in)
 	return res, nil
+}
+
+// A gate runs the checks of SPEC section 4's order that refuse a begin
+// besides its ceilings over the enforced rules' gates (a refusal is the
+// answer) and then over the observed rules' (a refusal is noted:
+// observe.go), so the two modes cannot disagree on what a rule refuses.
+// The ceilings come after these (evaluate, one loop for both modes) and
+// the approval threshold after them (overThreshold).
+type gate struct {
+	t              *opTxn
+	in             *beginInput
+	rec            *effectRec
+	undo, approved bool
+	unreported     *agentRec // read once, for both modes
+}
+
+// A refusal is what a check answers a begin it refuses: res or err for an
+// enforced rule, the observation for an observed one.
+type refusal struct {
+	observation
+	res *BeginResult
+	err error
+}
+
+// gateChecks are the checks a gate runs, in SPEC section 4's order.
+var gateChecks = [...]func(g *gate, r *gates) (*refusal, error){(*gate).deny, (*gate).unreportedLimit, (*gate).requiredDimensions, (*gate).costRequired}
+
+// run runs check over the enforced gates and then the observed ones.
+func (g *gate) run(check func(g *gate, r *gates) (*refusal, error)) (*refusal, error) {
+	if r, err := check(g, &g.in.pol.gates); err != nil || r != nil {
+		return r, err
+	}
+	r, err := check(g, &g.in.pol.observe)
+	if r != nil {
+		g.in.note(r.observation)
+	}
+	return nil, err
+}
+
+func (g *gate) deny(r *gates) (*refusal, error) {
+	if r.deny == "" {
+		return nil, nil
+	}
+	return &refusal{observation: observation{would: WouldDeny, reason: ReasonPolicyDenied, rule: r.deny},
+		res: denied(g.rec, ReasonPolicyDenied, fmt.Sprintf("Policy forbids %s actions. Do not perform it; tell the user it is not allowed.", g.in.req.EffectType))}, nil
+}
+
+func (g *gate) unreportedLimit(r *gates) (*refusal, error) {
+	if r.maxUnreported == 0 {
+		return nil, nil
+	}
+	if g.unreported == nil {
+		g.unreported = &agentRec{}
+		if err := getJSON(g.t, key(kindUnreported, g.in.req.Namespace, g.in.req.AgentID), g.unreported); err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	n := len(g.unreported.Unreported)
+	if n < r.maxUnreported {
+		return nil, nil
+	}
+	return &refusal{observation: observation{would: WouldDeny, reason: ReasonUnreported},
+		res: denied(g.rec, ReasonUnreported, fmt.Sprintf("This agent has %d effects whose leases expired without a report (policy allows %d). Do not perform it; an operator must resolve them first, and every action must be reported after it is done.", n, r.maxUnreported))}, nil
+}
+
+func (g *gate) requiredDimensions(r *gates) (*refusal, error) {
+	for _, d := range r.requireDims {
+		if _, ok := g.in.dims[d]; !ok {
+			return &refusal{observation: observation{would: WouldRequireDimension, reason: d},
+				err: &Error{Code: CodeDimensionRequired, Field: "dimensions." + d, Message: fmt.Sprintf(
+					"policy requires dimension %q for %s; begin again with dimensions {%q: <who or what this action targets>}", d, g.in.req.EffectType, d)}}, nil
+		}
+	}
+	return nil, nil
+}
+
+func (g *gate) costRequired(r *gates) (*refusal, error) {
+	if r.threshold == nil || g.in.req.EstimatedCostMicros != nil || g.undo || g.approved {
+		return nil, nil
+	}
+	return &refusal{observation: observation{would: WouldRequireCost},
+		err: &Error{Code: CodeCostRequired, Field: "estimated_cost_micros", Message: fmt.Sprintf(
+			"an approval threshold applies to %s; begin again with estimated_cost_micros (micro-USD, 1000000 = $1)", g.in.req.EffectType)}}, nil
+}
+
+// overThreshold reports whether r's approval threshold asks a human about
+// the begin: for the enforced rules, unless a grant covers it (evaluate).
+// It comes after the ceilings, and costRequired has made sure an enforced
+// threshold has a cost to compare.
+func (g *gate) overThreshold(r *gates) bool {
+	cost := g.in.req.EstimatedCostMicros
+	return r.threshold != nil && !g.undo && !g.approved && cost != nil && *cost >= *r.threshold
 }
 
 // dimensionWarning names the enforced ceilings of a begin's rules that are
@@ -684,7 +742,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 // for attempts granted before it.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
-	return vendors.ShapeKey(rec.Vendor, digest)
+	return e.vendors.ShapeKey(rec.Vendor, digest)
 }
 
 // integrationWarning reports an agent's unreported lease expiries.

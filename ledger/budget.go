@@ -567,10 +567,11 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 // money reports whether the counter counts micro-USD (else a count).
 func (r *counterRec) money() bool { return r.Unit == "micros" }
 
-// settle replaces what each money reservation holds with actual (report
-// succeeded with actual_cost_micros, or a vendor's record); count
-// reservations are unchanged.
-func settle(t *opTxn, p *policy, rec *effectRec, actual int64, now time.Time) error {
+// chargeActual replaces what each money reservation holds with actual
+// (report succeeded with actual_cost_micros, or a vendor's record); count
+// reservations are unchanged. (Settle is the vendor's record of an effect:
+// settle.go.)
+func chargeActual(t *opTxn, p *policy, rec *effectRec, actual int64, now time.Time) error {
 	return adjustReservations(t, p, rec, now, func(r *reservation, c *counterRec) (int64, int64) {
 		if !c.money() {
 			return 0, 0

@@ -41,8 +41,10 @@ func TestACorrectedForwardClockJumpForgetsNoSpend(t *testing.T) {
 			h.clock.Advance(-2*time.Hour + time.Minute) // corrected: a minute after a
 			for _, eng := range e {
 				res := fleetBeginWant(t, eng, spend("c", "bot", "x", 999), ledger.DecisionDenied)
-				if res.Ceiling == nil || res.Ceiling.Counted != 1001 {
-					t.Errorf("c refused with %+v, want 1001 counted", res.Ceiling)
+				if res.Ceiling == nil {
+					t.Errorf("res.Ceiling == nil: c refused with %+v, want 1001 counted", res.Ceiling)
+				} else if res.Ceiling.Counted != 1001 {
+					t.Errorf("res.Ceiling.Counted != 1001: c refused with %+v, want 1001 counted", res.Ceiling)
 				}
 			}
 			if got := counted(t, h, "fleet"); got != 1001 {

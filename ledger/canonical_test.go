@@ -24,8 +24,10 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 	for _, c := range cases {
 		got, err := canonicalJSON([]byte(c.in))
-		if err != nil || string(got) != c.want {
-			t.Errorf("canonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		if err != nil {
+			t.Errorf("err != nil: canonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		} else if string(got) != c.want {
+			t.Errorf("string(got) != c.want: canonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"a":1,"a":1}`, `[1,]`, `1 2`, "\"\xff\"", `1e400`, strings.Repeat("[", 65) + strings.Repeat("]", 65), `NaN`} {
@@ -49,8 +51,11 @@ func FuzzCanonicalJSON(f *testing.F) {
 			t.Fatalf("invalid output %s", out)
 		}
 		again, err := canonicalJSON(out)
-		if err != nil || string(again) != string(out) {
-			t.Fatalf("not a fixed point: %s -> %s (%v)", out, again, err)
+		if err != nil {
+			t.Fatalf("err != nil: not a fixed point: %s -> %s (%v)", out, again, err)
+		}
+		if string(again) != string(out) {
+			t.Fatalf("string(again) != string(out): not a fixed point: %s -> %s (%v)", out, again, err)
 		}
 	})
 }

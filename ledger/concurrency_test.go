@@ -37,8 +37,14 @@ func TestSameKeyManyGoroutines(t *testing.T) {
 		counts[d.Decision]++
 		ids[d.EffectID] = true
 	}
-	if counts[ledger.DecisionExecute] != 1 || counts[ledger.DecisionInFlight] != n-1 || len(ids) != 1 {
-		t.Fatalf("decisions %v over %d effect ids; want 1 execute, %d in_flight, one effect", counts, len(ids), n-1)
+	if counts[ledger.DecisionExecute] != 1 {
+		t.Fatalf("counts[ledger.DecisionExecute] != 1: decisions %v over %d effect ids; want 1 execute, %d in_flight, one effect", counts, len(ids), n-1)
+	}
+	if counts[ledger.DecisionInFlight] != n-1 {
+		t.Fatalf("counts[ledger.DecisionInFlight] != n-1: decisions %v over %d effect ids; want 1 execute, %d in_flight, one effect", counts, len(ids), n-1)
+	}
+	if len(ids) != 1 {
+		t.Fatalf("len(ids) != 1: decisions %v over %d effect ids; want 1 execute, %d in_flight, one effect", counts, len(ids), n-1)
 	}
 	if got := budgetsByName(t, h)["daily-spend"]; got != 1_000_000 {
 		t.Fatalf("counted %d, want one reservation", got)
@@ -90,8 +96,14 @@ func TestCeilingUnderRace(t *testing.T) {
 	}
 	wg.Wait()
 	counted := budgetsByName(t, h)["total"]
-	if counted > 100 || counted != granted || granted < 100-6 {
-		t.Fatalf("counted %d, granted %d (denied %d): the ceiling must hold and be filled", counted, granted, deniedN)
+	if counted > 100 {
+		t.Fatalf("counted > 100: counted %d, granted %d (denied %d): the ceiling must hold and be filled", counted, granted, deniedN)
+	}
+	if counted != granted {
+		t.Fatalf("counted != granted: counted %d, granted %d (denied %d): the ceiling must hold and be filled", counted, granted, deniedN)
+	}
+	if granted < 100-6 {
+		t.Fatalf("granted < 100-6: counted %d, granted %d (denied %d): the ceiling must hold and be filled", counted, granted, deniedN)
 	}
 }
 
@@ -136,8 +148,11 @@ func TestMixedLoadKeepsInvariants(t *testing.T) {
 		}
 	}
 	b := budgetsByName(t, h)
-	if b["daily-spend"] > 500_000_000 || b["daily-spend"] != held {
-		t.Fatalf("daily-spend counted %d, effects hold %d", b["daily-spend"], held)
+	if b["daily-spend"] > 500_000_000 {
+		t.Fatalf("b[\"daily-spend\"] > 500_000_000: daily-spend counted %d, effects hold %d", b["daily-spend"], held)
+	}
+	if b["daily-spend"] != held {
+		t.Fatalf("b[\"daily-spend\"] != held: daily-spend counted %d, effects hold %d", b["daily-spend"], held)
 	}
 	assertStateCounts(t, h)
 }
@@ -302,8 +317,11 @@ func TestReplicasReapTogether(t *testing.T) {
 	for i := range n {
 		res, err := e[i%3].Begin(ctx, ledger.BeginRequest{IdempotencyKey: "r" + itoa(int64(i)), EffectType: "shared.spend",
 			AgentID: "agent-" + itoa(int64(i%2)), EstimatedCostMicros: i64(1), LeaseSeconds: 30})
-		if err != nil || res.Decision != ledger.DecisionExecute {
-			t.Fatalf("begin %d: %v %+v", i, err, res)
+		if err != nil {
+			t.Fatalf("err != nil: begin %d: %v %+v", i, err, res)
+		}
+		if res.Decision != ledger.DecisionExecute {
+			t.Fatalf("res.Decision != ledger.DecisionExecute: begin %d: %v %+v", i, err, res)
 		}
 	}
 	h.clock.Advance(time.Minute)
@@ -400,8 +418,11 @@ func TestSweepsUnderLoadKeepInvariants(t *testing.T) {
 			wg.Wait()
 			close(stop)
 			sweeper.Wait()
-			if reaped == 0 || purge && purged == 0 {
-				t.Fatalf("the sweeps did nothing (reaped %d, purged %d): the test would prove nothing", reaped, purged)
+			if reaped == 0 {
+				t.Fatalf("reaped == 0: the sweeps did nothing (reaped %d, purged %d): the test would prove nothing", reaped, purged)
+			}
+			if purge && purged == 0 {
+				t.Fatalf("purge && purged == 0: the sweeps did nothing (reaped %d, purged %d): the test would prove nothing", reaped, purged)
 			}
 			// A begin decided before the clock's last step but committed
 			// after the last reap's scan holds a lease that has run out and
@@ -463,8 +484,11 @@ func TestLargeBatchesAreSplit(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		res, err := h.eng.Begin(ctx, pay("big:"+itoa(int64(i)), "acct_1", 1))
-		if err != nil || res.Decision != ledger.DecisionExecute {
-			t.Fatalf("begin %d: %v %+v", i, err, res)
+		if err != nil {
+			t.Fatalf("err != nil: begin %d: %v %+v", i, err, res)
+		}
+		if res.Decision != ledger.DecisionExecute {
+			t.Fatalf("res.Decision != ledger.DecisionExecute: begin %d: %v %+v", i, err, res)
 		}
 		ids[i] = res.EffectID
 	}

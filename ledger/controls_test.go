@@ -43,8 +43,11 @@ func unwoundBooking(t *testing.T, h *harness) (*ledger.BeginResult, ledger.Compe
 	c := h.beginWant(charge, ledger.DecisionExecute)
 	h.report(c.EffectID, ledger.OutcomeSucceeded)
 	res, err := h.eng.Unwind(context.Background(), ledger.UnwindRequest{GroupKey: "order:1"})
-	if err != nil || len(res.Compensations) != 1 {
-		t.Fatalf("unwind: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: unwind: %+v %v", res, err)
+	}
+	if len(res.Compensations) != 1 {
+		t.Fatalf("len(res.Compensations) != 1: unwind: %+v %v", res, err)
 	}
 	return c, res.Compensations[0]
 }
@@ -267,8 +270,11 @@ func TestApprovalsListAnEffectOnceAfterANewRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(as) != 1 || as[0].ApprovalID != second.ApprovalID {
-			t.Fatalf("approvals in state %q: %+v", state, as)
+		if len(as) != 1 {
+			t.Fatalf("len(as) != 1: approvals in state %q: %+v", state, as)
+		}
+		if as[0].ApprovalID != second.ApprovalID {
+			t.Fatalf("as[0].ApprovalID != second.ApprovalID: approvals in state %q: %+v", state, as)
 		}
 	}
 }
@@ -389,8 +395,11 @@ func TestAnUndoWorthMoreThanItsStepIsCheckedLikeAnyBegin(t *testing.T) {
 			s := h.beginWant(stepReq, ledger.DecisionExecute)
 			h.report(s.EffectID, ledger.OutcomeSucceeded)
 			res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "g1"})
-			if err != nil || len(res.Compensations) != 1 {
-				t.Fatalf("unwind: %+v %v", res, err)
+			if err != nil {
+				t.Fatalf("err != nil: unwind: %+v %v", res, err)
+			}
+			if len(res.Compensations) != 1 {
+				t.Fatalf("len(res.Compensations) != 1: unwind: %+v %v", res, err)
 			}
 			undo := undoOf(res.Compensations[0])
 			undo.Dimensions = map[string]string{"counterparty": "acct_9"}
@@ -419,8 +428,11 @@ func TestAnOperatorClearsTheMarkOfACompensatedEffect(t *testing.T) {
 	}
 	h.report(s.EffectID, ledger.OutcomeSucceeded) // late, by the agent: the mark stays
 	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "gs"})
-	if err != nil || len(res.Compensations) != 1 {
-		t.Fatalf("unwind: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: unwind: %+v %v", res, err)
+	}
+	if len(res.Compensations) != 1 {
+		t.Fatalf("len(res.Compensations) != 1: unwind: %+v %v", res, err)
 	}
 	u := h.beginWant(undoOf(res.Compensations[0]), ledger.DecisionExecute)
 	h.report(u.EffectID, ledger.OutcomeSucceeded)
@@ -506,8 +518,11 @@ func TestACompensationsNullPayloadIsNoPayload(t *testing.T) {
 				Compensation: &ledger.Compensation{EffectType: "hotel.cancel", Payload: c.declared}}, ledger.DecisionExecute)
 			h.report(s.EffectID, ledger.OutcomeSucceeded)
 			res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip"})
-			if err != nil || len(res.Compensations) != 1 {
-				t.Fatalf("unwind: %+v %v", res, err)
+			if err != nil {
+				t.Fatalf("err != nil: unwind: %+v %v", res, err)
+			}
+			if len(res.Compensations) != 1 {
+				t.Fatalf("len(res.Compensations) != 1: unwind: %+v %v", res, err)
 			}
 			undo := undoOf(res.Compensations[0])
 			undo.Payload = c.sent
@@ -548,8 +563,11 @@ func TestAFailedCompensationIsRetried(t *testing.T) {
 		t.Fatalf("step: %+v", eff)
 	}
 	res, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "order:1"})
-	if err != nil || res.State != ledger.GroupUnwound {
-		t.Fatalf("unwind: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: unwind: %+v %v", res, err)
+	}
+	if res.State != ledger.GroupUnwound {
+		t.Fatalf("res.State != ledger.GroupUnwound: unwind: %+v %v", res, err)
 	}
 }
 
@@ -589,8 +607,11 @@ func TestConcurrentUndosAndApprovedBeginsExecuteOnce(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	if exec["undo"] != 1 || exec["approved"] != 1 {
-		t.Fatalf("executes: %v", exec)
+	if exec["undo"] != 1 {
+		t.Fatalf("exec[\"undo\"] != 1: executes: %v", exec)
+	}
+	if exec["approved"] != 1 {
+		t.Fatalf("exec[\"approved\"] != 1: executes: %v", exec)
 	}
 }
 
@@ -679,8 +700,11 @@ func TestAnOperatorOverturnsALateFailedReport(t *testing.T) {
 	_, err := h.eng.Resolve(ctx, ledger.ResolveRequest{Namespace: "default", EffectID: r.EffectID, Resolution: ledger.OutcomeSucceeded, ResolvedBy: "agent:bot"})
 	wantCode(t, err, ledger.CodeInvalidStateTransition)
 	eff, err := h.eng.Resolve(ctx, ledger.ResolveRequest{EffectID: r.EffectID, Resolution: ledger.OutcomeSucceeded, VendorReference: "pi_found", ResolvedBy: "admin:alice", Note: "seen in the dashboard"})
-	if err != nil || eff.State != ledger.StateSucceeded {
-		t.Fatalf("the operator's overturn: %+v %v", eff, err)
+	if err != nil {
+		t.Fatalf("err != nil: the operator's overturn: %+v %v", eff, err)
+	}
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("eff.State != ledger.StateSucceeded: the operator's overturn: %+v %v", eff, err)
 	}
 	if got := counted(t, h, "daily-spend"); got != 6*90_000_000 {
 		t.Fatalf("daily-spend counts %d after the overturn, want %d (past the 500000000 limit: it was spent)", got, 6*90_000_000)

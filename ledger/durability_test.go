@@ -234,8 +234,14 @@ func TestPrivacyOfDataDir(t *testing.T) {
 	}
 	h.eng = nil
 	scanStored(t, h, payloadMarker, dimMarker)
-	if bytes.Contains(logs.Bytes(), []byte(payloadMarker)) || bytes.Contains(logs.Bytes(), []byte(dimMarker)) || logs.Len() == 0 {
-		t.Fatalf("logs leak a marker or are empty:\n%s", logs.String())
+	if bytes.Contains(logs.Bytes(), []byte(payloadMarker)) {
+		t.Fatalf("bytes.Contains(logs.Bytes(), []byte(payloadMarker)): logs leak a marker or are empty:\n%s", logs.String())
+	}
+	if bytes.Contains(logs.Bytes(), []byte(dimMarker)) {
+		t.Fatalf("bytes.Contains(logs.Bytes(), []byte(dimMarker)): logs leak a marker or are empty:\n%s", logs.String())
+	}
+	if logs.Len() == 0 {
+		t.Fatalf("logs.Len() == 0: logs leak a marker or are empty:\n%s", logs.String())
 	}
 	// The test can fail: results are stored as given without encryption.
 	if !bytes.Contains(h.stored(t), []byte(resultMarker)) {
@@ -255,8 +261,14 @@ func TestPrivacyWithEncryptionAtRest(t *testing.T) {
 	privacyScenario(t, h)
 	h.reopen()
 	eff, err := h.eng.Get(context.Background(), "default", "", "priv:1")
-	if err != nil || eff.State != ledger.StateSucceeded || !bytes.Contains(eff.Result, []byte(resultMarker)) {
-		t.Fatalf("encrypted ledger after reopen: %+v, %v", eff, err)
+	if err != nil {
+		t.Fatalf("err != nil: encrypted ledger after reopen: %+v, %v", eff, err)
+	}
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("eff.State != ledger.StateSucceeded: encrypted ledger after reopen: %+v, %v", eff, err)
+	}
+	if !bytes.Contains(eff.Result, []byte(resultMarker)) {
+		t.Fatalf("!bytes.Contains(eff.Result, []byte(resultMarker)): encrypted ledger after reopen: %+v, %v", eff, err)
 	}
 	if err := h.eng.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -287,8 +299,11 @@ func TestDifferentSecretIsRefused(t *testing.T) {
 	st := h.openStore()
 	wrong := bytes.Repeat([]byte{7}, 32)
 	eng, err := ledger.New(ledger.Options{Store: st, Secret: wrong, ReapInterval: -1, PurgeInterval: -1})
-	if !errors.Is(err, ledger.ErrSecretMismatch) || eng != nil {
-		t.Fatalf("New with another secret: %v", err)
+	if !errors.Is(err, ledger.ErrSecretMismatch) {
+		t.Fatalf("!errors.Is(err, ledger.ErrSecretMismatch): New with another secret: %v", err)
+	}
+	if eng != nil {
+		t.Fatalf("eng != nil: New with another secret: %v", err)
 	}
 	if err := st.Close(); err != nil { // New left the store to its caller
 		t.Fatal(err)

@@ -11,6 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Defaults are the engine-wide settings of the config file's defaults block.
@@ -104,6 +107,10 @@ type Options struct {
 	// crossing emits a budget.threshold event, once per ceiling, scope and
 	// window (thresholds.go); none: no alerts.
 	BudgetThresholds []float64
+	// Vendors shape the vendor keys handed out with execute decisions:
+	// the built-in vendors and those the config declares; nil means the
+	// built-in ones.
+	Vendors *vendors.Registry
 }
 
 // Observer is told what the engine decided, after it is durable, and when
@@ -139,6 +146,7 @@ func (nopObserver) WriteFailed(string, int)               {}
 type Engine struct {
 	store    Store
 	secret   []byte
+	vendors  *vendors.Registry
 	policy   *policy
 	defaults Defaults
 	clock    Clock
@@ -149,6 +157,8 @@ type Engine struct {
 	cache    *writerCaches // nil unless the store is exclusive; writer only
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
+	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
+	queued   bool                  // the batch being committed wrote outbox entries; writer only
 	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
 	// replica names this engine among those sharing a store ("" on an
@@ -200,6 +210,7 @@ type opResult struct {
 type unsynced struct {
 	ops     []*op
 	results []opResult
+	outbox  bool // the batch wrote outbox entries: wake the workers once durable
 }
 
 // New starts an engine on opts.Store.
@@ -220,6 +231,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
+		vendors:  cmp.Or(opts.Vendors, all.Registry()),
 		policy:   pol,
 		defaults: opts.Defaults.withZeroesFilled(),
 		clock:    opts.Clock,
@@ -331,9 +343,20 @@ func (e *Engine) Close(ctx context.Context) error {
 	return nil
 }
 
-// submit queues fn for the writer and waits until its batch is durable.
-func (e *Engine) submit(ctx context.Context, fn func(t *opTxn, now time.Time) (any, error)) (any, error) {
-	return e.enqueue(ctx, &op{fn: fn})
+// submit queues fn for the writer and waits until its batch is durable,
+// and returns what fn returned, typed: the writer's ops carry any, so the
+// one assertion is here rather than at each caller. A package function, as
+// a method cannot take a type parameter.
+func submit[T any](ctx context.Context, e *Engine, fn func(t *opTxn, now time.Time) (T, error)) (T, error) {
+	return submitReading(ctx, e, nil, fn)
+}
+
+// submitReading is submit for an op that names the keys it will read (see
+// op.reads), so a batch prefetches them.
+func submitReading[T any](ctx context.Context, e *Engine, reads func(known knownFunc) [][]byte, fn func(t *opTxn, now time.Time) (T, error)) (T, error) {
+	v, err := e.enqueue(ctx, &op{fn: func(t *opTxn, now time.Time) (any, error) { return fn(t, now) }, reads: reads})
+	res, _ := v.(T) // v is nil when the op never ran (ErrClosed, ctx, a failed commit)
+	return res, err
 }
 
 // enqueue queues o for the writer and waits until its batch is durable.
@@ -427,6 +450,7 @@ func (e *Engine) commit(batch []*op) []*op {
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
 		// A store may also run fn again; the batch is decided afresh,
 		// without what the discarded run put in the caches.
+		e.queued = false
 		if runs++; runs > 1 {
 			e.reruns.Add(1)
 			if e.cache != nil {
@@ -445,9 +469,12 @@ func (e *Engine) commit(batch []*op) []*op {
 	}
 	done := batch[:len(results)]
 	if e.deferred != nil {
-		e.unsynced <- unsynced{slices.Clone(done), results}
+		e.unsynced <- unsynced{slices.Clone(done), results, e.queued}
 	} else {
 		answer(done, results)
+		if e.queued {
+			e.wake.signal()
+		}
 	}
 	return batch[len(results):]
 }
@@ -495,6 +522,9 @@ func (e *Engine) syncer() {
 				answerAll(g.ops, err)
 			} else {
 				answer(g.ops, g.results)
+				if g.outbox {
+					e.wake.signal()
+				}
 			}
 		}
 	}
@@ -731,7 +761,7 @@ func (e *Engine) view(ctx context.Context, fn func(r Reader) error) error {
 // secrets, one records its value and the others are refused.
 func (e *Engine) checkSecret() error {
 	want := []byte(keyedHash(e.secret, "ratchet-ledger-secret-check"))
-	_, err := e.submit(context.Background(), func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(context.Background(), e, func(t *opTxn, _ time.Time) (any, error) {
 		got, err := t.Get(secretCheckKey)
 		if errors.Is(err, ErrNotFound) {
 			return nil, t.Set(secretCheckKey, want)
@@ -753,7 +783,7 @@ func (e *Engine) checkSecret() error {
 // Ping proves the ledger is open and writable: it makes one durable write
 // through the writer (readiness probes call it).
 func (e *Engine) Ping(ctx context.Context) error {
-	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
 		return nil, t.Set(pingKey, []byte(now.UTC().Format(time.RFC3339Nano)))
 	})
 	return err

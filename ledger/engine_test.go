@@ -21,21 +21,48 @@ func TestExecuteInFlightDuplicate(t *testing.T) {
 	req.Vendor = "stripe"
 	req.LeaseSeconds = 30
 	first := h.beginWant(req, ledger.DecisionExecute)
-	if first.Attempt != 1 || first.State != ledger.StatePending || first.EffectID == "" || !strings.HasPrefix(first.EffectID, "eff_") || len(first.EffectID) != 30 {
-		t.Fatalf("execute: %+v", first)
+	if first.Attempt != 1 {
+		t.Fatalf("first.Attempt != 1: execute: %+v", first)
+	}
+	if first.State != ledger.StatePending {
+		t.Fatalf("first.State != ledger.StatePending: execute: %+v", first)
+	}
+	if first.EffectID == "" {
+		t.Fatalf("first.EffectID == \"\": execute: %+v", first)
+	}
+	if !strings.HasPrefix(first.EffectID, "eff_") {
+		t.Fatalf("!strings.HasPrefix(first.EffectID, \"eff_\"): execute: %+v", first)
+	}
+	if len(first.EffectID) != 30 {
+		t.Fatalf("len(first.EffectID) != 30: execute: %+v", first)
 	}
 	if got := first.LeaseExpiresAt.Sub(h.clock.Now()); got != 30*time.Second {
 		t.Fatalf("lease %v, want 30s", got)
 	}
 	vk := first.VendorIdempotencyKey
-	if vk == nil || vk.Name != "Idempotency-Key" || vk.Location != "header" || !vk.Enforced || len(vk.Value) != 36 {
-		t.Fatalf("vendor key: %+v", vk)
+	if vk == nil {
+		t.Fatalf("vk == nil: vendor key: %+v", vk)
+	}
+	if vk.Name != "Idempotency-Key" {
+		t.Fatalf("vk.Name != \"Idempotency-Key\": vendor key: %+v", vk)
+	}
+	if vk.Location != "header" {
+		t.Fatalf("vk.Location != \"header\": vendor key: %+v", vk)
+	}
+	if !vk.Enforced {
+		t.Fatalf("!vk.Enforced: vendor key: %+v", vk)
+	}
+	if len(vk.Value) != 36 {
+		t.Fatalf("len(vk.Value) != 36: vendor key: %+v", vk)
 	}
 
 	h.clock.Advance(10 * time.Second)
 	second := h.beginWant(req, ledger.DecisionInFlight)
-	if second.EffectID != first.EffectID || second.RetryAfterSeconds != 20 {
-		t.Fatalf("in_flight: %+v", second)
+	if second.EffectID != first.EffectID {
+		t.Fatalf("second.EffectID != first.EffectID: in_flight: %+v", second)
+	}
+	if second.RetryAfterSeconds != 20 {
+		t.Fatalf("second.RetryAfterSeconds != 20: in_flight: %+v", second)
 	}
 	h.clock.Advance(19*time.Second + 500*time.Millisecond)
 	if r := h.beginWant(req, ledger.DecisionInFlight); r.RetryAfterSeconds != 1 {
@@ -46,12 +73,24 @@ func TestExecuteInFlightDuplicate(t *testing.T) {
 		r.Result = json.RawMessage(`{"message_id": "m_1"}`)
 		r.VendorReference = "m_1"
 	})
-	if eff.State != ledger.StateSucceeded || eff.CompletedAt == nil {
-		t.Fatalf("after report: %+v", eff)
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("eff.State != ledger.StateSucceeded: after report: %+v", eff)
+	}
+	if eff.CompletedAt == nil {
+		t.Fatalf("eff.CompletedAt == nil: after report: %+v", eff)
 	}
 	dup := h.beginWant(req, ledger.DecisionDuplicate)
-	if string(dup.Result) != `{"message_id":"m_1"}` || dup.VendorReference != "m_1" || dup.CompletedAt == nil || dup.EffectID != first.EffectID {
-		t.Fatalf("duplicate: %+v (result %s)", dup, dup.Result)
+	if string(dup.Result) != `{"message_id":"m_1"}` {
+		t.Fatalf("string(dup.Result) != `{\"message_id\":\"m_1\"}`: duplicate: %+v (result %s)", dup, dup.Result)
+	}
+	if dup.VendorReference != "m_1" {
+		t.Fatalf("dup.VendorReference != \"m_1\": duplicate: %+v (result %s)", dup, dup.Result)
+	}
+	if dup.CompletedAt == nil {
+		t.Fatalf("dup.CompletedAt == nil: duplicate: %+v (result %s)", dup, dup.Result)
+	}
+	if dup.EffectID != first.EffectID {
+		t.Fatalf("dup.EffectID != first.EffectID: duplicate: %+v (result %s)", dup, dup.Result)
 	}
 	// Same payload with other key order and whitespace is the same action.
 	req.Payload = json.RawMessage(` { "template" : "welcome", "to":"u1" } `)
@@ -85,8 +124,11 @@ func TestFailedStartsNextAttemptWithNewVendorKey(t *testing.T) {
 		t.Fatalf("failed attempt still counted: %v", b)
 	}
 	a2 := h.beginWant(req, ledger.DecisionExecute)
-	if a2.EffectID != a1.EffectID || a2.Attempt != 2 {
-		t.Fatalf("attempt 2: %+v", a2)
+	if a2.EffectID != a1.EffectID {
+		t.Fatalf("a2.EffectID != a1.EffectID: attempt 2: %+v", a2)
+	}
+	if a2.Attempt != 2 {
+		t.Fatalf("a2.Attempt != 2: attempt 2: %+v", a2)
 	}
 	if a1.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
 		t.Fatal("a new attempt must get a new vendor key")
@@ -97,8 +139,11 @@ func TestFailedStartsNextAttemptWithNewVendorKey(t *testing.T) {
 	h.reopen()
 	h.report(a2.EffectID, ledger.OutcomeFailed, func(r *ledger.ReportRequest) { r.Attempt = 2 })
 	a3 := h.beginWant(req, ledger.DecisionExecute)
-	if a3.Attempt != 3 || a3.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
-		t.Fatalf("attempt 3: %+v", a3)
+	if a3.Attempt != 3 {
+		t.Fatalf("a3.Attempt != 3: attempt 3: %+v", a3)
+	}
+	if a3.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value {
+		t.Fatalf("a3.VendorIdempotencyKey.Value == a2.VendorIdempotencyKey.Value: attempt 3: %+v", a3)
 	}
 	// A report naming an older attempt is stale.
 	_, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: a3.EffectID, Outcome: ledger.OutcomeSucceeded, Attempt: 2})
@@ -115,11 +160,20 @@ func TestVendorKeyIsDeterministic(t *testing.T) {
 	k1 := h1.begin(req).VendorIdempotencyKey
 	k2 := h2.begin(req).VendorIdempotencyKey
 	k3 := h3.begin(req).VendorIdempotencyKey
-	if k1.Value != k2.Value || k1.Value == k3.Value {
-		t.Fatalf("keys %s %s %s", k1.Value, k2.Value, k3.Value)
+	if k1.Value != k2.Value {
+		t.Fatalf("k1.Value != k2.Value: keys %s %s %s", k1.Value, k2.Value, k3.Value)
 	}
-	if k1.Location != "body" || k1.Name != "idempotency_key" || len(k1.Value) > 45 {
-		t.Fatalf("square key %+v", k1)
+	if k1.Value == k3.Value {
+		t.Fatalf("k1.Value == k3.Value: keys %s %s %s", k1.Value, k2.Value, k3.Value)
+	}
+	if k1.Location != "body" {
+		t.Fatalf("k1.Location != \"body\": square key %+v", k1)
+	}
+	if k1.Name != "idempotency_key" {
+		t.Fatalf("k1.Name != \"idempotency_key\": square key %+v", k1)
+	}
+	if len(k1.Value) > 45 {
+		t.Fatalf("len(k1.Value) > 45: square key %+v", k1)
 	}
 	other := req
 	other.Vendor = "acme"
@@ -138,13 +192,28 @@ func TestLeaseExpiryBlocksUntilResolved(t *testing.T) {
 	h.beginWant(req, ledger.DecisionInFlight) // one tick before expiry
 	h.clock.Advance(time.Second)              // exactly at expiry
 	b := h.beginWant(req, ledger.DecisionBlocked)
-	if b.Reason != ledger.ReasonLeaseExpired || b.Since == nil || !b.Since.Equal(*a.LeaseExpiresAt) || b.State != ledger.StateIndeterminate {
-		t.Fatalf("blocked: %+v", b)
+	if b.Reason != ledger.ReasonLeaseExpired {
+		t.Fatalf("b.Reason != ledger.ReasonLeaseExpired: blocked: %+v", b)
+	}
+	if b.Since == nil {
+		t.Fatalf("b.Since == nil: blocked: %+v", b)
+	}
+	if !b.Since.Equal(*a.LeaseExpiresAt) {
+		t.Fatalf("!b.Since.Equal(*a.LeaseExpiresAt): blocked: %+v", b)
+	}
+	if b.State != ledger.StateIndeterminate {
+		t.Fatalf("b.State != ledger.StateIndeterminate: blocked: %+v", b)
 	}
 	// The agent is now warned on every begin, whatever the key.
 	w := h.beginWant(pay("inv:3", "acct_2", 1), ledger.DecisionExecute).IntegrationWarning
-	if w == nil || w.UnreportedCount != 1 || w.OldestEffectID != a.EffectID {
-		t.Fatalf("integration warning: %+v", w)
+	if w == nil {
+		t.Fatalf("w == nil: integration warning: %+v", w)
+	}
+	if w.UnreportedCount != 1 {
+		t.Fatalf("w.UnreportedCount != 1: integration warning: %+v", w)
+	}
+	if w.OldestEffectID != a.EffectID {
+		t.Fatalf("w.OldestEffectID != a.EffectID: integration warning: %+v", w)
 	}
 	// Spend stays reserved while the outcome is unknown.
 	if got := budgetsByName(t, h)["daily-spend"]; got != 10_000_001 {
@@ -159,8 +228,11 @@ func TestLeaseExpiryBlocksUntilResolved(t *testing.T) {
 		t.Fatalf("duplicate after resolve: %+v", d)
 	}
 	eff := h.get(a.EffectID)
-	if eff.ResolvedBy != "alice" || eff.ResolutionNote != "seen in dashboard" {
-		t.Fatalf("resolution not recorded: %+v", eff)
+	if eff.ResolvedBy != "alice" {
+		t.Fatalf("eff.ResolvedBy != \"alice\": resolution not recorded: %+v", eff)
+	}
+	if eff.ResolutionNote != "seen in dashboard" {
+		t.Fatalf("eff.ResolutionNote != \"seen in dashboard\": resolution not recorded: %+v", eff)
 	}
 	// A resolve within the namespace (an agent's) settles the effect but
 	// leaves the unreported expiry; an operator's agreement clears it.
@@ -183,8 +255,11 @@ func TestReportedUnknownThenResolvedFailedFreesKeyAndSpend(t *testing.T) {
 	req := pay("inv:5", "acct_1", 40_000_000)
 	a := h.beginWant(req, ledger.DecisionExecute)
 	eff := h.report(a.EffectID, ledger.OutcomeUnknown, func(r *ledger.ReportRequest) { r.Error = "timeout" })
-	if eff.State != ledger.StateIndeterminate || eff.Reason != ledger.ReasonReportedUnknown {
-		t.Fatalf("after unknown: %+v", eff)
+	if eff.State != ledger.StateIndeterminate {
+		t.Fatalf("eff.State != ledger.StateIndeterminate: after unknown: %+v", eff)
+	}
+	if eff.Reason != ledger.ReasonReportedUnknown {
+		t.Fatalf("eff.Reason != ledger.ReasonReportedUnknown: after unknown: %+v", eff)
 	}
 	if b := h.beginWant(req, ledger.DecisionBlocked); b.Reason != ledger.ReasonReportedUnknown {
 		t.Fatalf("blocked: %+v", b)
@@ -211,8 +286,11 @@ func TestLateReportAfterReaperSettles(t *testing.T) {
 	a := h.beginWant(email("late", "bot"), ledger.DecisionExecute)
 	h.clock.Advance(61 * time.Second)
 	n, err := h.eng.Reap(context.Background())
-	if err != nil || n != 1 {
-		t.Fatalf("reap = %d, %v; want 1", n, err)
+	if err != nil {
+		t.Fatalf("err != nil: reap = %d, %v; want 1", n, err)
+	}
+	if n != 1 {
+		t.Fatalf("n != 1: reap = %d, %v; want 1", n, err)
 	}
 	if eff := h.get(a.EffectID); eff.State != ledger.StateIndeterminate || eff.Reason != ledger.ReasonLeaseExpired {
 		t.Fatalf("after reap: %+v", eff)
@@ -242,8 +320,11 @@ func TestReportTwice(t *testing.T) {
 	a := h.beginWant(email("twice", "bot"), ledger.DecisionExecute)
 	first := h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Result = json.RawMessage(`1`) })
 	again := h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.Result = json.RawMessage(`2`) })
-	if string(again.Result) != "1" || !again.UpdatedAt.Equal(first.UpdatedAt) {
-		t.Fatalf("second identical report changed the effect: %+v", again)
+	if string(again.Result) != "1" {
+		t.Fatalf("string(again.Result) != \"1\": second identical report changed the effect: %+v", again)
+	}
+	if !again.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("!again.UpdatedAt.Equal(first.UpdatedAt): second identical report changed the effect: %+v", again)
 	}
 	for _, o := range []ledger.Outcome{ledger.OutcomeFailed, ledger.OutcomeUnknown} {
 		_, err := h.eng.Report(context.Background(), ledger.ReportRequest{EffectID: a.EffectID, Outcome: o})
@@ -257,8 +338,11 @@ func TestPolicyDenyAndRequirements(t *testing.T) {
 	h := newHarness(t, testRules())
 	ctx := context.Background()
 	r := h.beginWant(ledger.BeginRequest{IdempotencyKey: "drop", EffectType: "db.drop.table"}, ledger.DecisionDenied)
-	if r.Reason != ledger.ReasonPolicyDenied || r.EffectID != "" {
-		t.Fatalf("deny: %+v", r)
+	if r.Reason != ledger.ReasonPolicyDenied {
+		t.Fatalf("r.Reason != ledger.ReasonPolicyDenied: deny: %+v", r)
+	}
+	if r.EffectID != "" {
+		t.Fatalf("r.EffectID != \"\": deny: %+v", r)
 	}
 	if _, err := h.eng.Get(ctx, "default", "", "drop"); err == nil {
 		t.Fatal("a denied new key must record nothing")
@@ -285,12 +369,24 @@ func TestPolicyDenyAndRequirements(t *testing.T) {
 func TestBudgetWarningWhenNoCostDeclared(t *testing.T) {
 	h := newHarness(t, testRules())
 	r := h.beginWant(ledger.BeginRequest{IdempotencyKey: "vm1", EffectType: "cloud.vm.create"}, ledger.DecisionExecute)
-	if r.BudgetWarning == nil || r.BudgetWarning.Ceilings[0] != "cloud-spend" {
-		t.Fatalf("budget warning: %+v", r.BudgetWarning)
+	if r.BudgetWarning == nil {
+		t.Fatalf("r.BudgetWarning == nil: budget warning: %+v", r.BudgetWarning)
+	}
+	if r.BudgetWarning.Ceilings[0] != "cloud-spend" {
+		t.Fatalf("r.BudgetWarning.Ceilings[0] != \"cloud-spend\": budget warning: %+v", r.BudgetWarning)
 	}
 	r = h.beginWant(ledger.BeginRequest{IdempotencyKey: "vm2", EffectType: "cloud.vm.create", EstimatedCostMicros: i64(5)}, ledger.DecisionExecute)
-	if r.BudgetWarning != nil || len(r.Budgets) != 1 || r.Budgets[0].Counted != 5 || r.Budgets[0].Remaining != 995 {
-		t.Fatalf("declared: %+v", r)
+	if r.BudgetWarning != nil {
+		t.Fatalf("r.BudgetWarning != nil: declared: %+v", r)
+	}
+	if len(r.Budgets) != 1 {
+		t.Fatalf("len(r.Budgets) != 1: declared: %+v", r)
+	}
+	if r.Budgets[0].Counted != 5 {
+		t.Fatalf("r.Budgets[0].Counted != 5: declared: %+v", r)
+	}
+	if r.Budgets[0].Remaining != 995 {
+		t.Fatalf("r.Budgets[0].Remaining != 995: declared: %+v", r)
 	}
 	if r := h.beginWant(email("e", "a"), ledger.DecisionExecute); r.BudgetWarning != nil {
 		t.Fatal("a count ceiling needs no cost")

@@ -11,7 +11,8 @@ import (
 // statuses and MCP tool errors; the strings are part of Ratchet's interface.
 type Code string
 
-// The error codes the engine returns.
+// The error codes the engine returns, every one of them: an adapter maps
+// each (HTTPStatus).
 const (
 	CodeInvalidArgument        Code = "invalid_argument"
 	CodeIdempotencyKeyConflict Code = "idempotency_key_conflict"
@@ -28,6 +29,12 @@ const (
 	CodeUnavailable            Code = "unavailable"
 	CodeGroupNotFound          Code = "group_not_found"
 	CodeInternal               Code = "internal"
+	// CodeGrantNotFound: no grant has the id (admin API 404).
+	CodeGrantNotFound Code = "grant_not_found"
+	// CodeHalted refuses an approval or a recovery claim in a halted
+	// scope (HTTP 409); CodeHaltNotFound: no active halt has the id (404).
+	CodeHalted       Code = "halted"
+	CodeHaltNotFound Code = "halt_not_found"
 )
 
 // Error is an engine error with a stable Code, a message that tells the

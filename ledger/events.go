@@ -50,6 +50,9 @@ const (
 	// needs more (Approval.ApproversRequired); approval.decided follows
 	// at the quorum or on a rejection.
 	EventApprovalPartiallyApproved = "approval.partially_approved"
+	// EventOutboxDropped: a sink's oldest dead letters were dropped at the
+	// outbox's bound (outbox_bound.go); Sink and Count say whose and how many.
+	EventOutboxDropped = "outbox.dropped"
 )
 
 // NotifyTypes are the event types queued in the outbox: what someone must
@@ -66,6 +69,7 @@ var NotifyTypes = map[string]bool{
 	EventEffectContradicted:        true,
 	EventHaltStarted:               true,
 	EventHaltLifted:                true,
+	EventOutboxDropped:             true,
 }
 
 // Event is one thing that happened in the ledger.
@@ -123,6 +127,9 @@ type Event struct {
 	// when more than one, and who has approved it so far (approval.*).
 	ApproversRequired int      `json:"approvers_required,omitempty"`
 	ApprovedBy        []string `json:"approved_by,omitempty"`
+	// Sink is the sink an outbox.dropped event is about; its Count is the
+	// dead letters dropped.
+	Sink string `json:"sink,omitempty"`
 }
 
 // withoutPayload is c for an event, which keeps no payload (nil for nil).
@@ -228,6 +235,7 @@ func (e *Engine) journal(tx Txn, events []Event, now time.Time) error {
 			if err := tx.Set(key(kindOutbox, sink, ev.ID), b); err != nil {
 				return err
 			}
+			e.queued = true
 		}
 	}
 	return nil
@@ -429,7 +437,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	claimed, err := submit(ctx, e, func(t *opTxn, now time.Time) ([]OutboxEntry, error) {
 		var got []OutboxEntry
 		for _, k := range due {
 			var en OutboxEntry
@@ -452,7 +460,7 @@ func (e *Engine) claimOutbox(ctx context.Context, pfx []byte, worker string, lea
 	if err != nil {
 		return nil, err
 	}
-	return v.([]OutboxEntry), nil
+	return claimed, nil
 }
 
 func (en *OutboxEntry) claimable(now time.Time) bool {
@@ -461,7 +469,7 @@ func (en *OutboxEntry) claimable(now time.Time) bool {
 
 // EventDelivered removes a delivered entry.
 func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		return nil, t.Delete(key(kindOutbox, sink, eventID))
 	})
 	return err
@@ -470,7 +478,7 @@ func (e *Engine) EventDelivered(ctx context.Context, sink, eventID string) error
 // EventFailed records a failed delivery: the entry is tried again at next,
 // or, when dead, kept for the operator and never tried again.
 func (e *Engine) EventFailed(ctx context.Context, sink, eventID, reason string, next time.Time, dead bool) error {
-	_, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 		k := key(kindOutbox, sink, eventID)
 		var en OutboxEntry
 		if err := getJSON(t, k, &en); err != nil {

@@ -78,15 +78,27 @@ func TestTheAuditChainVerifiesAfterAMixedWorkload(t *testing.T) {
 		if r.Event.Type == ledger.EventApprovalDecided {
 			approver = r.Event.Actor
 		}
-		if r.Event.ID == "" || r.Event.At.IsZero() {
-			t.Fatalf("an event without id or time: %+v", r.Event)
+		if r.Event.ID == "" {
+			t.Fatalf("r.Event.ID == \"\": an event without id or time: %+v", r.Event)
+		}
+		if r.Event.At.IsZero() {
+			t.Fatalf("r.Event.At.IsZero(): an event without id or time: %+v", r.Event)
 		}
 	}
 	if count[ledger.EventEffectBegun] != begins {
 		t.Fatalf("%d effect.begun records for %d begins", count[ledger.EventEffectBegun], begins)
 	}
-	if approver != "admin:alice" || count[ledger.EventApprovalRequested] != 1 || count[ledger.EventEffectIndeterminate] == 0 || count[ledger.EventEffectReported] == 0 {
-		t.Fatalf("records by type %v, approver %q", count, approver)
+	if approver != "admin:alice" {
+		t.Fatalf("approver != \"admin:alice\": records by type %v, approver %q", count, approver)
+	}
+	if count[ledger.EventApprovalRequested] != 1 {
+		t.Fatalf("count[ledger.EventApprovalRequested] != 1: records by type %v, approver %q", count, approver)
+	}
+	if count[ledger.EventEffectIndeterminate] == 0 {
+		t.Fatalf("count[ledger.EventEffectIndeterminate] == 0: records by type %v, approver %q", count, approver)
+	}
+	if count[ledger.EventEffectReported] == 0 {
+		t.Fatalf("count[ledger.EventEffectReported] == 0: records by type %v, approver %q", count, approver)
 	}
 	// The chain survives a restart: records after it chain to those before.
 	h.reopen()
@@ -163,12 +175,24 @@ func TestNotificationsAreQueuedInTheSameWriteAndDeliveredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 1 || all[0].Event.Type != ledger.EventApprovalRequested || all[0].Event.ApprovalID != ask.ApprovalID || all[0].Sink != "test-sink" {
-		t.Fatalf("outbox: %+v", all)
+	if len(all) != 1 {
+		t.Fatalf("len(all) != 1: outbox: %+v", all)
+	}
+	if all[0].Event.Type != ledger.EventApprovalRequested {
+		t.Fatalf("all[0].Event.Type != ledger.EventApprovalRequested: outbox: %+v", all)
+	}
+	if all[0].Event.ApprovalID != ask.ApprovalID {
+		t.Fatalf("all[0].Event.ApprovalID != ask.ApprovalID: outbox: %+v", all)
+	}
+	if all[0].Sink != "test-sink" {
+		t.Fatalf("all[0].Sink != \"test-sink\": outbox: %+v", all)
 	}
 	b, _ := json.Marshal(all[0].Event)
-	if strings.Contains(string(b), "acct_1") || strings.Contains(string(b), "notify:1") {
-		t.Fatalf("an event carries a dimension value or a key: %s", b)
+	if strings.Contains(string(b), "acct_1") {
+		t.Fatalf("strings.Contains(string(b), \"acct_1\"): an event carries a dimension value or a key: %s", b)
+	}
+	if strings.Contains(string(b), "notify:1") {
+		t.Fatalf("strings.Contains(string(b), \"notify:1\"): an event carries a dimension value or a key: %s", b)
 	}
 	// Two workers (two replicas) claim at once: one gets it.
 	var wg sync.WaitGroup
@@ -199,8 +223,17 @@ func TestNotificationsAreQueuedInTheSameWriteAndDeliveredOnce(t *testing.T) {
 	}
 	h.clock.Advance(31 * time.Second)
 	es, err := h.eng.ClaimEvents(ctx, "a", time.Minute, 10)
-	if err != nil || len(es) != 1 || es[0].Attempts != 1 || es[0].Event.ID != id {
-		t.Fatalf("retry: %+v %v", es, err)
+	if err != nil {
+		t.Fatalf("err != nil: retry: %+v %v", es, err)
+	}
+	if len(es) != 1 {
+		t.Fatalf("len(es) != 1: retry: %+v %v", es, err)
+	}
+	if es[0].Attempts != 1 {
+		t.Fatalf("es[0].Attempts != 1: retry: %+v %v", es, err)
+	}
+	if es[0].Event.ID != id {
+		t.Fatalf("es[0].Event.ID != id: retry: %+v %v", es, err)
 	}
 	// The same event keeps its id across attempts and restarts.
 	h.reopen()
@@ -215,8 +248,14 @@ func TestNotificationsAreQueuedInTheSameWriteAndDeliveredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	es, _ = h.eng.ClaimEvents(ctx, "a", time.Minute, 10)
-	if len(es) != 1 || es[0].Event.Type != ledger.EventApprovalDecided || es[0].Event.Actor != "admin:alice" {
-		t.Fatalf("decision event: %+v", es)
+	if len(es) != 1 {
+		t.Fatalf("len(es) != 1: decision event: %+v", es)
+	}
+	if es[0].Event.Type != ledger.EventApprovalDecided {
+		t.Fatalf("es[0].Event.Type != ledger.EventApprovalDecided: decision event: %+v", es)
+	}
+	if es[0].Event.Actor != "admin:alice" {
+		t.Fatalf("es[0].Event.Actor != \"admin:alice\": decision event: %+v", es)
 	}
 	if err := h.eng.EventFailed(ctx, "test-sink", es[0].Event.ID, "gone", h.clock.Now(), true); err != nil {
 		t.Fatal(err)
@@ -257,8 +296,11 @@ func TestAuditRecordsOutliveTheirEffectsAndThenGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, heads := auditOf(t, h)
-	if len(recs) != 1 || recs[0].Event.Type != ledger.EventEffectBegun {
-		t.Fatalf("after the audit retention: %+v", recs)
+	if len(recs) != 1 {
+		t.Fatalf("len(recs) != 1: after the audit retention: %+v", recs)
+	}
+	if recs[0].Event.Type != ledger.EventEffectBegun {
+		t.Fatalf("recs[0].Event.Type != ledger.EventEffectBegun: after the audit retention: %+v", recs)
 	}
 	if brk := ledger.VerifyAudit(recs, heads); brk != nil {
 		t.Fatalf("what is left: %v", brk)
@@ -277,13 +319,28 @@ func TestEachSinkClaimsOnlyItsOwnEntries(t *testing.T) {
 	ctx := context.Background()
 	h.beginWant(pay("sink:1", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
 	sinks, err := h.eng.OutboxSinks(ctx)
-	if err != nil || len(sinks) != 2 || sinks[0] != "a" || sinks[1] != "ab" {
-		t.Fatalf("sinks: %v %v", sinks, err)
+	if err != nil {
+		t.Fatalf("err != nil: sinks: %v %v", sinks, err)
+	}
+	if len(sinks) != 2 {
+		t.Fatalf("len(sinks) != 2: sinks: %v %v", sinks, err)
+	}
+	if sinks[0] != "a" {
+		t.Fatalf("sinks[0] != \"a\": sinks: %v %v", sinks, err)
+	}
+	if sinks[1] != "ab" {
+		t.Fatalf("sinks[1] != \"ab\": sinks: %v %v", sinks, err)
 	}
 	for _, sink := range []string{"a", "ab"} {
 		es, err := h.eng.ClaimSinkEvents(ctx, sink, "w", time.Minute, 10)
-		if err != nil || len(es) != 1 || es[0].Sink != sink {
-			t.Fatalf("sink %s claimed %+v %v", sink, es, err)
+		if err != nil {
+			t.Fatalf("err != nil: sink %s claimed %+v %v", sink, es, err)
+		}
+		if len(es) != 1 {
+			t.Fatalf("len(es) != 1: sink %s claimed %+v %v", sink, es, err)
+		}
+		if es[0].Sink != sink {
+			t.Fatalf("es[0].Sink != sink: sink %s claimed %+v %v", sink, es, err)
 		}
 	}
 	if es, _ := h.eng.ClaimSinkEvents(ctx, "a", "w", time.Minute, 10); len(es) != 0 {

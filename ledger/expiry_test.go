@@ -28,12 +28,24 @@ func TestTheApprovalRequiredAnswerSaysWhenToAskAgainAndWhenItLapses(t *testing.T
 	h := newHarness(t, testRules())
 	now := h.clock.Now()
 	res := h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
-	if res.RetryAfterSeconds != 30 || res.ExpiresAt == nil || !res.ExpiresAt.Equal(now.Add(24*time.Hour)) {
-		t.Fatalf("retry_after_seconds %d, expires_at %v", res.RetryAfterSeconds, res.ExpiresAt)
+	if res.RetryAfterSeconds != 30 {
+		t.Fatalf("res.RetryAfterSeconds != 30: retry_after_seconds %d, expires_at %v", res.RetryAfterSeconds, res.ExpiresAt)
+	}
+	if res.ExpiresAt == nil {
+		t.Fatalf("res.ExpiresAt == nil: retry_after_seconds %d, expires_at %v", res.RetryAfterSeconds, res.ExpiresAt)
+	}
+	if !res.ExpiresAt.Equal(now.Add(24 * time.Hour)) {
+		t.Fatalf("!res.ExpiresAt.Equal(now.Add(24*time.Hour)): retry_after_seconds %d, expires_at %v", res.RetryAfterSeconds, res.ExpiresAt)
 	}
 	again := h.beginWant(pay("big", "acct_1", 150_000_000), ledger.DecisionApprovalRequired)
-	if again.RetryAfterSeconds != 30 || !again.ExpiresAt.Equal(*res.ExpiresAt) || again.ApprovalID != res.ApprovalID {
-		t.Fatalf("asked again: %+v", again)
+	if again.RetryAfterSeconds != 30 {
+		t.Fatalf("again.RetryAfterSeconds != 30: asked again: %+v", again)
+	}
+	if !again.ExpiresAt.Equal(*res.ExpiresAt) {
+		t.Fatalf("!again.ExpiresAt.Equal(*res.ExpiresAt): asked again: %+v", again)
+	}
+	if again.ApprovalID != res.ApprovalID {
+		t.Fatalf("again.ApprovalID != res.ApprovalID: asked again: %+v", again)
 	}
 	// Never past the expiry.
 	h.clock.Advance(24*time.Hour - 10*time.Second)
@@ -57,8 +69,17 @@ func TestALapsedApprovalRequestIsToldOnce(t *testing.T) {
 		}
 	}
 	exp := eventsOf(t, h, ledger.EventApprovalExpired)
-	if len(exp) != 1 || exp[0].ApprovalID != first.ApprovalID || exp[0].EffectType != "payment.charge" || exp[0].ID == "" {
-		t.Fatalf("expired events: %+v (want one, for %s; none for a decided one)", exp, first.ApprovalID)
+	if len(exp) != 1 {
+		t.Fatalf("len(exp) != 1: expired events: %+v (want one, for %s; none for a decided one)", exp, first.ApprovalID)
+	}
+	if exp[0].ApprovalID != first.ApprovalID {
+		t.Fatalf("exp[0].ApprovalID != first.ApprovalID: expired events: %+v (want one, for %s; none for a decided one)", exp, first.ApprovalID)
+	}
+	if exp[0].EffectType != "payment.charge" {
+		t.Fatalf("exp[0].EffectType != \"payment.charge\": expired events: %+v (want one, for %s; none for a decided one)", exp, first.ApprovalID)
+	}
+	if exp[0].ID == "" {
+		t.Fatalf("exp[0].ID == \"\": expired events: %+v (want one, for %s; none for a decided one)", exp, first.ApprovalID)
 	}
 	if list, _ := h.eng.ListApprovals(ctx, "", ledger.ApprovalExpired); len(list) != 1 || list[0].ApprovalID != first.ApprovalID {
 		t.Fatalf("expired approvals: %+v", list)
@@ -93,7 +114,10 @@ func TestALapsedApprovalRequestIsToldOnce(t *testing.T) {
 	if _, err := h.eng.Reap(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if count(lazy.ApprovalID) != 1 || count(next.ApprovalID) != 1 {
-		t.Fatalf("after the sweep: lazy %d, next %d", count(lazy.ApprovalID), count(next.ApprovalID))
+	if count(lazy.ApprovalID) != 1 {
+		t.Fatalf("count(lazy.ApprovalID) != 1: after the sweep: lazy %d, next %d", count(lazy.ApprovalID), count(next.ApprovalID))
+	}
+	if count(next.ApprovalID) != 1 {
+		t.Fatalf("count(next.ApprovalID) != 1: after the sweep: lazy %d, next %d", count(lazy.ApprovalID), count(next.ApprovalID))
 	}
 }

@@ -116,8 +116,10 @@ func TestExplainAgreesWithBegin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.Observed == nil || ex.Observed.Would != ledger.WouldRequireApproval {
-		t.Errorf("observed refund: %+v, want an observation of approval_required", ex.Observed)
+	if ex.Observed == nil {
+		t.Errorf("ex.Observed == nil: observed refund: %+v, want an observation of approval_required", ex.Observed)
+	} else if ex.Observed.Would != ledger.WouldRequireApproval {
+		t.Errorf("ex.Observed.Would != ledger.WouldRequireApproval: observed refund: %+v, want an observation of approval_required", ex.Observed)
 	}
 	if got := ruleIndexes(ex); !slices.Equal(got, []int{0, 2}) {
 		t.Errorf("refund rules %v, want [0 2]", got)
@@ -159,18 +161,25 @@ func TestExplainShowsCeilingsWithTheirCounts(t *testing.T) {
 	if diff := cmp.Diff([]row{{"daily", 30_000_000, false}, {"per-payer", 0, false}}, got); diff != "" {
 		t.Errorf("ceilings (-want +got):\n%s", diff)
 	}
-	if ex.ThresholdMicros == nil || *ex.ThresholdMicros != 100_000_000 {
-		t.Errorf("threshold %v", ex.ThresholdMicros)
+	if ex.ThresholdMicros == nil {
+		t.Errorf("ex.ThresholdMicros == nil: threshold %v", ex.ThresholdMicros)
+	} else if *ex.ThresholdMicros != 100_000_000 {
+		t.Errorf("*ex.ThresholdMicros != 100_000_000: threshold %v", ex.ThresholdMicros)
 	}
 	if !slices.Equal(ex.RequireDimensions, []string{"counterparty"}) {
 		t.Errorf("require dimensions %v", ex.RequireDimensions)
 	}
 	d := ex.Decision
-	if d == nil || d.Decision != ledger.DecisionApprovalRequired {
-		t.Fatalf("decision %+v, want approval_required", d)
+	if d == nil {
+		t.Fatalf("d == nil: decision %+v, want approval_required", d)
 	}
-	if d.ApprovalID != "" || d.EffectID != "" {
-		t.Errorf("a dry run named approval %q, effect %q that do not exist", d.ApprovalID, d.EffectID)
+	if d.Decision != ledger.DecisionApprovalRequired {
+		t.Fatalf("d.Decision != ledger.DecisionApprovalRequired: decision %+v, want approval_required", d)
+	}
+	if d.ApprovalID != "" {
+		t.Errorf("d.ApprovalID != \"\": a dry run named approval %q, effect %q that do not exist", d.ApprovalID, d.EffectID)
+	} else if d.EffectID != "" {
+		t.Errorf("d.EffectID != \"\": a dry run named approval %q, effect %q that do not exist", d.ApprovalID, d.EffectID)
 	}
 	approvals, err := h.eng.ListApprovals(ctx, "", "")
 	if err != nil {

@@ -96,8 +96,11 @@ func faultyHarness(t *testing.T) (*harness, *faultyStore) {
 func beginUnavailable(t *testing.T, h *harness, key, why string) {
 	t.Helper()
 	_, err := h.eng.Begin(context.Background(), pay(key, "acct_1", 1_000_000))
-	if ledger.CodeOf(err) != ledger.CodeUnavailable || !strings.Contains(err.Error(), why) {
-		t.Fatalf("begin %s: %v, want unavailable saying %q", key, err, why)
+	if ledger.CodeOf(err) != ledger.CodeUnavailable {
+		t.Fatalf("ledger.CodeOf(err) != ledger.CodeUnavailable: begin %s: %v, want unavailable saying %q", key, err, why)
+	}
+	if !strings.Contains(err.Error(), why) {
+		t.Fatalf("!strings.Contains(err.Error(), why): begin %s: %v, want unavailable saying %q", key, err, why)
 	}
 }
 

@@ -47,8 +47,10 @@ func TestAFleetStaysUnderItsCeilingAfterSpendPassedIt(t *testing.T) {
 			wantCounted(t, h, "fleet", 110)   // past the limit: it was spent
 			h.clock.Advance(32 * time.Minute) // b's 50 has left the window, the other 60 has not
 			res := fleetBeginWant(t, e[1], spend("c", "bot", "x", 45), ledger.DecisionDenied)
-			if res.Ceiling == nil || res.Ceiling.Counted != 60 {
-				t.Errorf("c refused with %+v, want 60 counted", res.Ceiling)
+			if res.Ceiling == nil {
+				t.Errorf("res.Ceiling == nil: c refused with %+v, want 60 counted", res.Ceiling)
+			} else if res.Ceiling.Counted != 60 {
+				t.Errorf("res.Ceiling.Counted != 60: c refused with %+v, want 60 counted", res.Ceiling)
 			}
 			fleetBeginWant(t, e[1], spend("d", "bot", "x", 40), ledger.DecisionExecute)
 			fleetBeginWant(t, e[0], spend("e", "bot", "x", 1), ledger.DecisionDenied)
@@ -80,13 +82,17 @@ func TestAReplicaThatSawNoClockJumpSpendsNoGrantPastTheCeiling(t *testing.T) {
 	jumpy.Advance(2 * time.Hour)
 	fleetBeginWant(t, a, spend("a2", "bot", "x", 800), ledger.DecisionExecute) // on the wrong reading
 	res := fleetBeginWant(t, b, spend("b3", "bot", "x", 1), ledger.DecisionDenied)
-	if res.Ceiling == nil || res.Ceiling.Counted != 1701 {
-		t.Errorf("b3 refused with %+v, want 1701 counted", res.Ceiling)
+	if res.Ceiling == nil {
+		t.Errorf("res.Ceiling == nil: b3 refused with %+v, want 1701 counted", res.Ceiling)
+	} else if res.Ceiling.Counted != 1701 {
+		t.Errorf("res.Ceiling.Counted != 1701: b3 refused with %+v, want 1701 counted", res.Ceiling)
 	}
 	jumpy.Advance(-2 * time.Hour) // corrected
 	res = fleetBeginWant(t, b, spend("b4", "bot", "x", 1), ledger.DecisionDenied)
-	if res.Ceiling == nil || res.Ceiling.Counted != 1701 {
-		t.Errorf("b4 refused with %+v, want 1701 counted", res.Ceiling)
+	if res.Ceiling == nil {
+		t.Errorf("res.Ceiling == nil: b4 refused with %+v, want 1701 counted", res.Ceiling)
+	} else if res.Ceiling.Counted != 1701 {
+		t.Errorf("res.Ceiling.Counted != 1701: b4 refused with %+v, want 1701 counted", res.Ceiling)
 	}
 	fleetBeginWant(t, a, spend("a3", "bot", "x", 1), ledger.DecisionDenied)
 	wantCounted(t, h, "fleet", 1701)

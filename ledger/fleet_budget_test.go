@@ -100,8 +100,10 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		a := fleetBeginWant(t, e[0], spend("a", "bot", "x", 10), ledger.DecisionExecute)
 		fleetReport(t, e[0], a, ledger.OutcomeSucceeded, i64(90))
 		res := fleetBeginWant(t, e[1], spend("b", "bot", "x", 80), ledger.DecisionDenied)
-		if res.Ceiling == nil || res.Ceiling.Counted != 90 {
-			t.Errorf("refused with %+v, want 90 counted", res.Ceiling)
+		if res.Ceiling == nil {
+			t.Errorf("res.Ceiling == nil: refused with %+v, want 90 counted", res.Ceiling)
+		} else if res.Ceiling.Counted != 90 {
+			t.Errorf("res.Ceiling.Counted != 90: refused with %+v, want 90 counted", res.Ceiling)
 		}
 		fleetBeginWant(t, e[1], spend("c", "bot", "x", 10), ledger.DecisionExecute)
 		fleetBeginWant(t, e[0], spend("d", "bot", "x", 1), ledger.DecisionDenied)
@@ -160,12 +162,16 @@ func TestAFleetCountsWhatEffectsSettleAt(t *testing.T) {
 		a := fleetBeginWant(t, e[0], spend("a", "alice", "acct_x", 10), ledger.DecisionExecute)
 		fleetReport(t, e[0], a, ledger.OutcomeSucceeded, i64(90))
 		res := fleetBeginWant(t, e[1], spend("b", "alice", "acct_y", 80), ledger.DecisionDenied)
-		if res.Ceiling == nil || res.Ceiling.Name != "per-agent" {
-			t.Errorf("alice refused by %+v, want per-agent", res.Ceiling)
+		if res.Ceiling == nil {
+			t.Errorf("res.Ceiling == nil: alice refused by %+v, want per-agent", res.Ceiling)
+		} else if res.Ceiling.Name != "per-agent" {
+			t.Errorf("res.Ceiling.Name != \"per-agent\": alice refused by %+v, want per-agent", res.Ceiling)
 		}
 		res = fleetBeginWant(t, e[1], spend("c", "bob", "acct_x", 80), ledger.DecisionDenied)
-		if res.Ceiling == nil || res.Ceiling.Name != "per-counterparty" {
-			t.Errorf("acct_x refused by %+v, want per-counterparty", res.Ceiling)
+		if res.Ceiling == nil {
+			t.Errorf("res.Ceiling == nil: acct_x refused by %+v, want per-counterparty", res.Ceiling)
+		} else if res.Ceiling.Name != "per-counterparty" {
+			t.Errorf("res.Ceiling.Name != \"per-counterparty\": acct_x refused by %+v, want per-counterparty", res.Ceiling)
 		}
 		fleetBeginWant(t, e[1], spend("d", "bob", "acct_y", 80), ledger.DecisionExecute)
 		if got := counted(t, h, "per-agent"); got != 170 { // alice 90, bob 80

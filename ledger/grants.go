@@ -35,9 +35,6 @@ const (
 	EventGrantUsed    = "grant.used"
 )
 
-// CodeGrantNotFound: no grant has the id (admin API 404).
-const CodeGrantNotFound Code = "grant_not_found"
-
 // Grant states, as views report them.
 const (
 	GrantActive    = "active"
@@ -154,7 +151,7 @@ func (e *Engine) CreateGrant(ctx context.Context, req GrantRequest) (*Grant, err
 	if err := checkNote("note", req.Note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	g, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Grant, error) {
 		switch {
 		case !req.ExpiresAt.After(now):
 			return nil, invalidArg("expires_at", "must be in the future")
@@ -175,7 +172,6 @@ func (e *Engine) CreateGrant(ctx context.Context, req GrantRequest) (*Grant, err
 	if err != nil {
 		return nil, err
 	}
-	g := v.(*Grant)
 	e.log.Info("grant created", "grant_id", g.GrantID, "namespace", g.Namespace, "effect_type", g.EffectType, "by", g.CreatedBy)
 	return g, nil
 }
@@ -195,7 +191,7 @@ func (e *Engine) RevokeGrant(ctx context.Context, grantID, by string) (*Grant, e
 	if err := checkText("grant_id", grantID, MaxIDLen, true); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	g, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Grant, error) {
 		var g Grant
 		if err := getJSON(t, key(kindGrant, grantID), &g); err != nil {
 			if errors.Is(err, ErrNotFound) {
@@ -216,7 +212,6 @@ func (e *Engine) RevokeGrant(ctx context.Context, grantID, by string) (*Grant, e
 	if err != nil {
 		return nil, err
 	}
-	g := v.(*Grant)
 	e.log.Info("grant revoked", "grant_id", g.GrantID, "by", by)
 	return g, nil
 }

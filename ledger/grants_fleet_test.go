@@ -108,8 +108,14 @@ func TestAGrantAndThresholdsHoldAcrossAFleet(t *testing.T) {
 	}
 	wg.Wait()
 	got := grantByID(t, h, g.GrantID)
-	if granted != 10 || got.UsedEffects != 10 || spent != 100 {
-		t.Fatalf("granted %d (used %d effects, %d micros), spent %d", granted, got.UsedEffects, got.UsedCostMicros, spent)
+	if granted != 10 {
+		t.Fatalf("granted != 10: granted %d (used %d effects, %d micros), spent %d", granted, got.UsedEffects, got.UsedCostMicros, spent)
+	}
+	if got.UsedEffects != 10 {
+		t.Fatalf("got.UsedEffects != 10: granted %d (used %d effects, %d micros), spent %d", granted, got.UsedEffects, got.UsedCostMicros, spent)
+	}
+	if spent != 100 {
+		t.Fatalf("spent != 100: granted %d (used %d effects, %d micros), spent %d", granted, got.UsedEffects, got.UsedCostMicros, spent)
 	}
 	if ev := thresholdEvents(t, h); !equal(ev, []string{"total 0.5", "total 0.8", "total 1"}) {
 		t.Fatalf("thresholds on the fleet: %v", ev)

@@ -195,7 +195,7 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 	if err = checkNote("reason", req.Reason); err != nil {
 		return nil, err
 	}
-	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	res, serr := submit(ctx, e, func(t *opTxn, now time.Time) (*UnwindResult, error) {
 		if req.AgentID != "" {
 			if err := e.checkGroupOwner(t, req.Namespace, req.GroupKey, req.AgentID); err != nil {
 				return nil, err
@@ -234,7 +234,6 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 	if serr != nil {
 		return nil, serr
 	}
-	res := v.(*UnwindResult)
 	e.log.Info("unwind", "namespace", req.Namespace, "state", res.State,
 		"compensations", len(res.Compensations), "permanent", len(res.Permanent), "unresolved", len(res.Unresolved))
 	return res, nil

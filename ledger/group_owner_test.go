@@ -104,8 +104,10 @@ func TestAnUndoKeyCannotBeTakenFirst(t *testing.T) {
 
 	plan := h.unwind("alice", "trip:alice")
 	c := plan.Compensations[0]
-	if c.IdempotencyKey == "undo:hotel" || !strings.HasPrefix(c.IdempotencyKey, "undo:") {
-		t.Errorf("undo key %q, want a derived undo: key", c.IdempotencyKey)
+	if c.IdempotencyKey == "undo:hotel" {
+		t.Errorf("c.IdempotencyKey == \"undo:hotel\": undo key %q, want a derived undo: key", c.IdempotencyKey)
+	} else if !strings.HasPrefix(c.IdempotencyKey, "undo:") {
+		t.Errorf("!strings.HasPrefix(c.IdempotencyKey, \"undo:\"): undo key %q, want a derived undo: key", c.IdempotencyKey)
 	}
 	if again := h.unwind("alice", "trip:alice").Compensations[0].IdempotencyKey; again != c.IdempotencyKey {
 		t.Errorf("a second unwind hands out %q, the first %q", again, c.IdempotencyKey)
@@ -244,8 +246,11 @@ func TestTheApproverSeesTheDeclaredCompensation(t *testing.T) {
 	big.Compensation = &ledger.Compensation{EffectType: "payment.charge", Vendor: "stripe", EstimatedCostMicros: i64(150_000_000), Description: "charge acct_x"}
 	h.beginWant(big, ledger.DecisionApprovalRequired)
 	list, err := h.eng.ListApprovals(ctx, "", ledger.ApprovalPending)
-	if err != nil || len(list) != 1 {
-		t.Fatalf("approvals: %+v %v", list, err)
+	if err != nil {
+		t.Fatalf("err != nil: approvals: %+v %v", list, err)
+	}
+	if len(list) != 1 {
+		t.Fatalf("len(list) != 1: approvals: %+v %v", list, err)
 	}
 	if got := list[0].Compensation; got == nil || got.EffectType != "payment.charge" || got.Description != "charge acct_x" {
 		t.Errorf("the approval shows compensation %+v, want the declared payment.charge", got)

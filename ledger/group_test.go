@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -37,8 +39,8 @@ func TestUnwindGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.State != ledger.GroupUnwinding || len(res.Compensations) != 2 || len(res.Permanent) != 1 || len(res.Unresolved) != 1 {
-		t.Fatalf("plan: %+v", res)
+	if diff := cmp.Diff(unwindCounts{ledger.GroupUnwinding, 2, 1, 1}, countsOf(res)); diff != "" {
+		t.Fatalf("plan (-want +got):\n%s\n%+v", diff, res)
 	}
 	// Newest completion first: the hotel, then the flight.
 	if c := res.Compensations[0]; c.CompensatesEffectID != hotel.EffectID || !strings.HasPrefix(c.IdempotencyKey, "undo:") || c.EffectType != "hotel.cancel" {
@@ -47,8 +49,11 @@ func TestUnwindGroup(t *testing.T) {
 	if c := res.Compensations[1]; c.CompensatesEffectID != flight.EffectID || string(c.Payload) != `{"pnr":"X1"}` || c.Vendor != "airline" || c.Description != "cancel PNR X1" {
 		t.Fatalf("second compensation: %+v", c)
 	}
-	if res.Permanent[0].EffectID != mail.EffectID || res.Unresolved[0].EffectID != car.EffectID {
-		t.Fatalf("permanent/unresolved: %+v %+v", res.Permanent, res.Unresolved)
+	if res.Permanent[0].EffectID != mail.EffectID {
+		t.Fatalf("res.Permanent[0].EffectID != mail.EffectID: permanent/unresolved: %+v %+v", res.Permanent, res.Unresolved)
+	}
+	if res.Unresolved[0].EffectID != car.EffectID {
+		t.Fatalf("res.Unresolved[0].EffectID != car.EffectID: permanent/unresolved: %+v %+v", res.Permanent, res.Unresolved)
 	}
 
 	// New steps in the group are refused; its undo is not.
@@ -71,8 +76,14 @@ func TestUnwindGroup(t *testing.T) {
 	}
 
 	res, _ = h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "booking:trip_1"})
-	if len(res.Compensations) != 1 || res.Compensations[0].CompensatesEffectID != flight.EffectID || res.State != ledger.GroupUnwinding {
-		t.Fatalf("second call: %+v", res)
+	if len(res.Compensations) != 1 {
+		t.Fatalf("len(res.Compensations) != 1: second call: %+v", res)
+	}
+	if res.Compensations[0].CompensatesEffectID != flight.EffectID {
+		t.Fatalf("res.Compensations[0].CompensatesEffectID != flight.EffectID: second call: %+v", res)
+	}
+	if res.State != ledger.GroupUnwinding {
+		t.Fatalf("res.State != ledger.GroupUnwinding: second call: %+v", res)
 	}
 	h.report(car.EffectID, ledger.OutcomeFailed)
 	undoFlight := ledger.BeginRequest{IdempotencyKey: res.Compensations[0].IdempotencyKey, EffectType: "flight.cancel", Vendor: "airline",
@@ -81,8 +92,8 @@ func TestUnwindGroup(t *testing.T) {
 	h.report(uf.EffectID, ledger.OutcomeSucceeded)
 
 	res, _ = h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "booking:trip_1"})
-	if res.State != ledger.GroupUnwound || len(res.Compensations) != 0 || len(res.Unresolved) != 0 || len(res.Permanent) != 1 {
-		t.Fatalf("final: %+v", res)
+	if diff := cmp.Diff(unwindCounts{ledger.GroupUnwound, 0, 1, 0}, countsOf(res)); diff != "" {
+		t.Fatalf("final (-want +got):\n%s\n%+v", diff, res)
 	}
 
 	_, err = h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "nope"})
@@ -150,12 +161,18 @@ func TestGroupsAreListedByState(t *testing.T) {
 		t.Fatal(err)
 	}
 	all, err := h.eng.Groups(ctx, "")
-	if err != nil || len(all) != 2 {
-		t.Fatalf("all groups: %+v %v", all, err)
+	if err != nil {
+		t.Fatalf("err != nil: all groups: %+v %v", all, err)
+	}
+	if len(all) != 2 {
+		t.Fatalf("len(all) != 2: all groups: %+v %v", all, err)
 	}
 	unwinding, err := h.eng.Groups(ctx, "default", ledger.GroupUnwinding, ledger.GroupUnwound)
-	if err != nil || len(unwinding) != 1 {
-		t.Fatalf("unwinding groups: %+v %v", unwinding, err)
+	if err != nil {
+		t.Fatalf("err != nil: unwinding groups: %+v %v", unwinding, err)
+	}
+	if len(unwinding) != 1 {
+		t.Fatalf("len(unwinding) != 1: unwinding groups: %+v %v", unwinding, err)
 	}
 	if g := unwinding[0]; g.GroupKey != "trip:b" || g.Namespace != "default" || g.Reason != "cancelled" || !g.Since.Equal(h.clock.Now()) {
 		t.Fatalf("group: %+v", g)
@@ -163,4 +180,15 @@ func TestGroupsAreListedByState(t *testing.T) {
 	if other, _ := h.eng.Groups(ctx, "elsewhere"); len(other) != 0 {
 		t.Fatalf("another namespace's groups: %+v", other)
 	}
+}
+
+// unwindCounts is what an unwind's answer is checked for: its state and
+// how many compensations, permanent and unresolved steps it lists.
+type unwindCounts struct {
+	State                                string
+	Compensations, Permanent, Unresolved int
+}
+
+func countsOf(res *ledger.UnwindResult) unwindCounts {
+	return unwindCounts{res.State, len(res.Compensations), len(res.Permanent), len(res.Unresolved)}
 }

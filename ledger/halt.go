@@ -42,14 +42,6 @@ const (
 	EventHaltLifted  = "halt.lifted"
 )
 
-// Error codes of halts: CodeHalted refuses an approval or a recovery
-// claim in a halted scope (HTTP 409); CodeHaltNotFound: no active halt
-// has the id (404).
-const (
-	CodeHalted       Code = "halted"
-	CodeHaltNotFound Code = "halt_not_found"
-)
-
 // MaxHalts bounds the active halts: they are read by every begin.
 const MaxHalts = 64
 
@@ -142,13 +134,12 @@ func (e *Engine) Halt(ctx context.Context, req HaltRequest) (*Halt, error) {
 	if err := checkNote("note", req.Note); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	h, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Halt, error) {
 		return e.halt(t, s, req.Note, req.CreatedBy, now)
 	})
 	if err != nil {
 		return nil, err
 	}
-	h := v.(*Halt)
 	e.log.Info("halt", "halt_id", h.HaltID, "scope", h.HaltScope.String(), "by", h.CreatedBy)
 	return h, nil
 }
@@ -216,7 +207,7 @@ func (e *Engine) Lift(ctx context.Context, haltID, by string) (*Halt, error) {
 	if err := checkText("halt_id", haltID, MaxIDLen, true); err != nil {
 		return nil, err
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	h, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Halt, error) {
 		hs, err := readHalts(t)
 		if err != nil {
 			return nil, err
@@ -242,7 +233,6 @@ func (e *Engine) Lift(ctx context.Context, haltID, by string) (*Halt, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := v.(*Halt)
 	e.log.Info("halt lifted", "halt_id", h.HaltID, "scope", h.HaltScope.String(), "by", by)
 	return h, nil
 }

@@ -239,8 +239,10 @@ func TestAHaltAndItsLiftingAreAuditedAndNotified(t *testing.T) {
 		{Type: ledger.EventHaltLifted, Namespace: "default", Vendor: "stripe", HaltID: hl.HaltID, Actor: "admin:bob", Note: hl.Note},
 	}
 	strip := func(ev ledger.Event) ledger.Event {
-		if ev.At.IsZero() || ev.ID == "" {
-			t.Errorf("event %s without its time or id", ev.Type)
+		if ev.At.IsZero() {
+			t.Errorf("ev.At.IsZero(): event %s without its time or id", ev.Type)
+		} else if ev.ID == "" {
+			t.Errorf("ev.ID == \"\": event %s without its time or id", ev.Type)
 		}
 		ev.At, ev.ID = time.Time{}, ""
 		return ev
@@ -372,19 +374,28 @@ func TestACeilingWithOnThresholdHaltHaltsItsRuleWhenItsLastThresholdFires(t *tes
 	}
 	h.beginWant(spend("s:2", "bot", 40), ledger.DecisionExecute) // 1.0 fires: halted in the same write
 	hs, err := h.eng.ListHalts(context.Background())
-	if err != nil || len(hs) != 1 {
-		t.Fatalf("halts after the last threshold: %+v %v", hs, err)
+	if err != nil {
+		t.Fatalf("err != nil: halts after the last threshold: %+v %v", hs, err)
+	}
+	if len(hs) != 1 {
+		t.Fatalf("len(hs) != 1: halts after the last threshold: %+v %v", hs, err)
 	}
 	want := ledger.HaltScope{Namespace: "default", EffectType: "spend.*", AgentID: "bot"}
-	if hs[0].HaltScope != want || hs[0].CreatedBy != "budget:total" || !strings.Contains(hs[0].Note, "total") {
-		t.Errorf("halt %+v, want scope %+v by budget:total", hs[0], want)
+	if hs[0].HaltScope != want {
+		t.Errorf("hs[0].HaltScope != want: halt %+v, want scope %+v by budget:total", hs[0], want)
+	} else if hs[0].CreatedBy != "budget:total" {
+		t.Errorf("hs[0].CreatedBy != \"budget:total\": halt %+v, want scope %+v by budget:total", hs[0], want)
+	} else if !strings.Contains(hs[0].Note, "total") {
+		t.Errorf("!strings.Contains(hs[0].Note, \"total\"): halt %+v, want scope %+v by budget:total", hs[0], want)
 	}
 	wantHalted(t, h.begin(spend("s:3", "bot", 0)), &hs[0])
 	h.beginWant(spend("s:4", "other-bot", 1), ledger.DecisionExecute)
 	h.beginWant(ledger.BeginRequest{IdempotencyKey: "e:1", EffectType: "email.send", AgentID: "bot"}, ledger.DecisionExecute)
 	errs := ledger.ValidatePolicies([]ledger.Rule{{Match: "x.*", Ceilings: []ledger.Ceiling{{Name: "c", LimitCount: i64(1), Window: "1h", Per: "global", OnThreshold: "page"}}}})
-	if len(errs) != 1 || errs[0].Path != "policies[0].ceilings[0].on_threshold" {
-		t.Errorf("on_threshold: page: %v", errs)
+	if len(errs) != 1 {
+		t.Errorf("len(errs) != 1: on_threshold: page: %v", errs)
+	} else if errs[0].Path != "policies[0].ceilings[0].on_threshold" {
+		t.Errorf("errs[0].Path != \"policies[0].ceilings[0].on_threshold\": on_threshold: page: %v", errs)
 	}
 }
 

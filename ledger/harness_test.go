@@ -314,8 +314,11 @@ func wantCode(t testing.TB, err error, code ledger.Code) {
 		t.Fatalf("got no error, want %s", code)
 	}
 	var le *ledger.Error
-	if !errors.As(err, &le) || le.Code != code {
-		t.Fatalf("got error %v, want code %s", err, code)
+	if !errors.As(err, &le) {
+		t.Fatalf("!errors.As(err, &le): got error %v, want code %s", err, code)
+	}
+	if le.Code != code {
+		t.Fatalf("le.Code != code: got error %v, want code %s", err, code)
 	}
 	if le.Message == "" {
 		t.Fatalf("error %s has no message", code)

@@ -19,8 +19,11 @@ func TestIDsSortInCreationOrder(t *testing.T) {
 			now = now.Add(-time.Second) // the clock steps back
 		}
 		id := g.next("eff_", now)
-		if len(id) != 30 || !strings.HasPrefix(id, "eff_") {
-			t.Fatalf("id %q", id)
+		if len(id) != 30 {
+			t.Fatalf("len(id) != 30: id %q", id)
+		}
+		if !strings.HasPrefix(id, "eff_") {
+			t.Fatalf("!strings.HasPrefix(id, \"eff_\"): id %q", id)
 		}
 		ids = append(ids, id)
 	}

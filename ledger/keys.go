@@ -58,7 +58,7 @@ const (
 	kindRetention     = "t"
 	kindUnreported    = "u"
 	kindCounter       = "c"
-	kindMeta          = "m"
+	kindMeta          = kindGroupMember // the same stored byte: see above
 	kindReplicaCounts = "s"
 	kindAudit         = "h"
 	kindAuditHead     = "j"
@@ -89,7 +89,7 @@ var keyLayouts = map[string][]int{
 	kindIdemKey:       {2},
 	kindNamespace:     {2},
 	kindRun:           {3},
-	kindGroupMember:   {3, 1}, // members; kindMeta records
+	kindGroupMember:   {3, 1}, // 3: a group member; 1: a kindMeta record (the same byte)
 	kindGroup:         {2},
 	kindApproval:      {1},
 	kindLease:         {0},

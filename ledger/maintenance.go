@@ -90,7 +90,7 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 			return total, err
 		}
 		kept := 0
-		v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		swept, err := submit(ctx, e, func(t *opTxn, now time.Time) (int, error) {
 			n := 0
 			kept = 0
 			for _, k := range keys {
@@ -101,24 +101,24 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 				rec, err := e.effectByID(t, "", id)
 				if errors.Is(err, ErrNotFound) {
 					if err := t.Delete(k); err != nil {
-						return nil, err
+						return 0, err
 					}
 					continue
 				}
 				if err != nil {
-					return nil, err
+					return 0, err
 				}
 				acted, err := fn(t, rec, now)
 				switch {
 				case err != nil:
-					return nil, err
+					return 0, err
 				case acted:
 					n++
 				case owns(rec, at):
 					kept++
 				default:
 					if err := t.Delete(k); err != nil {
-						return nil, err
+						return 0, err
 					}
 				}
 			}
@@ -127,7 +127,7 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 		if err != nil {
 			return total, err
 		}
-		total += v.(int)
+		total += swept
 		if kept == len(keys) {
 			return total, nil // nothing here is due by the writer's clock yet
 		}
@@ -223,7 +223,7 @@ func (e *Engine) purgeCounters(ctx context.Context) error {
 	for len(dead) > 0 {
 		chunk := dead[:min(len(dead), sweepBatch)]
 		dead = dead[len(chunk):]
-		if _, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+		if _, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
 			for _, k := range chunk {
 				var c counterRec
 				if err := getCounter(t, k, &c); err != nil {
@@ -316,7 +316,7 @@ func (e *Engine) deleteKeys(ctx context.Context, keys [][]byte) error {
 	for len(keys) > 0 {
 		part := keys[:min(len(keys), sweepBatch)]
 		keys = keys[len(part):]
-		if _, err := e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+		if _, err := submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 			for _, k := range part {
 				if err := t.Delete(k); err != nil && !errors.Is(err, ErrNotFound) {
 					return nil, err

@@ -79,8 +79,11 @@ func TestRetentionPurgesExpiredApprovals(t *testing.T) {
 	}
 	h.clock.Advance(25 * time.Hour)
 	third := h.beginWant(pay("ask", "acct_a", 150_000_000), ledger.DecisionApprovalRequired)
-	if third.EffectID != again.EffectID || third.ApprovalID == again.ApprovalID {
-		t.Fatalf("asked again: %+v", third)
+	if third.EffectID != again.EffectID {
+		t.Fatalf("third.EffectID != again.EffectID: asked again: %+v", third)
+	}
+	if third.ApprovalID == again.ApprovalID {
+		t.Fatalf("third.ApprovalID == again.ApprovalID: asked again: %+v", third)
 	}
 	_, err := h.eng.Approve(ctx, again.ApprovalID, "alice", "")
 	wantCode(t, err, ledger.CodeInvalidStateTransition)
@@ -119,8 +122,14 @@ func TestPurgeCleansCountersAndGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := h.eng.Budgets(ctx, "")
-	if len(after) != 1 || after[0].Name != "run-budget" || after[0].Counted != 5 {
-		t.Fatalf("budgets after: %+v", after)
+	if len(after) != 1 {
+		t.Fatalf("len(after) != 1: budgets after: %+v", after)
+	}
+	if after[0].Name != "run-budget" {
+		t.Fatalf("after[0].Name != \"run-budget\": budgets after: %+v", after)
+	}
+	if after[0].Counted != 5 {
+		t.Fatalf("after[0].Counted != 5: budgets after: %+v", after)
 	}
 	// Once retention takes the group's last step, the group goes too.
 	h.clock.Advance(720 * time.Hour)

@@ -169,8 +169,14 @@ func TestModelUnderConcurrency(t *testing.T) {
 				continue
 			}
 			n++
-			if !ok || e.State != m.state || e.Attempt != m.attempt || e.EffectID != m.effectID {
-				t.Errorf("%s: ledger %s attempt %d, model %s attempt %d", name, e.State, e.Attempt, m.state, m.attempt)
+			if !ok {
+				t.Errorf("!ok: %s: ledger %s attempt %d, model %s attempt %d", name, e.State, e.Attempt, m.state, m.attempt)
+			} else if e.State != m.state {
+				t.Errorf("e.State != m.state: %s: ledger %s attempt %d, model %s attempt %d", name, e.State, e.Attempt, m.state, m.attempt)
+			} else if e.Attempt != m.attempt {
+				t.Errorf("e.Attempt != m.attempt: %s: ledger %s attempt %d, model %s attempt %d", name, e.State, e.Attempt, m.state, m.attempt)
+			} else if e.EffectID != m.effectID {
+				t.Errorf("e.EffectID != m.effectID: %s: ledger %s attempt %d, model %s attempt %d", name, e.State, e.Attempt, m.state, m.attempt)
 			}
 		}
 	}

@@ -31,30 +31,6 @@ const (
 	reasonApprovalRequired = "approval_threshold"
 )
 
-// observedPolicy is the strictest combination of the observed rules
-// matching an effect type.
-type observedPolicy struct {
-	deny          string // the match of an observed deny rule, "" for none
-	threshold     *int64
-	requireDims   []string
-	maxUnreported int
-}
-
-func (o *observedPolicy) add(r Rule) {
-	if r.Deny && o.deny == "" {
-		o.deny = r.Match
-	}
-	if t := r.ApprovalThresholdMicros; t != nil && (o.threshold == nil || *t < *o.threshold) {
-		o.threshold = t
-	}
-	for _, d := range r.RequireDimensions {
-		if !contains(o.requireDims, d) {
-			o.requireDims = append(o.requireDims, d)
-		}
-	}
-	o.maxUnreported = minPositive(o.maxUnreported, r.MaxUnreported)
-}
-
 func contains(list []string, s string) bool {
 	for _, v := range list {
 		if v == s {
@@ -90,8 +66,8 @@ func (o *observation) changes(d Decision) bool {
 	return false
 }
 
-// ObservedObserver is an Observer that is also told of each observation
+// ObserveModeObserver is an Observer that is also told of each observation
 // (metrics: ratchet_observed_total).
-type ObservedObserver interface {
+type ObserveModeObserver interface {
 	Observed(effectType, would string)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -87,13 +89,25 @@ func TestAnObservedRuleThatWouldDenyLogsCountsAndTheAgentExecutes(t *testing.T) 
 	// An observed deny: the agent executes (with the lease it asked for:
 	// the observed rule's lease cap does not apply either).
 	r := h.beginWant(ledger.BeginRequest{IdempotencyKey: "refund:1", EffectType: "refund.issue", AgentID: "bot", LeaseSeconds: 60}, ledger.DecisionExecute)
-	if obs.count("refund.issue/denied") != 1 || !strings.Contains(logs.String(), `"msg":"observed rule would have refused"`) ||
-		!strings.Contains(logs.String(), `"would":"denied"`) {
-		t.Fatalf("observations %v, logs:\n%s", obs.would, logs)
+	if obs.count("refund.issue/denied") != 1 {
+		t.Fatalf("obs.count(\"refund.issue/denied\") != 1: observations %v, logs:\n%s", obs.would, logs)
+	}
+	if !strings.Contains(logs.String(), `"msg":"observed rule would have refused"`) {
+		t.Fatalf("!strings.Contains(logs.String(), `\"msg\":\"observed rule would have refused\"`): observations %v, logs:\n%s", obs.would, logs)
+	}
+	if !strings.Contains(logs.String(), `"would":"denied"`) {
+		t.Fatalf("!strings.Contains(logs.String(), `\"would\":\"denied\"`): observations %v, logs:\n%s", obs.would, logs)
 	}
 	evs := observedEvents(t, h)
-	if len(evs) != 1 || evs[0].EffectID != r.EffectID || evs[0].Decision != ledger.DecisionDenied || evs[0].Reason != ledger.ReasonPolicyDenied || evs[0].Rule != "refund.*" {
-		t.Fatalf("audit: %+v", evs)
+	want := []ledger.Event{{EffectID: r.EffectID, Decision: ledger.DecisionDenied}}
+	if diff := cmp.Diff(want, evs, cmp.Comparer(func(a, b ledger.Event) bool { return a.EffectID == b.EffectID && a.Decision == b.Decision })); diff != "" {
+		t.Fatalf("audit, by effect and decision (-want +got):\n%s", diff)
+	}
+	if evs[0].Reason != ledger.ReasonPolicyDenied {
+		t.Fatalf("evs[0].Reason != ledger.ReasonPolicyDenied: audit: %+v", evs)
+	}
+	if evs[0].Rule != "refund.*" {
+		t.Fatalf("evs[0].Rule != \"refund.*\": audit: %+v", evs)
 	}
 
 	wire := func(key string, cost int64, dims map[string]string) *ledger.BeginResult {
@@ -114,8 +128,14 @@ func TestAnObservedRuleThatWouldDenyLogsCountsAndTheAgentExecutes(t *testing.T) 
 		}
 	}
 	evs = observedEvents(t, h)
-	if len(evs) != 4 || evs[3].Reason != ledger.ReasonBudgetExceeded || evs[3].Rule != "wire-observed" || evs[1].Reason != "counterparty" {
-		t.Fatalf("audit: %+v", evs)
+	if len(evs) != 4 {
+		t.Fatalf("audit: %d policy.observed events, want 4: %+v", len(evs), evs)
+	}
+	if got, want := [2]string{evs[3].Reason, evs[3].Rule}, [2]string{ledger.ReasonBudgetExceeded, "wire-observed"}; got != want {
+		t.Fatalf("the last observation's reason and rule: %q, want %q", got, want)
+	}
+	if evs[1].Reason != "counterparty" {
+		t.Fatalf("evs[1].Reason != \"counterparty\": audit: %+v", evs)
 	}
 	if strings.Contains(logs.String(), "acct_secret_value") {
 		t.Fatal("a dimension value in the logs")
@@ -125,8 +145,17 @@ func TestAnObservedRuleThatWouldDenyLogsCountsAndTheAgentExecutes(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bs) != 1 || !bs[0].Observed || bs[0].Counted != 110 || bs[0].Remaining != 0 {
-		t.Fatalf("budgets %+v", bs)
+	if len(bs) != 1 {
+		t.Fatalf("len(bs) != 1: budgets %+v", bs)
+	}
+	if !bs[0].Observed {
+		t.Fatalf("!bs[0].Observed: budgets %+v", bs)
+	}
+	if bs[0].Counted != 110 {
+		t.Fatalf("bs[0].Counted != 110: budgets %+v", bs)
+	}
+	if bs[0].Remaining != 0 {
+		t.Fatalf("bs[0].Remaining != 0: budgets %+v", bs)
 	}
 	// A failure releases what it counted, as for an enforced ceiling.
 	h.report(w4.EffectID, ledger.OutcomeFailed)
@@ -164,8 +193,11 @@ func TestAnObservedRuleNeverLoosensAnEnforcedOne(t *testing.T) {
 	h.beginWant(ledger.BeginRequest{IdempotencyKey: "w1", EffectType: "wire.send", AgentID: "bot", EstimatedCostMicros: i64(150)}, ledger.DecisionApprovalRequired)
 	_, err := h.eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: "w2", EffectType: "wire.send", AgentID: "bot", EstimatedCostMicros: i64(1), LeaseSeconds: 60})
 	wantCode(t, err, ledger.CodeInvalidArgument)
-	if len(obs.would) != 0 || len(observedEvents(t, h)) != 0 {
-		t.Fatalf("observations %v", obs.would)
+	if len(obs.would) != 0 {
+		t.Fatalf("len(obs.would) != 0: observations %v", obs.would)
+	}
+	if len(observedEvents(t, h)) != 0 {
+		t.Fatalf("len(observedEvents(t, h)) != 0: observations %v", obs.would)
 	}
 	// "ratchet budgets" shows the observed ceiling apart.
 	bs, _ := h.eng.Budgets(context.Background(), "")

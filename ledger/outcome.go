@@ -52,7 +52,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 		return nil, err
 	}
 	ek := key(kindEffect, req.EffectID)
-	v, serr := e.enqueue(ctx, &op{fn: func(t *opTxn, now time.Time) (any, error) {
+	eff, serr := submitReading(ctx, e, func(knownFunc) [][]byte { return [][]byte{ek} }, func(t *opTxn, now time.Time) (*Effect, error) {
 		rec, err := e.effectByID(t, req.Namespace, req.EffectID)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
@@ -75,11 +75,10 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 			}
 		}
 		return eff, err
-	}, reads: func(knownFunc) [][]byte { return [][]byte{ek} }})
+	})
 	if serr != nil {
 		return nil, serr
 	}
-	eff := v.(*Effect)
 	eff.ResultNote = strings.Join(slices.DeleteFunc([]string{resultNote, refNote, errorNote}, func(s string) bool { return s == "" }), " ")
 	e.obs.Report(req.Outcome, time.Since(start))
 	e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
@@ -123,7 +122,7 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 	if err = checkNote("note", req.Note); err != nil {
 		return nil, err
 	}
-	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	eff, serr := submit(ctx, e, func(t *opTxn, now time.Time) (*Effect, error) {
 		var rec *effectRec
 		var err error
 		if req.EffectID != "" {
@@ -188,7 +187,6 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 	if serr != nil {
 		return nil, serr
 	}
-	eff := v.(*Effect)
 	eff.ResultNote = resultNote
 	e.log.Info("resolve", "namespace", eff.Namespace, "effect_id", eff.EffectID, "state", eff.State, "by", eff.ResolvedBy)
 	return eff, nil
@@ -352,7 +350,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 		}
 	}
 	if o.actual != nil {
-		if err := settle(t, e.policy, rec, *o.actual, now); err != nil {
+		if err := chargeActual(t, e.policy, rec, *o.actual, now); err != nil {
 			return nil, err
 		}
 		rec.ActualCostMicros = o.actual

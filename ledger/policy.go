@@ -254,23 +254,45 @@ type ceiling struct {
 // effectivePolicy is the strictest combination of every rule matching one
 // effect type.
 type effectivePolicy struct {
-	deny      bool
-	threshold *int64
-	quorums   []quorum
-	// confirm: a rule asks the user (confirm_with), from confirmFrom on
-	// (nil: always).
-	confirm       bool
-	confirmFrom   *int64
-	requireDims   []string
-	ceilings      []*ceiling
-	maxLease      int
-	maxUnreported int
+	gates             // of the enforced rules
+	quorums  []quorum // of the enforced rules (approvers_required)
+	ceilings []*ceiling
+	maxLease int
+	// confirm: an enforced rule asks the user (confirm_with), from
+	// confirmFrom on (nil: always).
+	confirm     bool
+	confirmFrom *int64
 	// observe is what the observed rules that match would add; their
 	// ceilings are in ceilings, marked observed.
-	observe observedPolicy
+	observe gates
 	// rules are the indexes of the matching rules, in file order
 	// (Explain).
 	rules []int
+}
+
+// gates are what the rules of one mode (enforced, or observed: observe.go)
+// refuse a begin for besides their ceilings, each the strictest of the
+// matching rules'. Begin runs the same checks over both (see gate).
+type gates struct {
+	deny          string // the match of the first deny rule, "" for none
+	threshold     *int64
+	requireDims   []string
+	maxUnreported int
+}
+
+func (g *gates) add(r Rule) {
+	if r.Deny && g.deny == "" {
+		g.deny = r.Match
+	}
+	if t := r.ApprovalThresholdMicros; t != nil && (g.threshold == nil || *t < *g.threshold) {
+		g.threshold = t
+	}
+	for _, d := range r.RequireDimensions {
+		if !contains(g.requireDims, d) {
+			g.requireDims = append(g.requireDims, d)
+		}
+	}
+	g.maxUnreported = minPositive(g.maxUnreported, r.MaxUnreported)
 }
 
 // policy is the compiled policy: rules in file order.
@@ -324,7 +346,6 @@ func (r Rule) Matches(effectType, vendor, operation string) bool {
 // vendor with operation; the strictest wins.
 func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy {
 	var ep effectivePolicy
-	seen := map[string]bool{}
 	for i, r := range p.rules {
 		if !r.Matches(effectType, vendor, operation) {
 			continue
@@ -335,10 +356,7 @@ func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy
 			ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
 			continue
 		}
-		ep.deny = ep.deny || r.Deny
-		if t := r.ApprovalThresholdMicros; t != nil && (ep.threshold == nil || *t < *ep.threshold) {
-			ep.threshold = t
-		}
+		ep.gates.add(r)
 		if r.ConfirmWith == "user" {
 			t := r.ConfirmThresholdMicros
 			switch {
@@ -351,15 +369,8 @@ func (p *policy) forEffect(effectType, vendor, operation string) effectivePolicy
 		if r.ApproversRequired > 1 {
 			ep.quorums = append(ep.quorums, quorum{n: r.ApproversRequired, from: r.ApproversThresholdMicros})
 		}
-		for _, d := range r.RequireDimensions {
-			if !seen[d] {
-				seen[d] = true
-				ep.requireDims = append(ep.requireDims, d)
-			}
-		}
 		ep.ceilings = append(ep.ceilings, p.ceilings[i]...)
 		ep.maxLease = minPositive(ep.maxLease, r.MaxLeaseSeconds)
-		ep.maxUnreported = minPositive(ep.maxUnreported, r.MaxUnreported)
 	}
 	return ep
 }

@@ -14,31 +14,61 @@ func TestApprovalFlow(t *testing.T) {
 	big := pay("inv:big", "acct_1", 150_000_000)
 
 	r := h.beginWant(big, ledger.DecisionApprovalRequired)
-	if r.ApprovalID == "" || *r.ThresholdMicros != 100_000_000 || *r.EstimatedCostMicros != 150_000_000 || r.State != ledger.StateAwaitingApproval {
-		t.Fatalf("approval_required: %+v", r)
+	if r.ApprovalID == "" {
+		t.Fatalf("r.ApprovalID == \"\": approval_required: %+v", r)
+	}
+	if *r.ThresholdMicros != 100_000_000 {
+		t.Fatalf("*r.ThresholdMicros != 100_000_000: approval_required: %+v", r)
+	}
+	if *r.EstimatedCostMicros != 150_000_000 {
+		t.Fatalf("*r.EstimatedCostMicros != 150_000_000: approval_required: %+v", r)
+	}
+	if r.State != ledger.StateAwaitingApproval {
+		t.Fatalf("r.State != ledger.StateAwaitingApproval: approval_required: %+v", r)
 	}
 	if again := h.beginWant(big, ledger.DecisionApprovalRequired); again.ApprovalID != r.ApprovalID {
 		t.Fatalf("second begin asked again: %s vs %s", again.ApprovalID, r.ApprovalID)
 	}
 	pending, err := h.eng.ListApprovals(ctx, "", ledger.ApprovalPending)
-	if err != nil || len(pending) != 1 || pending[0].ApprovalID != r.ApprovalID || pending[0].AgentID != "bot" {
-		t.Fatalf("pending approvals: %+v, %v", pending, err)
+	if err != nil {
+		t.Fatalf("err != nil: pending approvals: %+v, %v", pending, err)
+	}
+	if len(pending) != 1 {
+		t.Fatalf("len(pending) != 1: pending approvals: %+v, %v", pending, err)
+	}
+	if pending[0].ApprovalID != r.ApprovalID {
+		t.Fatalf("pending[0].ApprovalID != r.ApprovalID: pending approvals: %+v, %v", pending, err)
+	}
+	if pending[0].AgentID != "bot" {
+		t.Fatalf("pending[0].AgentID != \"bot\": pending approvals: %+v, %v", pending, err)
 	}
 	// Nothing is reserved while a human decides.
 	if got := budgetsByName(t, h)["daily-spend"]; got != 0 {
 		t.Fatalf("counted %d before approval", got)
 	}
 	a, err := h.eng.Approve(ctx, r.ApprovalID, "alice", "ok for Q4")
-	if err != nil || a.State != ledger.ApprovalApproved || a.DecidedBy != "alice" || a.Note != "ok for Q4" {
-		t.Fatalf("approve: %+v, %v", a, err)
+	if err != nil {
+		t.Fatalf("err != nil: approve: %+v, %v", a, err)
+	}
+	if a.State != ledger.ApprovalApproved {
+		t.Fatalf("a.State != ledger.ApprovalApproved: approve: %+v, %v", a, err)
+	}
+	if a.DecidedBy != "alice" {
+		t.Fatalf("a.DecidedBy != \"alice\": approve: %+v, %v", a, err)
+	}
+	if a.Note != "ok for Q4" {
+		t.Fatalf("a.Note != \"ok for Q4\": approve: %+v, %v", a, err)
 	}
 	if _, err := h.eng.Reject(ctx, r.ApprovalID, "bob", ""); err == nil {
 		t.Fatal("rejecting an approved approval must fail")
 	}
 	h.reopen()
 	ex := h.beginWant(big, ledger.DecisionExecute)
-	if ex.EffectID != r.EffectID || ex.Attempt != 1 {
-		t.Fatalf("execute after approval: %+v", ex)
+	if ex.EffectID != r.EffectID {
+		t.Fatalf("ex.EffectID != r.EffectID: execute after approval: %+v", ex)
+	}
+	if ex.Attempt != 1 {
+		t.Fatalf("ex.Attempt != 1: execute after approval: %+v", ex)
 	}
 	if got := budgetsByName(t, h)["daily-spend"]; got != 150_000_000 {
 		t.Fatalf("counted %d after execute", got)
@@ -79,8 +109,11 @@ func TestApprovalRejectedIsSticky(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		h.clock.Advance(48 * time.Hour) // rejection does not expire
 		d := h.beginWant(big, ledger.DecisionDenied)
-		if d.Reason != ledger.ReasonApprovalRejected || d.ApprovalID != r.ApprovalID {
-			t.Fatalf("after reject: %+v", d)
+		if d.Reason != ledger.ReasonApprovalRejected {
+			t.Fatalf("d.Reason != ledger.ReasonApprovalRejected: after reject: %+v", d)
+		}
+		if d.ApprovalID != r.ApprovalID {
+			t.Fatalf("d.ApprovalID != r.ApprovalID: after reject: %+v", d)
 		}
 	}
 	_, err := h.eng.Approve(ctx, "apr_unknown", "bob", "")
@@ -126,16 +159,28 @@ func TestCeilingsDenyBeforeApproval(t *testing.T) {
 	h.beginWant(pay("a1", "acct_1", 90_000_000), ledger.DecisionExecute)
 	h.beginWant(pay("a2", "acct_1", 90_000_000), ledger.DecisionExecute)
 	d := h.beginWant(pay("a3", "acct_1", 90_000_000), ledger.DecisionDenied)
-	if d.Reason != ledger.ReasonBudgetExceeded || d.Ceiling == nil || d.Ceiling.Name != "per-counterparty" || d.Ceiling.Counted != 180_000_000 {
-		t.Fatalf("per-counterparty: %+v %+v", d, d.Ceiling)
+	if d.Reason != ledger.ReasonBudgetExceeded {
+		t.Fatalf("d.Reason != ledger.ReasonBudgetExceeded: per-counterparty: %+v %+v", d, d.Ceiling)
+	}
+	if d.Ceiling == nil {
+		t.Fatalf("d.Ceiling == nil: per-counterparty: %+v %+v", d, d.Ceiling)
+	}
+	if d.Ceiling.Name != "per-counterparty" {
+		t.Fatalf("d.Ceiling.Name != \"per-counterparty\": per-counterparty: %+v %+v", d, d.Ceiling)
+	}
+	if d.Ceiling.Counted != 180_000_000 {
+		t.Fatalf("d.Ceiling.Counted != 180_000_000: per-counterparty: %+v %+v", d, d.Ceiling)
 	}
 	// Other counterparties fill the global 500 ceiling.
 	h.beginWant(pay("b1", "acct_2", 90_000_000), ledger.DecisionExecute)
 	h.beginWant(pay("b2", "acct_2", 90_000_000), ledger.DecisionExecute)
 	h.beginWant(pay("c1", "acct_3", 90_000_000), ledger.DecisionExecute) // 450
 	d = h.beginWant(pay("c2", "acct_3", 90_000_000), ledger.DecisionDenied)
-	if d.Ceiling.Name != "daily-spend" || d.Ceiling.Remaining != 50_000_000 {
-		t.Fatalf("global: %+v", d.Ceiling)
+	if d.Ceiling.Name != "daily-spend" {
+		t.Fatalf("d.Ceiling.Name != \"daily-spend\": global: %+v", d.Ceiling)
+	}
+	if d.Ceiling.Remaining != 50_000_000 {
+		t.Fatalf("d.Ceiling.Remaining != 50_000_000: global: %+v", d.Ceiling)
 	}
 	// A large action that would break a ceiling is denied, not sent to a human.
 	d = h.beginWant(pay("big", "acct_4", 150_000_000), ledger.DecisionDenied)
@@ -152,8 +197,11 @@ func TestActualCostSettlesCounters(t *testing.T) {
 	a := h.beginWant(pay("s1", "acct_1", 90_000_000), ledger.DecisionExecute)
 	h.report(a.EffectID, ledger.OutcomeSucceeded, func(r *ledger.ReportRequest) { r.ActualCostMicros = i64(30_000_000) })
 	b := budgetsByName(t, h)
-	if b["daily-spend"] != 30_000_000 || b["per-counterparty"] != 30_000_000 {
-		t.Fatalf("settled: %v", b)
+	if b["daily-spend"] != 30_000_000 {
+		t.Fatalf("b[\"daily-spend\"] != 30_000_000: settled: %v", b)
+	}
+	if b["per-counterparty"] != 30_000_000 {
+		t.Fatalf("b[\"per-counterparty\"] != 30_000_000: settled: %v", b)
 	}
 	r := h.beginWant(pay("s2", "acct_1", 90_000_000), ledger.DecisionExecute)
 	if len(r.Budgets) != 2 {
@@ -172,8 +220,14 @@ func TestCountCeilingPerAgent(t *testing.T) {
 		h.beginWant(email("m"+itoa(int64(i)), "a1"), ledger.DecisionExecute)
 	}
 	d := h.beginWant(email("m4", "a1"), ledger.DecisionDenied)
-	if d.Ceiling == nil || d.Ceiling.Name != "email-rate" || d.Ceiling.Unit != "count" {
-		t.Fatalf("count ceiling: %+v", d)
+	if d.Ceiling == nil {
+		t.Fatalf("d.Ceiling == nil: count ceiling: %+v", d)
+	}
+	if d.Ceiling.Name != "email-rate" {
+		t.Fatalf("d.Ceiling.Name != \"email-rate\": count ceiling: %+v", d)
+	}
+	if d.Ceiling.Unit != "count" {
+		t.Fatalf("d.Ceiling.Unit != \"count\": count ceiling: %+v", d)
 	}
 	h.beginWant(email("m4", "a2"), ledger.DecisionExecute)
 	h.clock.Advance(time.Hour + time.Minute)
@@ -204,8 +258,17 @@ func TestMaxUnreported(t *testing.T) {
 		t.Fatalf("reap %d %v", n, err)
 	}
 	d := h.beginWant(sms("s3"), ledger.DecisionDenied)
-	if d.Reason != ledger.ReasonUnreported || d.IntegrationWarning == nil || d.IntegrationWarning.UnreportedCount != 2 || d.IntegrationWarning.OldestEffectID != a.EffectID {
-		t.Fatalf("unreported: %+v %+v", d, d.IntegrationWarning)
+	if d.Reason != ledger.ReasonUnreported {
+		t.Fatalf("d.Reason != ledger.ReasonUnreported: unreported: %+v %+v", d, d.IntegrationWarning)
+	}
+	if d.IntegrationWarning == nil {
+		t.Fatalf("d.IntegrationWarning == nil: unreported: %+v %+v", d, d.IntegrationWarning)
+	}
+	if d.IntegrationWarning.UnreportedCount != 2 {
+		t.Fatalf("d.IntegrationWarning.UnreportedCount != 2: unreported: %+v %+v", d, d.IntegrationWarning)
+	}
+	if d.IntegrationWarning.OldestEffectID != a.EffectID {
+		t.Fatalf("d.IntegrationWarning.OldestEffectID != a.EffectID: unreported: %+v %+v", d, d.IntegrationWarning)
 	}
 	// Other agents are not affected.
 	other := sms("o1")
@@ -250,8 +313,11 @@ func TestNamespacesIsolate(t *testing.T) {
 		}
 	}
 	page, err := h.eng.List(ctx, ledger.Filter{Namespace: "shop"})
-	if err != nil || len(page.Effects) != 3 {
-		t.Fatalf("shop list: %d %v", len(page.Effects), err)
+	if err != nil {
+		t.Fatalf("err != nil: shop list: %d %v", len(page.Effects), err)
+	}
+	if len(page.Effects) != 3 {
+		t.Fatalf("len(page.Effects) != 3: shop list: %d %v", len(page.Effects), err)
 	}
 	// Groups are per namespace: blog can neither unwind nor see shop's.
 	g := email("g1", "grouper")

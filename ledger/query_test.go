@@ -31,8 +31,14 @@ func TestListFiltersAndPages(t *testing.T) {
 		}
 		cursor = p.NextCursor
 	}
-	if len(all) != 7 || all[0].IdempotencyKey != "k0" || all[6].IdempotencyKey != "k6" {
-		t.Fatalf("paged %d effects", len(all))
+	if len(all) != 7 {
+		t.Fatalf("len(all) != 7: paged %d effects", len(all))
+	}
+	if all[0].IdempotencyKey != "k0" {
+		t.Fatalf("all[0].IdempotencyKey != \"k0\": paged %d effects", len(all))
+	}
+	if all[6].IdempotencyKey != "k6" {
+		t.Fatalf("all[6].IdempotencyKey != \"k6\": paged %d effects", len(all))
 	}
 	p, _ := h.eng.List(ctx, ledger.Filter{Namespace: "default", RunID: "run0"})
 	if len(p.Effects) != 4 {

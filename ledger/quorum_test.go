@@ -279,3 +279,124 @@ func TestExplainSaysHowManyPeopleMustApprove(t *testing.T) {
 		}
 	}
 }
+
+// TestOnePersonUnderTwoSpellingsCountsOnce: a decider's name in another
+// case, in full-width letters, with a zero-width space or surrounding
+// spaces (an admin token given a second name that reads the same) is the
+// same decider: alice so spelled four more ways is still 1 of 2, and the
+// agent's name in another spelling never decides.
+func TestOnePersonUnderTwoSpellingsCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, quorumRules())
+	req := pay("q:spell", "acct_1", 1_500_000_000)
+	asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+	approve(t, h.eng, asked.ApprovalID, "admin:alice")
+	for _, by := range []string{"admin:Alice", "admin:ＡＬＩＣＥ", "admin:ali\u200bce", " admin:alice ", "ADMIN:alice"} {
+		if a := approve(t, h.eng, asked.ApprovalID, by); a.State != ledger.ApprovalPending || len(a.ApprovedBy) != 1 {
+			t.Errorf("after %q: state %s, %d approvers; want pending with 1 (alice)", by, a.State, len(a.ApprovedBy))
+		}
+	}
+	for _, by := range []string{"Agent:bot", "ＡＧＥＮＴ:bot", " agent:bot"} {
+		_, err := h.eng.Approve(ctx, asked.ApprovalID, by, "")
+		wantCode(t, err, ledger.CodeUnauthorized)
+	}
+	h.beginWant(req, ledger.DecisionApprovalRequired)
+	if a := approve(t, h.eng, asked.ApprovalID, "admin:bob"); a.State != ledger.ApprovalApproved {
+		t.Errorf("after bob: %s, want approved", a.State)
+	}
+}
+
+// TestARejectionRacingTheLastApprovalEndsOneWay: alice has approved; bob's
+// approval (the last one needed) and carol's rejection come at the same
+// moment through two replicas of one PostgreSQL ledger (on Badger, two
+// goroutines of one engine): exactly one of them wins, the other is told
+// the approval is already decided, one approval.decided is recorded, and
+// the agent's begins agree with the winner: one execute, or denied.
+func TestARejectionRacingTheLastApprovalEndsOneWay(t *testing.T) {
+	h := newHarness(t, quorumRules())
+	engines := []*ledger.Engine{h.eng, h.eng}
+	if testBackend == "postgres" {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1,
+			Audit: true, Route: h.routeOrDefault()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		engines[1] = e
+	}
+	ctx := context.Background()
+	for i := range 20 {
+		req := pay("racerej:"+itoa(int64(i)), "acct_1", 1_500_000_000)
+		asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+		approve(t, h.eng, asked.ApprovalID, "admin:alice")
+		var wg sync.WaitGroup
+		var approveErr, rejectErr error
+		wg.Go(func() { _, approveErr = engines[i%2].Approve(ctx, asked.ApprovalID, "admin:bob", "") })
+		wg.Go(func() { _, rejectErr = engines[(i+1)%2].Reject(ctx, asked.ApprovalID, "admin:carol", "no") })
+		wg.Wait()
+		if (approveErr == nil) == (rejectErr == nil) {
+			t.Fatalf("round %d: approve err %v, reject err %v; want exactly one to succeed", i, approveErr, rejectErr)
+		}
+		lost := approveErr
+		if lost == nil {
+			lost = rejectErr
+		}
+		wantCode(t, lost, ledger.CodeInvalidStateTransition)
+		var decided []string
+		for _, ev := range approvalEvents(t, h, asked.ApprovalID) {
+			if strings.HasPrefix(ev, ledger.EventApprovalDecided) {
+				decided = append(decided, ev)
+			}
+		}
+		if len(decided) != 1 {
+			t.Errorf("round %d: approval.decided events %v, want 1", i, decided)
+		}
+		want := ledger.DecisionDenied
+		if approveErr == nil {
+			want = ledger.DecisionExecute
+		}
+		var got []ledger.Decision
+		for j := range 2 {
+			res, err := engines[j].Begin(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, res.Decision)
+		}
+		second := ledger.DecisionDenied
+		if want == ledger.DecisionExecute {
+			second = ledger.DecisionInFlight
+		}
+		if diff := cmp.Diff([]ledger.Decision{want, second}, got); diff != "" {
+			t.Errorf("round %d: the agent's two begins (-want +got):\n%s", i, diff)
+		}
+		h.clock.Advance(time.Second)
+	}
+}
+
+// TestARetryAtAHigherCostAfterAQuorumAsksAgain: the agent's begin with
+// the same key and payload but a higher estimated cost, while the quorum
+// is partly there and once it is reached, never rides on the approvals of
+// the lower cost: while pending it is the same request; once approved the
+// higher cost is a new request needing two people again (0 so far), and
+// the approved cost executes once.
+func TestARetryAtAHigherCostAfterAQuorumAsksAgain(t *testing.T) {
+	h := newHarness(t, quorumRules())
+	req := pay("q:cost", "acct_1", 1_500_000_000)
+	more := req
+	more.EstimatedCostMicros = i64(9_000_000_000)
+	asked := h.beginWant(req, ledger.DecisionApprovalRequired)
+	approve(t, h.eng, asked.ApprovalID, "admin:alice")
+	if res := h.beginWant(more, ledger.DecisionApprovalRequired); res.ApprovalID != asked.ApprovalID {
+		t.Errorf("while pending, the higher cost got approval %s, want the pending %s", res.ApprovalID, asked.ApprovalID)
+	}
+	approve(t, h.eng, asked.ApprovalID, "admin:bob")
+	again := h.beginWant(more, ledger.DecisionApprovalRequired)
+	if again.ApprovalID == asked.ApprovalID || !strings.Contains(again.Message, "2 people (0 so far)") {
+		t.Errorf("the higher cost after the quorum: approval %s, %q; want a new request of 2 people (0 so far)", again.ApprovalID, again.Message)
+	}
+}

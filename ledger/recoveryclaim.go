@@ -36,7 +36,7 @@ func (e *Engine) ClaimRecovery(ctx context.Context, effectID string, attempt int
 	if ttl <= 0 || ttl > time.Hour {
 		return nil, invalidArg("ttl", "must be between 0 and 1h")
 	}
-	v, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	eff, err := submit(ctx, e, func(t *opTxn, now time.Time) (*Effect, error) {
 		rec, err := e.effectByID(t, "", effectID)
 		if err != nil {
 			return nil, notFound(err, effectID)
@@ -65,7 +65,7 @@ func (e *Engine) ClaimRecovery(ctx context.Context, effectID string, attempt int
 	if err != nil {
 		return nil, err
 	}
-	return v.(*Effect), nil
+	return eff, nil
 }
 
 // ReleaseRecovery ends a claim on effectID's attempt, if it holds one.
@@ -73,7 +73,7 @@ func (e *Engine) ReleaseRecovery(ctx context.Context, effectID string, attempt i
 	if err := checkText("effect_id", effectID, MaxIDLen, true); err != nil {
 		return err
 	}
-	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
 		k := key(kindRecoveryClaim, effectID)
 		b, err := t.Get(k)
 		if errors.Is(err, ErrNotFound) {

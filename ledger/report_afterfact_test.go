@@ -74,7 +74,9 @@ func TestAReportWithAVendorsControlCharactersIsRecorded(t *testing.T) {
 	if eff.VendorReference != "" {
 		t.Errorf("vendor_reference %q kept with a control character", eff.VendorReference)
 	}
-	if !strings.Contains(eff.ResultNote, "error") || !strings.Contains(eff.ResultNote, "vendor_reference") {
-		t.Errorf("result_note %q does not say what was changed", eff.ResultNote)
+	if !strings.Contains(eff.ResultNote, "error") {
+		t.Errorf("!strings.Contains(eff.ResultNote, \"error\"): result_note %q does not say what was changed", eff.ResultNote)
+	} else if !strings.Contains(eff.ResultNote, "vendor_reference") {
+		t.Errorf("!strings.Contains(eff.ResultNote, \"vendor_reference\"): result_note %q does not say what was changed", eff.ResultNote)
 	}
 }

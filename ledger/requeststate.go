@@ -42,7 +42,7 @@ func (e *Engine) RedeemState(ctx context.Context, id string, expires time.Time) 
 	if err := checkText("requestState", id, maxStateID, true); err != nil {
 		return err
 	}
-	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
 		if !now.Before(expires) {
 			return nil, ErrStateExpired
 		}

@@ -30,8 +30,10 @@ func TestAReportOfALargeResultIsKeptAsASummary(t *testing.T) {
 	if eff.State != ledger.StateSucceeded {
 		t.Errorf("state %s, want succeeded", eff.State)
 	}
-	if !strings.Contains(eff.ResultNote, "over the 65536-byte limit") || !strings.Contains(eff.ResultNote, "id, status, ok, rows") {
-		t.Errorf("result_note %q does not say what was kept", eff.ResultNote)
+	if !strings.Contains(eff.ResultNote, "over the 65536-byte limit") {
+		t.Errorf("!strings.Contains(eff.ResultNote, \"over the 65536-byte limit\"): result_note %q does not say what was kept", eff.ResultNote)
+	} else if !strings.Contains(eff.ResultNote, "id, status, ok, rows") {
+		t.Errorf("!strings.Contains(eff.ResultNote, \"id, status, ok, rows\"): result_note %q does not say what was kept", eff.ResultNote)
 	}
 	canon := `{"blob":"` + blob + `","id":"exp_1","nested":{"a":1},"ok":true,"rows":1200,"status":"done"}`
 	sum := sha256.Sum256([]byte(canon))
@@ -61,8 +63,10 @@ func TestAReportOfALongVendorReferenceIsRecordedWithoutIt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a report with a long vendor_reference was refused: %v", err)
 	}
-	if eff.State != ledger.StateSucceeded || eff.VendorReference != "" {
-		t.Errorf("state %s, vendor_reference %q; want succeeded and none", eff.State, eff.VendorReference)
+	if eff.State != ledger.StateSucceeded {
+		t.Errorf("eff.State != ledger.StateSucceeded: state %s, vendor_reference %q; want succeeded and none", eff.State, eff.VendorReference)
+	} else if eff.VendorReference != "" {
+		t.Errorf("eff.VendorReference != \"\": state %s, vendor_reference %q; want succeeded and none", eff.State, eff.VendorReference)
 	}
 	if !strings.Contains(eff.ResultNote, "vendor_reference was 300 characters") {
 		t.Errorf("result_note %q does not say the reference was left out", eff.ResultNote)
@@ -105,8 +109,10 @@ func TestAResolveOfALargeResultIsKeptAsASummary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resolve: %v", err)
 	}
-	if eff.State != ledger.StateSucceeded || !strings.Contains(eff.ResultNote, "top-level fields id") {
-		t.Errorf("resolved %s with note %q", eff.State, eff.ResultNote)
+	if eff.State != ledger.StateSucceeded {
+		t.Errorf("eff.State != ledger.StateSucceeded: resolved %s with note %q", eff.State, eff.ResultNote)
+	} else if !strings.Contains(eff.ResultNote, "top-level fields id") {
+		t.Errorf("!strings.Contains(eff.ResultNote, \"top-level fields id\"): resolved %s with note %q", eff.State, eff.ResultNote)
 	}
 	// Not JSON is still refused: that is the caller's bug, not a size.
 	_, err = h.eng.Report(ctx, ledger.ReportRequest{EffectID: b.EffectID, Outcome: ledger.OutcomeSucceeded, Result: json.RawMessage(`{"id":` + strings.Repeat("1", 70_000))})

@@ -13,16 +13,22 @@ func TestSecretFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "hmac.key")
 	k1, err := ledger.LoadOrCreateSecret(path)
-	if err != nil || len(k1) != 32 {
-		t.Fatalf("create: %v", err)
+	if err != nil {
+		t.Fatalf("err != nil: create: %v", err)
+	}
+	if len(k1) != 32 {
+		t.Fatalf("len(k1) != 32: create: %v", err)
 	}
 	fi, _ := os.Stat(path)
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %o", fi.Mode().Perm())
 	}
 	k2, err := ledger.LoadOrCreateSecret(path)
-	if err != nil || string(k1) != string(k2) {
-		t.Fatal("key changed on reload")
+	if err != nil {
+		t.Fatal("err != nil:", "key changed on reload")
+	}
+	if string(k1) != string(k2) {
+		t.Fatal("string(k1) != string(k2):", "key changed on reload")
 	}
 	os.Chmod(path, 0o644)
 	if _, err := ledger.LoadOrCreateSecret(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {

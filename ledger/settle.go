@@ -99,11 +99,10 @@ func (e *Engine) Settle(ctx context.Context, req SettleRequest) (*SettleResult, 
 	if req.Result, err = checkJSON("result", req.Result, MaxResultBytes); err != nil {
 		return nil, err
 	}
-	v, serr := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) { return e.settle(t, &req, now) })
+	res, serr := submit(ctx, e, func(t *opTxn, now time.Time) (*SettleResult, error) { return e.settle(t, &req, now) })
 	if serr != nil {
 		return nil, serr
 	}
-	res := v.(*SettleResult)
 	e.log.Info("settle", "source", req.Source, "event_id", req.EventID, "effect_id", res.Effect.EffectID,
 		"applied", res.Applied, "contradicts", res.Contradicts)
 	return res, nil

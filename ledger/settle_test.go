@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -35,8 +37,14 @@ func TestAVendorRecordSettlesAnUnknownOutcome(t *testing.T) {
 	res, err := settleByKey(h, r, ledger.OutcomeSucceeded, func(s *ledger.SettleRequest) {
 		s.VendorReference, s.ActualCostMicros = "pi_123", i64(39_000_000)
 	})
-	if err != nil || !res.Applied || res.Contradicts || res.Effect.State != ledger.StateSucceeded || res.Effect.ResolvedBy != "webhook:stripe" {
-		t.Fatalf("settle: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: settle: %+v %v", res, err)
+	}
+	if diff := cmp.Diff(settled{Applied: true, State: ledger.StateSucceeded}, settledOf(res)); diff != "" {
+		t.Fatalf("settle (-want +got):\n%s\n%+v", diff, res)
+	}
+	if res.Effect.ResolvedBy != "webhook:stripe" {
+		t.Fatalf("res.Effect.ResolvedBy != \"webhook:stripe\": settle: %+v %v", res, err)
 	}
 	d := h.beginWant(pay("settle:1", "acct_1", 40_000_000), ledger.DecisionDuplicate)
 	if d.VendorReference != "pi_123" {
@@ -61,14 +69,20 @@ func TestAVendorRecordOfFailureFreesTheKey(t *testing.T) {
 		t.Fatalf("daily-spend counted %d after a failure", got)
 	}
 	next := h.beginWant(pay("settle:2", "acct_1", 40_000_000), ledger.DecisionExecute)
-	if next.Attempt != 2 || next.VendorIdempotencyKey.Value == r.VendorIdempotencyKey.Value {
-		t.Fatalf("the next attempt: %+v", next)
+	if next.Attempt != 2 {
+		t.Fatalf("next.Attempt != 2: the next attempt: %+v", next)
+	}
+	if next.VendorIdempotencyKey.Value == r.VendorIdempotencyKey.Value {
+		t.Fatalf("next.VendorIdempotencyKey.Value == r.VendorIdempotencyKey.Value: the next attempt: %+v", next)
 	}
 	// Then a record that attempt 1 succeeded after all: flagged, and
 	// attempt 2 is left alone.
 	res, err := settleByKey(h, r, ledger.OutcomeSucceeded)
-	if err != nil || !res.Contradicts || res.Applied || res.Effect.State != ledger.StatePending {
-		t.Fatalf("a success of the failed attempt: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: a success of the failed attempt: %+v %v", res, err)
+	}
+	if diff := cmp.Diff(settled{Contradicts: true, State: ledger.StatePending}, settledOf(res)); diff != "" {
+		t.Fatalf("a success of the failed attempt (-want +got):\n%s\n%+v", diff, res)
 	}
 	if !outboxHas(t, h, ledger.EventEffectContradicted) {
 		t.Fatal("no effect.contradicted event for the operator")
@@ -80,8 +94,17 @@ func TestAVendorRecordThatContradictsAReportChangesNothing(t *testing.T) {
 	r := h.beginWant(pay("settle:3", "acct_1", 40_000_000), ledger.DecisionExecute)
 	h.report(r.EffectID, ledger.OutcomeSucceeded)
 	res, err := settleByKey(h, r, ledger.OutcomeFailed)
-	if err != nil || !res.Contradicts || res.Applied || res.Effect.State != ledger.StateSucceeded {
-		t.Fatalf("settle: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("err != nil: settle: %+v %v", res, err)
+	}
+	if !res.Contradicts {
+		t.Fatalf("!res.Contradicts: settle: %+v %v", res, err)
+	}
+	if res.Applied {
+		t.Fatalf("res.Applied: settle: %+v %v", res, err)
+	}
+	if res.Effect.State != ledger.StateSucceeded {
+		t.Fatalf("res.Effect.State != ledger.StateSucceeded: settle: %+v %v", res, err)
 	}
 	if got := counted(t, h, "daily-spend"); got != 40_000_000 {
 		t.Fatalf("a contradicting record moved the spend: %d", got)
@@ -139,8 +162,11 @@ func TestSettlementsReportsAndRetriesNeverExecuteTwice(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if executes.Load() != 0 || applied.Load() > 1 {
-		t.Fatalf("%d executes, %d settlements applied", executes.Load(), applied.Load())
+	if executes.Load() != 0 {
+		t.Fatalf("executes.Load() != 0: %d executes, %d settlements applied", executes.Load(), applied.Load())
+	}
+	if applied.Load() > 1 {
+		t.Fatalf("applied.Load() > 1: %d executes, %d settlements applied", executes.Load(), applied.Load())
 	}
 	if eff := h.get(r.EffectID); eff.State != ledger.StateSucceeded || eff.Attempt != 1 {
 		t.Fatalf("after the race: %+v", eff)
@@ -198,4 +224,14 @@ func TestASettlementKeepsTheVendorsAnswer(t *testing.T) {
 	}
 	_, err := settleByKey(h, r, ledger.OutcomeSucceeded, func(s *ledger.SettleRequest) { s.Result = []byte(`{not json`) })
 	wantCode(t, err, ledger.CodeInvalidArgument)
+}
+
+// settled is what a settlement's answer is checked for.
+type settled struct {
+	Applied, Contradicts bool
+	State                ledger.State
+}
+
+func settledOf(res *ledger.SettleResult) settled {
+	return settled{res.Applied, res.Contradicts, res.Effect.State}
 }

@@ -34,7 +34,7 @@ func (e *Engine) PutSinkRef(ctx context.Context, sink, ref string, value []byte)
 	if len(value) > MaxSinkRefBytes {
 		return invalidArg("value", "is %d bytes; the limit is %d", len(value), MaxSinkRefBytes)
 	}
-	_, err := e.submit(ctx, func(t *opTxn, now time.Time) (any, error) {
+	_, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
 		return nil, setJSON(t, key(kindSinkRef, sink, ref), &sinkRef{Value: value, At: now})
 	})
 	return err
@@ -99,7 +99,7 @@ func (e *Engine) ReleaseOutboxClaims(ctx context.Context) (int, error) {
 	for len(claimed) > 0 && err == nil {
 		part := claimed[:min(len(claimed), sweepBatch)]
 		claimed = claimed[len(part):]
-		_, err = e.submit(ctx, func(t *opTxn, _ time.Time) (any, error) {
+		_, err = submit(ctx, e, func(t *opTxn, _ time.Time) (any, error) {
 			for _, k := range part {
 				var en OutboxEntry
 				if err := getJSON(t, k, &en); errors.Is(err, ErrNotFound) {

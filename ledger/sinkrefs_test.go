@@ -43,12 +43,18 @@ func TestSinkRefsAndReleasingClaims(t *testing.T) {
 	}
 	es, _ := h.eng.ClaimEvents(ctx, "new-worker", time.Minute, 10)
 	if testBackend == "postgres" {
-		if n != 0 || len(es) != 0 {
-			t.Fatalf("on a shared store: released %d, claimed again %d", n, len(es))
+		if n != 0 {
+			t.Fatalf("n != 0: on a shared store: released %d, claimed again %d", n, len(es))
+		}
+		if len(es) != 0 {
+			t.Fatalf("len(es) != 0: on a shared store: released %d, claimed again %d", n, len(es))
 		}
 		return
 	}
-	if n == 0 || len(es) != n {
-		t.Fatalf("released %d, claimed again %d", n, len(es))
+	if n == 0 {
+		t.Fatalf("n == 0: released %d, claimed again %d", n, len(es))
+	}
+	if len(es) != n {
+		t.Fatalf("len(es) != n: released %d, claimed again %d", n, len(es))
 	}
 }

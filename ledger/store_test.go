@@ -21,11 +21,20 @@ func TestWriteBuffer(t *testing.T) {
 	for k, v := range b.All() {
 		keys, vals = append(keys, k), append(vals, v)
 	}
-	if !slices.Equal(keys, []string{"b", "a", "c"}) || b.Len() != 3 {
-		t.Fatalf("keys %q, len %d", keys, b.Len())
+	if !slices.Equal(keys, []string{"b", "a", "c"}) {
+		t.Fatalf("!slices.Equal(keys, []string{\"b\", \"a\", \"c\"}): keys %q, len %d", keys, b.Len())
 	}
-	if vals[0] != nil || string(vals[1]) != "2" || vals[2] == nil {
-		t.Fatalf("values %q: want the last write to each key", vals)
+	if b.Len() != 3 {
+		t.Fatalf("b.Len() != 3: keys %q, len %d", keys, b.Len())
+	}
+	if vals[0] != nil {
+		t.Fatalf("vals[0] != nil: values %q: want the last write to each key", vals)
+	}
+	if string(vals[1]) != "2" {
+		t.Fatalf("string(vals[1]) != \"2\": values %q: want the last write to each key", vals)
+	}
+	if vals[2] == nil {
+		t.Fatalf("vals[2] == nil: values %q: want the last write to each key", vals)
 	}
 	for k, want := range map[string]string{"a": "2", "c": ""} {
 		if v, ok := b.Lookup(k); !ok || v == nil || string(v) != want {

@@ -24,8 +24,14 @@ func thresholdEvents(t *testing.T, h *harness) []string {
 			continue
 		}
 		b := en.Event.Budget
-		if b == nil || en.Event.Namespace == "" || en.Event.ID == "" {
-			t.Fatalf("a threshold event without its ceiling: %+v", en.Event)
+		if b == nil {
+			t.Fatalf("b == nil: a threshold event without its ceiling: %+v", en.Event)
+		}
+		if en.Event.Namespace == "" {
+			t.Fatalf("en.Event.Namespace == \"\": a threshold event without its ceiling: %+v", en.Event)
+		}
+		if en.Event.ID == "" {
+			t.Fatalf("en.Event.ID == \"\": a threshold event without its ceiling: %+v", en.Event)
 		}
 		out = append(out, b.Ceiling+" "+fmtF(b.Threshold))
 	}
@@ -161,13 +167,25 @@ func TestAThresholdIsPerScopeAndNeedsNoCost(t *testing.T) {
 	for _, en := range all {
 		if en.Event.Type == ledger.EventBudgetThreshold {
 			scopes[en.Event.Budget.Scope]++
-			if en.Event.AgentID == "" || en.Event.EffectType != "email.send" || en.Event.Budget.Counted != 2 {
-				t.Fatalf("event: %+v %+v", en.Event, en.Event.Budget)
+			if en.Event.AgentID == "" {
+				t.Fatalf("en.Event.AgentID == \"\": event: %+v %+v", en.Event, en.Event.Budget)
+			}
+			if en.Event.EffectType != "email.send" {
+				t.Fatalf("en.Event.EffectType != \"email.send\": event: %+v %+v", en.Event, en.Event.Budget)
+			}
+			if en.Event.Budget.Counted != 2 {
+				t.Fatalf("en.Event.Budget.Counted != 2: event: %+v %+v", en.Event, en.Event.Budget)
 			}
 		}
 	}
-	if len(scopes) != 2 || scopes["a"] != 1 || scopes["b"] != 1 {
-		t.Fatalf("per scope: %v", scopes)
+	if len(scopes) != 2 {
+		t.Fatalf("len(scopes) != 2: per scope: %v", scopes)
+	}
+	if scopes["a"] != 1 {
+		t.Fatalf("scopes[\"a\"] != 1: per scope: %v", scopes)
+	}
+	if scopes["b"] != 1 {
+		t.Fatalf("scopes[\"b\"] != 1: per scope: %v", scopes)
 	}
 }
 

@@ -19,8 +19,11 @@ func TestClockStepsBackwards(t *testing.T) {
 
 	h.clock.Advance(-2 * time.Hour)
 	r := h.beginWant(pay("back:1", "acct_1", 90_000_000), ledger.DecisionInFlight)
-	if r.RetryAfterSeconds < 1 || r.EffectID != a.EffectID {
-		t.Fatalf("after the clock stepped back: %+v", r)
+	if r.RetryAfterSeconds < 1 {
+		t.Fatalf("r.RetryAfterSeconds < 1: after the clock stepped back: %+v", r)
+	}
+	if r.EffectID != a.EffectID {
+		t.Fatalf("r.EffectID != a.EffectID: after the clock stepped back: %+v", r)
 	}
 	if n, _ := h.eng.Reap(ctx); n != 0 {
 		t.Fatal("a lease expired because the clock went back")
@@ -94,8 +97,11 @@ func TestSweepKeepsWhatTheClockStepBackMadeEarly(t *testing.T) {
 		t.Fatalf("effect %s after the reap", eff.State)
 	}
 	counts, _ := h.eng.StateCounts(ctx)
-	if counts[ledger.StatePending] != 0 || counts[ledger.StateIndeterminate] != 1 {
-		t.Fatalf("persisted counts %v: the expiry was not written", counts)
+	if counts[ledger.StatePending] != 0 {
+		t.Fatalf("counts[ledger.StatePending] != 0: persisted counts %v: the expiry was not written", counts)
+	}
+	if counts[ledger.StateIndeterminate] != 1 {
+		t.Fatalf("counts[ledger.StateIndeterminate] != 1: persisted counts %v: the expiry was not written", counts)
 	}
 	h.clock.Advance(720 * time.Hour)
 	h.clock.stepBackAfterNextReading(time.Hour)

@@ -68,8 +68,11 @@ func TestBadBeginInput(t *testing.T) {
 		})
 	}
 	page, err := h.eng.List(ctx, ledger.Filter{})
-	if err != nil || len(page.Effects) != 0 {
-		t.Fatalf("bad input left %d effects (%v)", len(page.Effects), err)
+	if err != nil {
+		t.Fatalf("err != nil: bad input left %d effects (%v)", len(page.Effects), err)
+	}
+	if len(page.Effects) != 0 {
+		t.Fatalf("len(page.Effects) != 0: bad input left %d effects (%v)", len(page.Effects), err)
 	}
 	// The longest lease allowed is what MaxLeaseSeconds says: the default
 	// cap, or a policy's lower one.

@@ -169,3 +169,12 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 	}
 	return out
 }
+
+// schemaJSON is a schema's JSON, encoded once (see addTool).
+func schemaJSON(s *jsonschema.Schema) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("encoding a schema: %v", err))
+	}
+	return b
+}

@@ -103,7 +103,15 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	destructive := false
 	tool := &sdk.Tool{
 		Name: spec.name, Title: spec.title, Description: spec.desc,
-		InputSchema: in, OutputSchema: outputSchema[Out](spec.output),
+		// The schemas go to the SDK as their JSON, encoded once here: for
+		// every tools/call of the 2026-07-28 protocol the SDK encodes the
+		// tool's input schema and decodes it again to find x-mcp-header
+		// annotations (go-sdk v1.8.0 validateParamHeaders), and a
+		// *jsonschema.Schema encodes through a MarshalJSON per subschema,
+		// each of whose output encoding/json compacts again: 2.0M of a
+		// begin+report pair's 6.7M instructions (docs/design.md,
+		// "Performance, round two"). tools/list carries the same bytes.
+		InputSchema: schemaJSON(in), OutputSchema: schemaJSON(outputSchema[Out](spec.output)),
 		// The title is the tool's own; annotations.title would repeat it.
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: spec.readOnly,
 			IdempotentHint: spec.idempotent, OpenWorldHint: &openWorld},

@@ -43,6 +43,7 @@ type Metrics struct {
 	proxyReqs  *prometheus.CounterVec
 	upstream   *prometheus.HistogramVec
 	notify     *prometheus.CounterVec
+	dropped    *prometheus.CounterVec
 	observed   *prometheus.CounterVec
 	dimWarn    *prometheus.CounterVec
 	ops        *prometheus.CounterVec
@@ -58,7 +59,7 @@ var (
 	_ ledger.Observer = (*Metrics)(nil)
 	_ proxy.Observer  = (*Metrics)(nil)
 
-	_ ledger.ObservedObserver         = (*Metrics)(nil)
+	_ ledger.ObserveModeObserver      = (*Metrics)(nil)
 	_ ledger.DimensionWarningObserver = (*Metrics)(nil)
 	_ proxy.OperationObserver         = (*Metrics)(nil)
 )
@@ -88,6 +89,9 @@ func New() *Metrics {
 	m.notify = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_notify_deliveries_total",
 		Help: "Notification delivery attempts by sink, event type and result: delivered, failed (tried again later) or dead (given up: a dead letter, see GET /v1/outbox?dead=true)."},
 		[]string{"sink", "event_type", "result"})
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_outbox_dropped_total",
+		Help: "Dead letters dropped, oldest first, to keep a sink's outbox within notify.max_dead_letters: notifications lost for good (each drop is also an outbox.dropped event)."},
+		[]string{"sink"})
 	m.observed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratchet_observed_total",
 		Help: "Begins an observed policy rule (mode: observe) would have refused, by effect type and what it would have answered; the agent was answered as if the rule were absent."},
 		[]string{"effect_type", "would"})
@@ -106,7 +110,7 @@ func New() *Metrics {
 		Help: "Same-key recoveries by vendor and result: tried, settled, agreed, contradicted, unknown (tried again later), expired (the vendor's key window closed first), dropped (settled otherwise), unreadable."},
 		[]string{"vendor", "result"})
 	m.reg.MustRegister(m.webhooks, m.recovered)
-	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify,
+	m.reg.MustRegister(m.decisions, m.beginLat, m.reports, m.reportLat, m.expired, m.failed, m.proxyReqs, m.upstream, m.notify, m.dropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -139,7 +143,7 @@ func (m *Metrics) Begin(effectType string, d ledger.Decision, elapsed time.Durat
 	m.beginLat.Observe(elapsed.Seconds())
 }
 
-// Observed implements ledger.ObservedObserver.
+// Observed implements ledger.ObserveModeObserver.
 func (m *Metrics) Observed(effectType, would string) {
 	m.observed.WithLabelValues(m.effectType(effectType), would).Inc()
 }

@@ -157,7 +157,11 @@ func (m *Email) message(ev ledger.Event) ([]byte, error) {
 	header := func(k, v string) { fmt.Fprintf(&b, "%s: %s\r\n", k, v) }
 	header("From", m.From)
 	header("To", strings.Join(m.To, ", "))
-	header("Subject", mime.QEncoding.Encode("utf-8", "[Ratchet] "+title))
+	// Each encoded word on a line of its own (RFC 2047 section 2: the
+	// space between encoded words is not shown): an agent's id of 255
+	// emoji made a Subject of one line of thousands of characters, over
+	// RFC 5322's 998, which servers refuse (a dead letter at once).
+	header("Subject", strings.ReplaceAll(mime.QEncoding.Encode("utf-8", "[Ratchet] "+title), "?= =?", "?=\r\n =?"))
 	header("Date", now().Format(time.RFC1123Z))
 	header("Message-ID", "<"+strings.Map(msgIDRune, ev.ID)+"@ratchet>")
 	header("Auto-Submitted", "auto-generated")

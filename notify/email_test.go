@@ -244,3 +244,40 @@ func TestAnEmailToARecipientRefusedForGoodIsPermanent(t *testing.T) {
 		t.Errorf("a 550 for the recipient: %v, want a permanent failure", err)
 	}
 }
+
+// An agent's id is its own to choose (up to 255 characters, emoji
+// included), and the title of an integration warning names it: its mail
+// still goes out, with every header line within RFC 5322's 998
+// characters (a real server, go-smtp, refuses a line over 2,000 with a
+// 500, which would dead-letter the mail at once), and says the id.
+func TestAnAgentsLongUnicodeIDCannotKeepItsMailFromBeingSent(t *testing.T) {
+	srv, pool := startSMTP(t, true)
+	m := &notify.Email{Addr: srv.addr, From: "ratchet@example.com", To: []string{"oncall@example.com"}, Username: srv.user, Password: srv.password,
+		TLSConfig: &tls.Config{RootCAs: pool}}
+	agent := strings.Repeat("💸", 255)
+	ev := ledger.Event{ID: "evt_1", Type: ledger.EventIntegrationWarning, Namespace: "default", AgentID: agent, RunID: strings.Repeat("€", 255), Count: 3}
+	if err := m.Deliver(context.Background(), ledger.OutboxEntry{Event: ev}); err != nil {
+		t.Fatalf("delivery: %v", err)
+	}
+	mails, _ := srv.snapshot()
+	if len(mails) != 1 {
+		t.Fatalf("%d mails arrived, want 1", len(mails))
+	}
+	head, _, _ := bytes.Cut(mails[0].data, []byte("\r\n\r\n"))
+	for i, l := range strings.Split(string(head), "\r\n") {
+		if len(l) > 998 {
+			t.Errorf("header line %d is %d characters, over RFC 5322's 998", i+1, len(l))
+		}
+	}
+	msg, err := mail.ReadMessage(bytes.NewReader(mails[0].data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(subject, strings.Repeat("💸", 200)+"…") {
+		t.Errorf("subject %q does not name the agent (clipped)", subject)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -23,18 +24,27 @@ import (
 // idempotency keys or dimension values (hashes only), and nor does this.
 
 // inert makes a value safe to show as plain text: control characters
-// become spaces, and it is clipped to maxValueRunes.
+// become spaces, a URL's "://" and a "www." are defanged ("https[:]//",
+// "www[.]"), and it is clipped to maxValueRunes. Mail clients, PagerDuty
+// and Teams make links of URLs in plain text: found breaking the sinks,
+// an agent named "https://ratchet.example.com.evil.test/approvals/…" was
+// a link beside the console's real one, to a page that could ask for an
+// admin token. A bare domain ("evil.test") may still be linked by some
+// mail clients; defanging every dot would garble effect types and ids.
 func inert(s string) string {
 	if utf8.RuneCountInString(s) > maxValueRunes {
 		s = string([]rune(s)[:maxValueRunes]) + "…"
 	}
-	return strings.Map(func(r rune) rune {
+	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
 			return ' '
 		}
 		return r
 	}, s)
+	return wwwRe.ReplaceAllString(strings.ReplaceAll(s, "://", "[:]//"), "${1}[.]")
 }
+
+var wwwRe = regexp.MustCompile(`(?i)\b(www)\.`)
 
 // plainLabels is the namespace, agent and run of an event.
 func plainLabels(ev ledger.Event) string {

@@ -86,7 +86,7 @@ func (f *workflowsWebhook) snapshot() ([]map[string]any, []string) {
 // An approval request reaches Teams as an Adaptive Card whose button opens
 // the approval's page in the console, where an approver decides. What the
 // agent wrote (here an agent id shaped as a Markdown link) is only ever
-// in TextRuns, which Teams renders without Markdown.
+// in TextRuns, which Teams renders without Markdown, its URL defanged.
 func TestATeamsCardOpensTheApprovalsConsolePage(t *testing.T) {
 	hook := &workflowsWebhook{}
 	srv := httptest.NewServer(hook)
@@ -124,7 +124,7 @@ func TestATeamsCardOpensTheApprovalsConsolePage(t *testing.T) {
 			t.Errorf("an agent's value is in a TextBlock, which Teams renders as Markdown: %v", el)
 		}
 	}
-	if !strings.Contains(string(b), `"text":"namespace shop, agent [click me](https://evil.example.com)"`) {
+	if !strings.Contains(string(b), `"text":"namespace shop, agent [click me](https[:]//evil.example.com)"`) {
 		t.Errorf("the agent's id is not shown as plain text in a TextRun: %s", b)
 	}
 }

@@ -42,14 +42,44 @@ type Observer interface {
 	Delivery(sink, eventType, result string)
 }
 
+// DropObserver is an optional interface of an Observer: it is told when
+// the outbox's bound dropped a sink's oldest dead letters.
+type DropObserver interface {
+	Dropped(sink string, n int)
+}
+
+// Waker is an optional interface of an Outbox (the engine has it): with it
+// a sink's loop sleeps until its next entry is due, its breaker's probe,
+// or a signal that new entries were written, instead of polling.
+type Waker interface {
+	// OutboxWake returns a channel closed once entries written after the
+	// call are durable.
+	OutboxWake() <-chan struct{}
+	// NextSinkEvent reports when sink's next entry that is not dead is
+	// due (ok false: it has none).
+	NextSinkEvent(ctx context.Context, sink string) (next time.Time, ok bool, err error)
+}
+
+// Bounder is an optional interface of an Outbox (the engine has it): it
+// keeps a sink's entries within the worker's MaxWaiting and MaxDead (see
+// ledger.Engine.BoundSinkOutbox).
+type Bounder interface {
+	BoundSinkOutbox(ctx context.Context, sink string, maxWaiting, maxDead int) (ledger.OutboxBound, error)
+}
+
 // The worker's defaults.
 const (
 	DefaultMaxAttempts = 10
 	DefaultBackoff     = time.Second
 	DefaultMaxBackoff  = 10 * time.Minute
 	DefaultPoll        = 200 * time.Millisecond
+	DefaultIdleCheck   = 30 * time.Second
 	DefaultTimeout     = 10 * time.Second
+	DefaultMaxWaiting  = 10000
+	DefaultMaxDead     = 1000
+	DefaultBoundEvery  = 10 * time.Second
 	defaultBatch       = 32
+	minSleep           = 50 * time.Millisecond
 )
 
 // Worker delivers outbox entries to sinks until its context ends.
@@ -68,9 +98,21 @@ type Worker struct {
 	// Backoff is the wait after the first failure, doubling after each
 	// one up to MaxBackoff; zero means DefaultBackoff and DefaultMaxBackoff.
 	Backoff, MaxBackoff time.Duration
-	// Poll is how often the outbox is looked at when it had nothing due;
-	// zero means DefaultPoll.
+	// Poll is the longest a sink's loop sleeps when it had nothing due:
+	// zero means DefaultIdleCheck on an Outbox that is a Waker (it sleeps
+	// until its next entry is due or new ones are written, and looks
+	// again after this for a fleet's other replicas' entries), DefaultPoll
+	// on one that is not.
 	Poll time.Duration
+	// MaxWaiting and MaxDead bound each sink's entries on an Outbox that
+	// is a Bounder: past MaxWaiting the oldest waiting entries become dead
+	// letters, past MaxDead the oldest dead letters are dropped (counted,
+	// see DropObserver, and an outbox.dropped event). Zero means
+	// DefaultMaxWaiting and DefaultMaxDead, negative no bound.
+	MaxWaiting, MaxDead int
+	// BoundEvery is how often a sink's loop applies the bound, at most;
+	// zero means DefaultBoundEvery.
+	BoundEvery time.Duration
 	// Timeout bounds one delivery; zero means DefaultTimeout.
 	Timeout time.Duration
 	// Observer is told of each attempt; nil means nobody.
@@ -112,39 +154,129 @@ const (
 // entries: a sink that hangs, is slow or has a backlog delays no other
 // sink's deliveries. Entries for a sink not in Sinks are swept now and then
 // by one more loop, which fails them until they are dead.
+//
+// Idle, the loops sleep (issue 31 counts an idle sidecar's wake-ups): a
+// sink's loop until its next entry is due, its breaker's next probe or a
+// signal that entries were written (Waker), at most Poll; the sweep every
+// Poll. An Outbox that is not a Waker is polled every Poll (default
+// DefaultPoll), and swept every orphanSweepPolls of it.
 func (w *Worker) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for sink := range w.Sinks {
-		wg.Go(func() {
-			w.loop(ctx, w.poll(), func(ctx context.Context) (int, error) { return w.runSink(ctx, sink) })
-		})
+		wg.Go(func() { w.sinkLoop(ctx, sink) })
 	}
-	wg.Go(func() { w.loop(ctx, w.poll()*orphanSweepPolls, w.sweepOrphans) })
+	sweep := w.idle() * orphanSweepPolls
+	if _, ok := w.Outbox.(Waker); ok {
+		sweep = w.idle()
+	}
+	wg.Go(func() {
+		for {
+			n, err := w.sweepOrphans(ctx)
+			if !w.pause(ctx, n, err, nil, sweep) {
+				return
+			}
+		}
+	})
 	wg.Wait()
 }
 
 // orphanSweepPolls is how many polls apart the entries of sinks that are
-// not configured are looked for.
+// not configured are looked for, on an Outbox that does not signal.
 const orphanSweepPolls = 10
 
-// loop runs once until ctx ends, again at once while it finds work and
-// after idle when it found none or failed.
-func (w *Worker) loop(ctx context.Context, idle time.Duration, once func(context.Context) (int, error)) {
+// sinkLoop delivers sink's entries until ctx ends, applying the bound now
+// and then.
+func (w *Worker) sinkLoop(ctx context.Context, sink string) {
+	waker, _ := w.Outbox.(Waker)
+	var bounded time.Time
 	for {
-		n, err := once(ctx)
-		if ctx.Err() != nil {
+		var wake <-chan struct{}
+		if waker != nil {
+			wake = waker.OutboxWake() // before the claim: a write during it wakes the next sleep
+		}
+		n, err := w.runSink(ctx, sink)
+		if ctx.Err() == nil && time.Since(bounded) >= w.boundEvery() {
+			w.bound(ctx, sink)
+			bounded = time.Now()
+		}
+		sleep := w.idle()
+		if waker != nil && err == nil && n == 0 {
+			sleep = w.untilDue(ctx, waker, sink)
+		}
+		if !w.pause(ctx, n, err, wake, sleep) {
 			return
 		}
-		if err != nil && !errors.Is(err, ledger.ErrClosed) {
-			w.logger().Warn("claiming outbox entries", "err", err)
+	}
+}
+
+// pause logs a failed run and waits before the next: not at all after a
+// run that found work (there may be more due), else for sleep or until
+// wake. It reports false once ctx has ended.
+func (w *Worker) pause(ctx context.Context, n int, err error, wake <-chan struct{}, sleep time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil && !errors.Is(err, ledger.ErrClosed) {
+		w.logger().Warn("claiming outbox entries", "err", err)
+	}
+	if n > 0 && err == nil {
+		return true
+	}
+	t := time.NewTimer(sleep)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-t.C:
+	}
+	return true
+}
+
+// untilDue is how long sink's loop may sleep: until its next entry is due
+// or, while its breaker is open, its next probe; at most the idle check,
+// at least minSleep.
+func (w *Worker) untilDue(ctx context.Context, waker Waker, sink string) time.Duration {
+	d := w.idle()
+	next, ok, err := waker.NextSinkEvent(ctx, sink)
+	if err != nil {
+		return min(d, w.poll())
+	}
+	if ok {
+		d = min(d, time.Until(next))
+	}
+	b := w.breaker(sink)
+	w.mu.Lock()
+	open := b.openUntil
+	w.mu.Unlock()
+	if ok && time.Until(open) > d {
+		d = min(w.idle(), time.Until(open))
+	}
+	return max(d, minSleep)
+}
+
+// bound applies MaxWaiting and MaxDead to sink's entries.
+func (w *Worker) bound(ctx context.Context, sink string) {
+	b, ok := w.Outbox.(Bounder)
+	if !ok {
+		return
+	}
+	res, err := b.BoundSinkOutbox(ctx, sink, w.maxWaiting(), w.maxDead())
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ledger.ErrClosed) {
+			w.logger().Warn("bounding the outbox", "sink", sink, "err", err)
 		}
-		if n > 0 && err == nil {
-			continue // there may be more due
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(idle):
+		return
+	}
+	if res.Expired > 0 {
+		w.logger().Warn("outbox bound: the oldest waiting notifications became dead letters", "sink", sink,
+			"count", res.Expired, "max_waiting", w.maxWaiting())
+	}
+	if res.Dropped > 0 {
+		w.logger().Warn("outbox bound: the oldest dead letters were dropped", "sink", sink,
+			"count", res.Dropped, "max_dead", w.maxDead())
+		if o, ok := w.Observer.(DropObserver); ok {
+			o.Dropped(sink, res.Dropped)
 		}
 	}
 }
@@ -383,6 +515,38 @@ func (w *Worker) poll() time.Duration {
 		return DefaultPoll
 	}
 	return w.Poll
+}
+
+// idle is the longest a loop sleeps (see Poll).
+func (w *Worker) idle() time.Duration {
+	if w.Poll > 0 {
+		return w.Poll
+	}
+	if _, ok := w.Outbox.(Waker); ok {
+		return DefaultIdleCheck
+	}
+	return DefaultPoll
+}
+
+func (w *Worker) boundEvery() time.Duration {
+	if w.BoundEvery <= 0 {
+		return DefaultBoundEvery
+	}
+	return w.BoundEvery
+}
+
+func (w *Worker) maxWaiting() int {
+	if w.MaxWaiting == 0 {
+		return DefaultMaxWaiting
+	}
+	return w.MaxWaiting // negative: BoundSinkOutbox applies none
+}
+
+func (w *Worker) maxDead() int {
+	if w.MaxDead == 0 {
+		return DefaultMaxDead
+	}
+	return w.MaxDead
 }
 
 func (w *Worker) timeout() time.Duration {

@@ -1,31 +1,17 @@
 package proxy
 
-import "context"
+import (
+	"context"
 
-// Attempt names the gated attempt an outbound request carries out. The
-// proxy puts it in the request's context before forwarding, so a
-// Transport (Options.Transport) can tell a gated call from a pass-through
-// and knows whose it is without reading Ratchet's headers, which never go
-// upstream: package recovery keeps the request it sees for same-key
-// recovery.
-type Attempt struct {
-	Vendor   string
-	EffectID string
-	Attempt  int
-	// VendorKey is the idempotency key stamped on the request; empty when
-	// the endpoint takes none.
-	VendorKey string
-}
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
+)
 
-type attemptKey struct{}
+// Attempt names the gated attempt an outbound request carries out
+// (outbound.Attempt, which package recovery reads).
+type Attempt = outbound.Attempt
 
 // WithAttempt returns ctx carrying a.
-func WithAttempt(ctx context.Context, a Attempt) context.Context {
-	return context.WithValue(ctx, attemptKey{}, a)
-}
+func WithAttempt(ctx context.Context, a Attempt) context.Context { return outbound.WithAttempt(ctx, a) }
 
 // AttemptOf returns the attempt ctx carries, if any.
-func AttemptOf(ctx context.Context) (Attempt, bool) {
-	a, ok := ctx.Value(attemptKey{}).(Attempt)
-	return a, ok
-}
+func AttemptOf(ctx context.Context) (Attempt, bool) { return outbound.AttemptOf(ctx) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // FuzzBeginRequest feeds arbitrary requests through the proxy's parsing
@@ -23,7 +24,7 @@ func FuzzBeginRequest(f *testing.F) {
 	p := &Proxy{opts: Options{DedupeWindow: time.Hour, CurrencyMicros: map[string]int64{"usd": 1_000_000}}}
 	p.opts.Clock = func() time.Time { return time.Unix(1e9, 0) }
 	f.Fuzz(func(t *testing.T, vendor, path, ctype, body string) {
-		v, _ := vendors.Lookup(vendor)
+		v, _ := all.Lookup(vendor)
 		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
 		r.Header.Set("Content-Type", ctype)
 		e, ok := v.Classify(&vendors.Request{Method: r.Method, Path: path, Header: r.Header, Body: []byte(body)})
@@ -31,8 +32,14 @@ func FuzzBeginRequest(f *testing.F) {
 			return
 		}
 		req := p.beginRequest(r, v, path, []byte(body), e, false)
-		if !json.Valid(req.Payload) || len(req.IdempotencyKey) > 255 || req.IdempotencyKey == "" {
-			t.Fatalf("begin request %+v", req)
+		if !json.Valid(req.Payload) {
+			t.Fatalf("!json.Valid(req.Payload): begin request %+v", req)
+		}
+		if len(req.IdempotencyKey) > 255 {
+			t.Fatalf("len(req.IdempotencyKey) > 255: begin request %+v", req)
+		}
+		if req.IdempotencyKey == "" {
+			t.Fatalf("req.IdempotencyKey == \"\": begin request %+v", req)
 		}
 		if req.EstimatedCostMicros != nil && *req.EstimatedCostMicros < 0 {
 			t.Fatalf("negative cost %d", *req.EstimatedCostMicros)

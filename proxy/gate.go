@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,14 +15,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
 // maxResponseBytes bounds an upstream answer read for classification.
-const maxResponseBytes = 16 << 20
+const maxResponseBytes = outbound.MaxAnswerBytes
 
 // ratchetHeaders are Ratchet's own request headers, never sent upstream.
 var ratchetHeaders = []string{HeaderIdempotencyKey, HeaderRunID, HeaderAgentID, HeaderGroupKey}
@@ -125,7 +124,7 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 				p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+err.Error())
 				return
 			}
-			if body, err = tagForWebhooks(e, body, res.VendorIdempotencyKey.Value); err != nil { // tag.go
+			if body, err = tag(v, e, body, res.VendorIdempotencyKey.Value); err != nil {
 				// The caller wrote Ratchet's own webhook tag: nothing was
 				// sent, so the attempt definitely did not happen.
 				p.report(r.Context(), &call{v, res.EffectID, res.Attempt, owner}, ledger.OutcomeFailed, nil, "", "webhook tag: "+err.Error())
@@ -270,8 +269,8 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		key = callerKey(v, r.Method, path, e, whose)
 	default:
 		at := p.opts.Clock()
-		if minted, ok := vendors.StripeKeyMinted(e.CallerKey); ok && e.KeyFromSDK {
-			at = minted
+		if !e.KeyMinted.IsZero() && e.KeyFromSDK {
+			at = e.KeyMinted
 		}
 		window := p.dedupeWindow(v)
 		bucket := at.UnixNano() / int64(window)
@@ -309,6 +308,9 @@ func (p *Proxy) beginRequest(r *http.Request, v vendors.Vendor, path string, bod
 		if micros, ok := e.Money.Micros(p.opts.CurrencyMicros); ok {
 			req.EstimatedCostMicros = &micros
 		}
+	case e.CostMicros != nil: // a declared route's fixed cost per call
+		c := *e.CostMicros
+		req.EstimatedCostMicros = &c
 	}
 	return req
 }
@@ -343,7 +345,7 @@ func ownerOf(e vendors.Effect) string {
 // storedOwner returns the owner kept with a duplicate's stored answer, if
 // the answer was kept.
 func storedOwner(res *ledger.BeginResult) (string, bool) {
-	var kept storedResponse
+	var kept outbound.Stored
 	if json.Unmarshal(res.Result, &kept) != nil || kept.Status == 0 {
 		return "", false
 	}
@@ -470,51 +472,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 	rp.ServeHTTP(w, r)
 }
 
-// storedResponse is a vendor answer kept for replay to duplicates, its
-// body in base64 (a third larger) as it always was. An answer that does not fit the
-// ledger's result limit once encoded is kept without its body, with its
-// size and the vendor's object id; a duplicate then gets 409 naming that
-// id. Owner, when only an OAuth credential said whose call it was, is
-// that credential's hash: the answer is replayed to it alone.
-type storedResponse struct {
-	Status      int    `json:"status"`
-	ContentType string `json:"content_type,omitempty"`
-	Body        []byte `json:"body,omitempty"`
-	Omitted     bool   `json:"body_omitted,omitempty"`
-	Size        int    `json:"body_bytes,omitempty"`
-	ObjectID    string `json:"object_id,omitempty"`
-	Owner       string `json:"owner,omitempty"`
-}
-
-// keep returns the stored form of a vendor answer, always within
-// ledger.MaxResultBytes as encoded: the report of an answer the vendor
-// gave must never be refused for its size.
-func keep(status int, contentType string, body []byte, objectID, owner string) []byte {
-	k := storedResponse{Status: status, ContentType: contentType, Owner: owner}
-	if base64.StdEncoding.EncodedLen(len(body)) <= ledger.MaxResultBytes {
-		k.Body = body
-		if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
-			return b
-		}
-	}
-	k.Body, k.Omitted, k.Size, k.ObjectID = nil, true, len(body), objectID
-	if b := encodeJSON(k); len(b) <= ledger.MaxResultBytes {
-		return b
-	}
-	k.ContentType = "" // a header value that long is not worth keeping
-	return encodeJSON(k)
-}
-
-// encodeJSON is json.Marshal without HTML escaping (which turns each <, >
-// and & into six bytes), as the ledger's canonical form writes it.
-func encodeJSON(v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v) // plain data always encodes
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
 // settle reads the vendor's answer, classifies and reports it, and hands
 // the same bytes on to the caller.
 func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start time.Time) error {
@@ -525,7 +482,7 @@ func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start 
 	}
 	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
 	p.opts.Observer.Upstream(c.v.Name(), string(o.Result), time.Since(start))
-	result := keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference), c.owner)
+	result := outbound.Keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference), c.owner)
 	p.report(ctx, c, outcomes[o.Result], result, o.VendorReference, o.Reason)
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
@@ -562,34 +519,14 @@ func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []
 	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
 }
 
-// vendorRef returns the vendor's object id if the ledger accepts it as
-// is; one that is not a plain id is dropped rather than altered.
-func vendorRef(ref string) string {
-	if ref != printable(ref, ledger.MaxIDLen) {
-		return ""
-	}
-	return ref
-}
+func vendorRef(ref string) string { return outbound.VendorRef(ref) }
 
-// printable returns s as text the ledger accepts: valid UTF-8, control
-// characters as spaces, at most max characters.
-func printable(s string, max int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	if r := []rune(s); len(r) > max {
-		s = string(r[:max])
-	}
-	return s
-}
+func printable(s string, max int) string { return outbound.Printable(s, max) }
 
 // replay answers a duplicate with the stored vendor response, if it is
-// owner's (see storedResponse).
+// owner's (see outbound.Stored).
 func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.BeginResult, owner string) {
-	var kept storedResponse
+	var kept outbound.Stored
 	parsed := json.Unmarshal(res.Result, &kept) == nil && kept.Status != 0
 	if kept.Owner != owner {
 		// Another owner's answer (vendor re-begins such a request under
@@ -622,15 +559,24 @@ func (p *Proxy) replay(w http.ResponseWriter, v vendors.Vendor, res *ledger.Begi
 	w.Write(body)
 }
 
+// tag writes the vendor key as the vendor's webhook tag, when the vendor
+// has one (vendors.Tagger, vendors/tag.go).
+func tag(v vendors.Vendor, e vendors.Effect, body []byte, key string) ([]byte, error) {
+	if tg, ok := v.(vendors.Tagger); ok {
+		return tg.Tag(e, body, key)
+	}
+	return body, nil
+}
+
 // write sends a refusal in the vendor's own error shape, at the status and
 // with the headers its SDK handles best (vendors.Vendor.Refusal).
 func (p *Proxy) write(w http.ResponseWriter, v vendors.Vendor, status int, code, msg string) {
 	rep := v.Refusal(status, code, msg)
 	h := w.Header()
+	h.Set("Content-Type", "application/json") // unless the vendor's shape says otherwise
 	for k, vals := range rep.Header {
 		h[k] = vals
 	}
-	h.Set("Content-Type", "application/json")
 	w.WriteHeader(rep.Status)
 	w.Write(rep.Body)
 }

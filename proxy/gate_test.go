@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
@@ -83,8 +85,11 @@ func TestLargeVendorAnswersAreRecorded(t *testing.T) {
 				t.Fatalf("first answer: %d, %d bytes", resp.StatusCode, len(b))
 			}
 			effs := e.effects(t)
-			if len(effs) != 1 || effs[0].State != ledger.StateSucceeded {
-				t.Fatalf("the vendor said yes, the ledger says %+v", effs)
+			if len(effs) != 1 {
+				t.Fatalf("len(effs) != 1: the vendor said yes, the ledger says %+v", effs)
+			}
+			if effs[0].State != ledger.StateSucceeded {
+				t.Fatalf("effs[0].State != ledger.StateSucceeded: the vendor said yes, the ledger says %+v", effs)
 			}
 			if len(effs[0].Result) > ledger.MaxResultBytes {
 				t.Fatalf("stored result is %d bytes", len(effs[0].Result))
@@ -95,8 +100,11 @@ func TestLargeVendorAnswersAreRecorded(t *testing.T) {
 			b := readAll(t, resp)
 			replayed := resp.StatusCode == 200 && resp.Header.Get("Ratchet-Replayed") == "true" && bytes.Equal([]byte(b), c.body)
 			named := resp.StatusCode == 409 && strings.Contains(b, "ratchet_duplicate") && (c.ctype != "application/json" || strings.Contains(b, "pi_big"))
-			if !replayed && !named || hits.Load() != 1 {
-				t.Fatalf("retry: %d %q (%d bytes), %d upstream calls", resp.StatusCode, resp.Header.Get("Ratchet-Replayed"), len(b), hits.Load())
+			if !replayed && !named {
+				t.Fatalf("!replayed && !named: retry: %d %q (%d bytes), %d upstream calls", resp.StatusCode, resp.Header.Get("Ratchet-Replayed"), len(b), hits.Load())
+			}
+			if hits.Load() != 1 {
+				t.Fatalf("hits.Load() != 1: retry: %d %q (%d bytes), %d upstream calls", resp.StatusCode, resp.Header.Get("Ratchet-Replayed"), len(b), hits.Load())
 			}
 			if len(c.body) <= 47<<10 && !replayed {
 				t.Fatalf("a %d-byte answer fits and should replay byte for byte", len(c.body))
@@ -145,8 +153,14 @@ func TestSquareCancelByKeyNamesThePayment(t *testing.T) {
 	for i, payment := range []string{"payment-A-key", "payment-B-key"} {
 		resp := post(t, e.url+"/square/v2/payments/cancel", `{"idempotency_key":"`+payment+`"}`, map[string]string{"Authorization": "Bearer sq"})
 		readAll(t, resp)
-		if resp.Header.Get("Ratchet-Decision") != "execute" || resp.Header.Get("Ratchet-Replayed") != "" || hits.Load() != int64(i+1) {
-			t.Fatalf("cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
+		if resp.Header.Get("Ratchet-Decision") != "execute" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
+		}
+		if resp.Header.Get("Ratchet-Replayed") != "" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Replayed\") != \"\": cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
+		}
+		if hits.Load() != int64(i+1) {
+			t.Fatalf("hits.Load() != int64(i+1): cancel %s: %s, replayed %q, %d upstream calls", payment, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), hits.Load())
 		}
 	}
 }
@@ -333,8 +347,8 @@ func TestCompressedVendorAnswersAreReadAsSent(t *testing.T) {
 		t.Fatalf("the caller got %q", body)
 	}
 	effs := e.effects(t)
-	if len(effs) != 1 || effs[0].State != ledger.StateSucceeded || effs[0].VendorReference != "pi_gz" {
-		t.Fatalf("the ledger read the answer as %+v", effs)
+	if diff := cmp.Diff([]outcome{{ledger.StateSucceeded, "pi_gz"}}, outcomes(effs)); diff != "" {
+		t.Fatalf("the ledger read the answer as (-want +got):\n%s", diff)
 	}
 	resp = post(t, e.url+"/stripe/v1/payment_intents", form, h)
 	if b := readAll(t, resp); resp.Header.Get("Ratchet-Replayed") != "true" || b != string(answer) || hits.Load() != 1 {

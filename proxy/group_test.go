@@ -21,8 +21,11 @@ func TestAProxiedCallCannotJoinAnotherAgentsGroup(t *testing.T) {
 	ctx := context.Background()
 	step, err := e.eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "hotel", EffectType: "hotel.book", AgentID: "alice-bot",
 		GroupKey: "trip:alice", Compensation: &ledger.Compensation{EffectType: "hotel.cancel", Payload: json.RawMessage(`{"res":"H1"}`)}})
-	if err != nil || step.Decision != ledger.DecisionExecute {
-		t.Fatalf("alice's step: %+v %v", step, err)
+	if err != nil {
+		t.Fatalf("err != nil: alice's step: %+v %v", step, err)
+	}
+	if step.Decision != ledger.DecisionExecute {
+		t.Fatalf("step.Decision != ledger.DecisionExecute: alice's step: %+v %v", step, err)
 	}
 	if _, err := e.eng.Report(ctx, ledger.ReportRequest{EffectID: step.EffectID, Outcome: ledger.OutcomeSucceeded}); err != nil {
 		t.Fatal(err)
@@ -30,8 +33,10 @@ func TestAProxiedCallCannotJoinAnotherAgentsGroup(t *testing.T) {
 	resp := post(t, e.url+"/stripe/v1/payment_intents", "amount=100&currency=usd&customer=cus_1", map[string]string{
 		"Ratchet-Idempotency-Key": "p:1", "Ratchet-Group-Key": "trip:alice", "Content-Type": "application/x-www-form-urlencoded"})
 	body := readAll(t, resp)
-	if resp.StatusCode != 403 || !strings.Contains(body, "ratchet_unauthorized") {
-		t.Errorf("answer %d %s, want 403 ratchet_unauthorized", resp.StatusCode, body)
+	if resp.StatusCode != 403 {
+		t.Errorf("resp.StatusCode != 403: answer %d %s, want 403 ratchet_unauthorized", resp.StatusCode, body)
+	} else if !strings.Contains(body, "ratchet_unauthorized") {
+		t.Errorf("!strings.Contains(body, \"ratchet_unauthorized\"): answer %d %s, want 403 ratchet_unauthorized", resp.StatusCode, body)
 	}
 	if hits.Load() != 0 {
 		t.Errorf("the vendor got %d requests", hits.Load())

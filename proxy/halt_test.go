@@ -44,11 +44,15 @@ func TestAHaltedVendorIsNeverForwardedTo(t *testing.T) {
 	if !errors.As(err, &se) {
 		t.Fatalf("a create while halted: %v, want a *stripe.Error", err)
 	}
-	if se.HTTPStatusCode != 403 || se.Code != "ratchet_denied" {
-		t.Errorf("status %d code %q, want 403 ratchet_denied", se.HTTPStatusCode, se.Code)
+	if se.HTTPStatusCode != 403 {
+		t.Errorf("se.HTTPStatusCode != 403: status %d code %q, want 403 ratchet_denied", se.HTTPStatusCode, se.Code)
+	} else if se.Code != "ratchet_denied" {
+		t.Errorf("se.Code != \"ratchet_denied\": status %d code %q, want 403 ratchet_denied", se.HTTPStatusCode, se.Code)
 	}
-	if !strings.Contains(se.Msg, "halted") || !strings.Contains(se.Msg, "stripe incident") {
-		t.Errorf("message %q lacks the reason or the note", se.Msg)
+	if !strings.Contains(se.Msg, "halted") {
+		t.Errorf("!strings.Contains(se.Msg, \"halted\"): message %q lacks the reason or the note", se.Msg)
+	} else if !strings.Contains(se.Msg, "stripe incident") {
+		t.Errorf("!strings.Contains(se.Msg, \"stripe incident\"): message %q lacks the reason or the note", se.Msg)
 	}
 	if n := hits.n.Load() - before; n != 0 {
 		t.Errorf("%d requests reached stripe while halted", n)

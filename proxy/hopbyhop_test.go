@@ -26,8 +26,10 @@ func TestAConnectionHeaderCannotStripTheStampedKey(t *testing.T) {
 		}
 		fake.mu.Lock()
 		defer fake.mu.Unlock()
-		if len(fake.keys) != 1 || fake.keys[0] != stamped {
-			t.Errorf("the vendor got keys %q; want the stamped %q", fake.keys, stamped)
+		if len(fake.keys) != 1 {
+			t.Errorf("len(fake.keys) != 1: the vendor got keys %q; want the stamped %q", fake.keys, stamped)
+		} else if fake.keys[0] != stamped {
+			t.Errorf("fake.keys[0] != stamped: the vendor got keys %q; want the stamped %q", fake.keys, stamped)
 		}
 	})
 }

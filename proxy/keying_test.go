@@ -155,20 +155,35 @@ func forEachShape(t *testing.T, test func(t *testing.T, s shape, fake *vendorFak
 func TestTheCallersKeyDecides(t *testing.T) {
 	forEachShape(t, func(t *testing.T, s shape, fake *vendorFake, e *env) {
 		resp, body := s.send(t, e, "order-1001", "M1", "token-1", "n")
-		if resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" {
-			t.Fatalf("first: %d %s", resp.StatusCode, body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("resp.StatusCode != 200: first: %d %s", resp.StatusCode, body)
+		}
+		if resp.Header.Get("Ratchet-Decision") != "execute" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": first: %d %s", resp.StatusCode, body)
 		}
 		resp, body = s.send(t, e, "order-1001", "M1", "token-1", "n")
-		if resp.Header.Get("Ratchet-Replayed") != "true" || body != s.ok || fake.hits.Load() != 1 {
-			t.Fatalf("same key: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		if resp.Header.Get("Ratchet-Replayed") != "true" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Replayed\") != \"true\": same key: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		}
+		if body != s.ok {
+			t.Fatalf("body != s.ok: same key: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		}
+		if fake.hits.Load() != 1 {
+			t.Fatalf("fake.hits.Load() != 1: same key: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
 		}
 		resp, body = s.send(t, e, "order-1002", "M1", "token-1", "n")
-		if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != 2 {
-			t.Fatalf("a new key for identical content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		if resp.Header.Get("Ratchet-Decision") != "execute" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": a new key for identical content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		}
+		if fake.hits.Load() != 2 {
+			t.Fatalf("fake.hits.Load() != 2: a new key for identical content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
 		}
 		// Ratchet's own key reached the vendor, a new one per call.
-		if fake.keys[0] == "order-1001" || fake.keys[0] == fake.keys[1] {
-			t.Fatalf("vendor keys %q", fake.keys)
+		if fake.keys[0] == "order-1001" {
+			t.Fatalf("fake.keys[0] == \"order-1001\": vendor keys %q", fake.keys)
+		}
+		if fake.keys[0] == fake.keys[1] {
+			t.Fatalf("fake.keys[0] == fake.keys[1]: vendor keys %q", fake.keys)
 		}
 	})
 }
@@ -192,8 +207,11 @@ func TestATokenRefreshKeepsABlockedRetryBlocked(t *testing.T) {
 		}
 		fake.failing.Store(false)
 		resp, body = s.send(t, e, "order-1001", "M1", after, "n")
-		if resp.Header.Get("Ratchet-Decision") != "blocked" || fake.hits.Load() != 1 {
-			t.Fatalf("retry after the refresh: %d %s %s, %d calls", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+		if resp.Header.Get("Ratchet-Decision") != "blocked" {
+			t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"blocked\": retry after the refresh: %d %s %s, %d calls", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+		}
+		if fake.hits.Load() != 1 {
+			t.Fatalf("fake.hits.Load() != 1: retry after the refresh: %d %s %s, %d calls", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
 		}
 	})
 }
@@ -207,8 +225,14 @@ func TestTheCallersKeyWithOtherContentIsAConflict(t *testing.T) {
 		s.send(t, e, "order-1001", "M1", "token-1", "n")
 		fake.failing.Store(false)
 		resp, body := s.send(t, e, "order-1001", "M1", "token-1", "changed")
-		if resp.StatusCode != s.conflictStatus || !strings.Contains(body, s.conflictCode) || fake.hits.Load() != 1 {
-			t.Fatalf("changed content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		if resp.StatusCode != s.conflictStatus {
+			t.Fatalf("resp.StatusCode != s.conflictStatus: changed content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		}
+		if !strings.Contains(body, s.conflictCode) {
+			t.Fatalf("!strings.Contains(body, s.conflictCode): changed content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
+		}
+		if fake.hits.Load() != 1 {
+			t.Fatalf("fake.hits.Load() != 1: changed content: %d %s, %d calls", resp.StatusCode, body, fake.hits.Load())
 		}
 	})
 }
@@ -222,8 +246,11 @@ func TestTwoMerchantsNeverShareAResponse(t *testing.T) {
 	forEachShape(t, func(t *testing.T, s shape, fake *vendorFake, e *env) {
 		for i, m := range []string{"M1", "M2"} {
 			resp, body := s.send(t, e, "order-1001", m, "platform-token", "n")
-			if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != int64(i+1) {
-				t.Fatalf("merchant %s: %d %s %s, %d calls", m, resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			if resp.Header.Get("Ratchet-Decision") != "execute" {
+				t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": merchant %s: %d %s %s, %d calls", m, resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			}
+			if fake.hits.Load() != int64(i+1) {
+				t.Fatalf("fake.hits.Load() != int64(i+1): merchant %s: %d %s %s, %d calls", m, resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
 			}
 		}
 	})
@@ -302,9 +329,20 @@ func TestStripeGoKeys(t *testing.T) {
 	_, err := create("checkout-7", 1001)
 	var se *stripe.Error
 	var ie *stripe.IdempotencyError
-	if !errors.As(err, &se) || se.HTTPStatusCode != 400 || se.Type != stripe.ErrorTypeIdempotency || !errors.As(se.Err, &ie) ||
-		!strings.Contains(se.Msg, "idempotency_key_conflict") {
-		t.Fatalf("same key, other amount: %#v", err)
+	if !errors.As(err, &se) {
+		t.Fatalf("!errors.As(err, &se): same key, other amount: %#v", err)
+	}
+	if se.HTTPStatusCode != 400 {
+		t.Fatalf("se.HTTPStatusCode != 400: same key, other amount: %#v", err)
+	}
+	if se.Type != stripe.ErrorTypeIdempotency {
+		t.Fatalf("se.Type != stripe.ErrorTypeIdempotency: same key, other amount: %#v", err)
+	}
+	if !errors.As(se.Err, &ie) {
+		t.Fatalf("!errors.As(se.Err, &ie): same key, other amount: %#v", err)
+	}
+	if !strings.Contains(se.Msg, "idempotency_key_conflict") {
+		t.Fatalf("!strings.Contains(se.Msg, \"idempotency_key_conflict\"): same key, other amount: %#v", err)
 	}
 }
 
@@ -330,8 +368,17 @@ func TestStripeGoStopsRetryingABlockedCall(t *testing.T) {
 	asked.n.Store(0)
 	err := b.Call(http.MethodPost, "/v1/payment_intents", "sk_test_123", p, pi)
 	var se *stripe.Error
-	if !errors.As(err, &se) || se.HTTPStatusCode != 409 || se.Code != "ratchet_blocked" || asked.n.Load() != 1 {
-		t.Fatalf("blocked: %v, asked %d times", err, asked.n.Load())
+	if !errors.As(err, &se) {
+		t.Fatalf("!errors.As(err, &se): blocked: %v, asked %d times", err, asked.n.Load())
+	}
+	if se.HTTPStatusCode != 409 {
+		t.Fatalf("se.HTTPStatusCode != 409: blocked: %v, asked %d times", err, asked.n.Load())
+	}
+	if se.Code != "ratchet_blocked" {
+		t.Fatalf("se.Code != \"ratchet_blocked\": blocked: %v, asked %d times", err, asked.n.Load())
+	}
+	if asked.n.Load() != 1 {
+		t.Fatalf("asked.n.Load() != 1: blocked: %v, asked %d times", err, asked.n.Load())
 	}
 	if effs := e.effects(t); len(effs) != 1 || effs[0].State != ledger.StateIndeterminate {
 		t.Fatalf("effects: %+v", effs)
@@ -472,8 +519,11 @@ func TestATokenRefreshKeepsABlockedCallBlockedWhenOnlyTheTokenSaysWhose(t *testi
 				fake.failing.Store(false)
 				h, body = s.request(key, "EAAAl-after-refresh")
 				resp, b := sendTo(t, e.url+"/"+s.vendor+s.path, body, h)
-				if resp.Header.Get("Ratchet-Decision") != "blocked" || fake.hits.Load() != 1 {
-					t.Fatalf("retry after the refresh: %s %s, %d calls", resp.Header.Get("Ratchet-Decision"), b, fake.hits.Load())
+				if resp.Header.Get("Ratchet-Decision") != "blocked" {
+					t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"blocked\": retry after the refresh: %s %s, %d calls", resp.Header.Get("Ratchet-Decision"), b, fake.hits.Load())
+				}
+				if fake.hits.Load() != 1 {
+					t.Fatalf("fake.hits.Load() != 1: retry after the refresh: %s %s, %d calls", resp.Header.Get("Ratchet-Decision"), b, fake.hits.Load())
 				}
 			})
 		}
@@ -508,8 +558,11 @@ func TestAnotherCompanysStaticKeyGetsNoReplay(t *testing.T) {
 			e := newEnvConfig(t, envConfig{}, map[string]string{c.vendor: up.URL}, nil)
 			for i, cred := range []string{"sk_victim_company_key", "sk_attacker_company_key"} {
 				resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header(cred))
-				if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != int64(i+1) {
-					t.Fatalf("credential %d (%s): %s replayed=%q %s", i+1, cred, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), b)
+				if resp.Header.Get("Ratchet-Decision") != "execute" {
+					t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": credential %d (%s): %s replayed=%q %s", i+1, cred, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), b)
+				}
+				if fake.hits.Load() != int64(i+1) {
+					t.Fatalf("fake.hits.Load() != int64(i+1): credential %d (%s): %s replayed=%q %s", i+1, cred, resp.Header.Get("Ratchet-Decision"), resp.Header.Get("Ratchet-Replayed"), b)
 				}
 			}
 			if resp, _ := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header("sk_victim_company_key")); resp.Header.Get("Ratchet-Replayed") != "true" {
@@ -626,9 +679,20 @@ func TestAmbiguousRequestsAreRefused(t *testing.T) {
 			defer up.Close()
 			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
 			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
-			if resp.StatusCode != 400 || !strings.Contains(b, c.want) || !strings.Contains(b, "nothing was sent") ||
-				hits.Load() != 0 || len(e.effects(t)) != 0 {
-				t.Fatalf("%d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			if resp.StatusCode != 400 {
+				t.Fatalf("resp.StatusCode != 400: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+			if !strings.Contains(b, c.want) {
+				t.Fatalf("!strings.Contains(b, c.want): %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+			if !strings.Contains(b, "nothing was sent") {
+				t.Fatalf("!strings.Contains(b, \"nothing was sent\"): %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+			if hits.Load() != 0 {
+				t.Fatalf("hits.Load() != 0: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+			if len(e.effects(t)) != 0 {
+				t.Fatalf("len(e.effects(t)) != 0: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
 			}
 		})
 	}

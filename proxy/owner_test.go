@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
 )
 
 // TestAnswersAreReplayedOnlyToTheirOwner: where only an OAuth token says
@@ -30,9 +32,9 @@ func TestAnswersAreReplayedOnlyToTheirOwner(t *testing.T) {
 		{"kept without an owner, a scoped caller", "", "", true},
 	} {
 		res := &ledger.BeginResult{EffectID: "eff_1", VendorReference: "5O190127TN364715T",
-			Result: keep(201, "application/json", []byte(answer), "5O190127TN364715T", c.kept)}
+			Result: outbound.Keep(201, "application/json", []byte(answer), "5O190127TN364715T", c.kept)}
 		w := httptest.NewRecorder()
-		p.replay(w, vendors.PayPal{}, res, c.caller)
+		p.replay(w, paypal.Vendor{}, res, c.caller)
 		body := w.Body.String()
 		if replayed := w.Code == 201 && body == answer; replayed != c.replayed || (!c.replayed && strings.Contains(body, "5O190127TN364715T")) {
 			t.Errorf("%s: %d %s", c.name, w.Code, body)

@@ -120,8 +120,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Engine is what the proxy needs from the ledger.
@@ -155,6 +157,9 @@ const (
 type Options struct {
 	// Upstreams maps vendor names to base URLs (tests point them at mocks).
 	Upstreams map[string]string
+	// Vendors are the vendors Upstreams may name: the built-in ones and
+	// those the config declares (nil: the built-in ones).
+	Vendors *vendors.Registry
 	// Namespace is the tenant of every request (default "default").
 	Namespace string
 	// AgentID is the agent every gated request is begun as (proxy.agent_id):
@@ -202,17 +207,8 @@ type Options struct {
 	Observer Observer
 }
 
-// NewTransport returns the proxy's default Transport: net/http's default
-// (proxy settings from the environment, timeouts, HTTP/2) keeping up to
-// 128 idle connections per host. Nearly every request goes to one of a few
-// vendor hosts, and with net/http's default of 2 idle connections per
-// host most of those sent at once opened a connection of their own, with
-// its TLS handshake.
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	return t
-}
+// NewTransport returns the proxy's default Transport (outbound.NewTransport).
+func NewTransport() *http.Transport { return outbound.NewTransport() }
 
 // Observer is told what the proxy did.
 type Observer interface {
@@ -302,12 +298,15 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
+	if opts.Vendors == nil {
+		opts.Vendors = all.Registry()
+	}
 	p := &Proxy{eng: eng, opts: opts, upstreams: map[string]*url.URL{}, vendors: map[string]vendors.Vendor{}, log: opts.Logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	for name, raw := range opts.Upstreams {
-		v, ok := vendors.Lookup(name)
+		v, ok := opts.Vendors.Lookup(name)
 		if !ok {
 			return nil, fmt.Errorf("proxy upstream %q: no rules for that vendor", name)
 		}
@@ -350,7 +349,7 @@ func (p *Proxy) vendorFor(host string) (vendors.Vendor, bool) {
 	if v, ok := p.extra[host]; ok {
 		return v, true
 	}
-	if v, ok := vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
+	if v, ok := p.opts.Vendors.ForHost(host); ok && p.upstreams[v.Name()] != nil {
 		return v, true
 	}
 	return nil, false

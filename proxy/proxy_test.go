@@ -76,6 +76,20 @@ func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.rt.RoundTrip(r)
 }
 
+// outcome is what a test checks of an effect the proxy reported.
+type outcome struct {
+	State           ledger.State
+	VendorReference string
+}
+
+func outcomes(effs []ledger.Effect) []outcome {
+	var out []outcome
+	for _, e := range effs {
+		out = append(out, outcome{e.State, e.VendorReference})
+	}
+	return out
+}
+
 func (e *env) effects(t testing.TB) []ledger.Effect {
 	t.Helper()
 	page, err := e.eng.List(context.Background(), ledger.Filter{Limit: 500})

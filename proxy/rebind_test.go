@@ -82,8 +82,17 @@ func TestWildcardHostsAreDialledAtTheCheckedAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if resp.StatusCode != 200 || len(up.hosts) != 2 || up.hosts[0] != "203.0.113.10:80" || up.hosts[1] != "api.partner.example" {
-		t.Fatalf("plain HTTP: %d, sent to %v", resp.StatusCode, up.hosts)
+	if resp.StatusCode != 200 {
+		t.Fatalf("resp.StatusCode != 200: plain HTTP: %d, sent to %v", resp.StatusCode, up.hosts)
+	}
+	if len(up.hosts) != 2 {
+		t.Fatalf("len(up.hosts) != 2: plain HTTP: %d, sent to %v", resp.StatusCode, up.hosts)
+	}
+	if up.hosts[0] != "203.0.113.10:80" {
+		t.Fatalf("up.hosts[0] != \"203.0.113.10:80\": plain HTTP: %d, sent to %v", resp.StatusCode, up.hosts)
+	}
+	if up.hosts[1] != "api.partner.example" {
+		t.Fatalf("up.hosts[1] != \"api.partner.example\": plain HTTP: %d, sent to %v", resp.StatusCode, up.hosts)
 	}
 
 	// CONNECT.
@@ -96,8 +105,14 @@ func TestWildcardHostsAreDialledAtTheCheckedAddress(t *testing.T) {
 	readAll(t, resp)
 	mu.Lock()
 	defer mu.Unlock()
-	if resp.StatusCode != http.StatusBadGateway || len(dialled) != 1 || dialled[0] != "203.0.113.10:443" {
-		t.Fatalf("CONNECT: %d, dialled %v", resp.StatusCode, dialled)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("resp.StatusCode != http.StatusBadGateway: CONNECT: %d, dialled %v", resp.StatusCode, dialled)
+	}
+	if len(dialled) != 1 {
+		t.Fatalf("len(dialled) != 1: CONNECT: %d, dialled %v", resp.StatusCode, dialled)
+	}
+	if dialled[0] != "203.0.113.10:443" {
+		t.Fatalf("dialled[0] != \"203.0.113.10:443\": CONNECT: %d, dialled %v", resp.StatusCode, dialled)
 	}
 	for host, n := range res.asked {
 		if n != 1 {

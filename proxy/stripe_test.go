@@ -47,8 +47,14 @@ func TestStripeGoThroughReverseProxy(t *testing.T) {
 	}
 	h := pi.LastResponse.Header
 	sent := h.Get("Ratchet-Vendor-Key")
-	if h.Get("Ratchet-Decision") != "execute" || h.Get("Ratchet-Effect-Id") == "" || !uuidV8.MatchString(sent) {
-		t.Fatalf("execute headers: %v", h)
+	if h.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("h.Get(\"Ratchet-Decision\") != \"execute\": execute headers: %v", h)
+	}
+	if h.Get("Ratchet-Effect-Id") == "" {
+		t.Fatalf("h.Get(\"Ratchet-Effect-Id\") == \"\": execute headers: %v", h)
+	}
+	if !uuidV8.MatchString(sent) {
+		t.Fatalf("!uuidV8.MatchString(sent): execute headers: %v", h)
 	}
 	// stripe-mock echoes the Idempotency-Key it received: Ratchet's, not the caller's.
 	if pi.LastResponse.IdempotencyKey != sent {
@@ -58,8 +64,14 @@ func TestStripeGoThroughReverseProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.ID != pi.ID || again.LastResponse.Header.Get("Ratchet-Replayed") != "true" || hits.n.Load() != 1 {
-		t.Fatalf("retry: id %s vs %s, replayed %q, upstream hits %d", again.ID, pi.ID, again.LastResponse.Header.Get("Ratchet-Replayed"), hits.n.Load())
+	if again.ID != pi.ID {
+		t.Fatalf("again.ID != pi.ID: retry: id %s vs %s, replayed %q, upstream hits %d", again.ID, pi.ID, again.LastResponse.Header.Get("Ratchet-Replayed"), hits.n.Load())
+	}
+	if again.LastResponse.Header.Get("Ratchet-Replayed") != "true" {
+		t.Fatalf("again.LastResponse.Header.Get(\"Ratchet-Replayed\") != \"true\": retry: id %s vs %s, replayed %q, upstream hits %d", again.ID, pi.ID, again.LastResponse.Header.Get("Ratchet-Replayed"), hits.n.Load())
+	}
+	if hits.n.Load() != 1 {
+		t.Fatalf("hits.n.Load() != 1: retry: id %s vs %s, replayed %q, upstream hits %d", again.ID, pi.ID, again.LastResponse.Header.Get("Ratchet-Replayed"), hits.n.Load())
 	}
 	effs := e.effects(t)
 	if len(effs) != 1 || effs[0].State != ledger.StateSucceeded || effs[0].VendorReference != pi.ID ||
@@ -68,24 +80,30 @@ func TestStripeGoThroughReverseProxy(t *testing.T) {
 	}
 	// Same key, other content: a conflict, as a readable stripe error.
 	_, err = sc.PaymentIntents.New(params("order:1", 2001))
-	var se *stripe.Error
-	if !errors.As(err, &se) || se.HTTPStatusCode != 400 || !strings.Contains(se.Msg, "idempotency_key_conflict") {
-		t.Fatalf("conflict: %v", err)
-	}
+	wantStripeError(t, "conflict", err, 400, "idempotency_key_conflict")
 	// The ceiling (50 USD) refuses a 40 USD payment after 20 USD: stripe-go
 	// surfaces it as a *stripe.Error with a readable message.
 	_, err = sc.PaymentIntents.New(params("order:2", 4000))
-	if !errors.As(err, &se) || se.HTTPStatusCode != 403 || !strings.Contains(se.Msg, "budget_exceeded") ||
-		!strings.Contains(se.Msg, "stripe-spend") || se.Code != "ratchet_denied" {
-		t.Fatalf("ceiling refusal: %#v", err)
+	se := wantStripeError(t, "ceiling refusal", err, 403, "budget_exceeded")
+	if !strings.Contains(se.Msg, "stripe-spend") {
+		t.Fatalf("!strings.Contains(se.Msg, \"stripe-spend\"): ceiling refusal: %#v", err)
+	}
+	if se.Code != "ratchet_denied" {
+		t.Fatalf("se.Code != \"ratchet_denied\": ceiling refusal: %#v", err)
 	}
 	if hits.n.Load() != 1 {
 		t.Fatalf("refusals reached stripe: %d hits", hits.n.Load())
 	}
 	// Reads pass through untouched.
 	got, err := sc.PaymentIntents.Get(pi.ID, nil)
-	if err != nil || got.LastResponse.Header.Get("Ratchet-Decision") != "" || hits.n.Load() != 2 {
-		t.Fatalf("read: %v %v hits %d", err, got, hits.n.Load())
+	if err != nil {
+		t.Fatalf("err != nil: read: %v %v hits %d", err, got, hits.n.Load())
+	}
+	if got.LastResponse.Header.Get("Ratchet-Decision") != "" {
+		t.Fatalf("got.LastResponse.Header.Get(\"Ratchet-Decision\") != \"\": read: %v %v hits %d", err, got, hits.n.Load())
+	}
+	if hits.n.Load() != 2 {
+		t.Fatalf("hits.n.Load() != 2: read: %v %v hits %d", err, got, hits.n.Load())
 	}
 }
 
@@ -105,12 +123,18 @@ func TestStripeGoThroughForwardProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pi.LastResponse.Header.Get("Ratchet-Decision") != "execute" || !strings.HasPrefix(pi.ID, "pi_") {
-		t.Fatalf("forward: %v", pi.LastResponse.Header)
+	if pi.LastResponse.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("pi.LastResponse.Header.Get(\"Ratchet-Decision\") != \"execute\": forward: %v", pi.LastResponse.Header)
+	}
+	if !strings.HasPrefix(pi.ID, "pi_") {
+		t.Fatalf("!strings.HasPrefix(pi.ID, \"pi_\"): forward: %v", pi.LastResponse.Header)
 	}
 	again, err := sc.PaymentIntents.New(p)
-	if err != nil || again.LastResponse.Header.Get("Ratchet-Replayed") != "true" {
-		t.Fatalf("forward retry: %v", err)
+	if err != nil {
+		t.Fatalf("err != nil: forward retry: %v", err)
+	}
+	if again.LastResponse.Header.Get("Ratchet-Replayed") != "true" {
+		t.Fatalf("again.LastResponse.Header.Get(\"Ratchet-Replayed\") != \"true\": forward retry: %v", err)
 	}
 	// Any other host is refused.
 	resp, err := hc.Get("https://example.com/")
@@ -124,4 +148,21 @@ func TestStripeGoThroughForwardProxy(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a client without the CA accepted the interception")
 	}
+}
+
+// wantStripeError checks that stripe-go surfaced err as a *stripe.Error
+// with status and a message naming code.
+func wantStripeError(t *testing.T, what string, err error, status int, code string) *stripe.Error {
+	t.Helper()
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: not a *stripe.Error: %#v", what, err)
+	}
+	if se.HTTPStatusCode != status {
+		t.Fatalf("%s: HTTP %d, want %d: %v", what, se.HTTPStatusCode, status, err)
+	}
+	if !strings.Contains(se.Msg, code) {
+		t.Fatalf("%s: message %q does not name %s", what, se.Msg, code)
+	}
+	return se
 }

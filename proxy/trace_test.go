@@ -98,8 +98,11 @@ func TestAProxiedStripeCallIsOneTraceFromAgentToVendor(t *testing.T) {
 			t.Fatalf("no %s span among %v", name, names(exp.GetSpans()))
 		}
 	}
-	if server.Parent.SpanID().String() != callerSpan || server.SpanKind != trace.SpanKindServer {
-		t.Fatalf("the proxy's span is not the caller's child: %v", server.Parent)
+	if server.Parent.SpanID().String() != callerSpan {
+		t.Fatalf("server.Parent.SpanID().String() != callerSpan: the proxy's span is not the caller's child: %v", server.Parent)
+	}
+	if server.SpanKind != trace.SpanKindServer {
+		t.Fatalf("server.SpanKind != trace.SpanKindServer: the proxy's span is not the caller's child: %v", server.Parent)
 	}
 	for name, s := range map[string]tracetest.SpanStub{"begin": begin, "report": report, "vendor": vendor} {
 		if s.Parent.SpanID() != server.SpanContext.SpanID() {
@@ -110,16 +113,28 @@ func TestAProxiedStripeCallIsOneTraceFromAgentToVendor(t *testing.T) {
 	for _, a := range begin.Attributes {
 		attrs[string(a.Key)] = a.Value.String()
 	}
-	if attrs["effect_id"] == "" || attrs["effect_type"] != "payment.charge" || attrs["decision"] != "execute" || attrs["namespace"] != "default" {
-		t.Fatalf("begin span attributes %v", attrs)
+	if attrs["effect_id"] == "" {
+		t.Fatalf("attrs[\"effect_id\"] == \"\": begin span attributes %v", attrs)
+	}
+	if attrs["effect_type"] != "payment.charge" {
+		t.Fatalf("attrs[\"effect_type\"] != \"payment.charge\": begin span attributes %v", attrs)
+	}
+	if attrs["decision"] != "execute" {
+		t.Fatalf("attrs[\"decision\"] != \"execute\": begin span attributes %v", attrs)
+	}
+	if attrs["namespace"] != "default" {
+		t.Fatalf("attrs[\"namespace\"] != \"default\": begin span attributes %v", attrs)
 	}
 	// The vendor got the trace, with the vendor call's span as parent.
 	upstream.mu.Lock()
 	got := upstream.got
 	upstream.mu.Unlock()
 	want := "00-" + callerTrace + "-" + vendor.SpanContext.SpanID().String() + "-01"
-	if len(got) != 1 || got[0] != want {
-		t.Fatalf("vendor traceparent %q, want %q", got, want)
+	if len(got) != 1 {
+		t.Fatalf("len(got) != 1: vendor traceparent %q, want %q", got, want)
+	}
+	if got[0] != want {
+		t.Fatalf("got[0] != want: vendor traceparent %q, want %q", got, want)
 	}
 	// Privacy: no attribute of any span holds the payload, the customer
 	// (a dimension) or the idempotency key.

@@ -72,8 +72,11 @@ func TestSniffKeepsEveryByte(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.tls != c.tls || s.host != c.host {
-				t.Fatalf("sniffed %+v, want tls %v host %q", s, c.tls, c.host)
+			if s.tls != c.tls {
+				t.Fatalf("s.tls != c.tls: sniffed %+v, want tls %v host %q", s, c.tls, c.host)
+			}
+			if s.host != c.host {
+				t.Fatalf("s.host != c.host: sniffed %+v, want tls %v host %q", s, c.tls, c.host)
 			}
 			// What the client sent so far is read again, byte for byte.
 			time.Sleep(50 * time.Millisecond)
@@ -113,8 +116,12 @@ func TestTransparentRulesOptions(t *testing.T) {
 	for _, fam := range []string{"iptables", "ip6tables"} {
 		owner := strings.Index(script, fam+" -w -t nat -A RATCHET_OUTPUT -m owner --uid-owner 65532 -j RETURN")
 		redirect := strings.Index(script, fam+" -w -t nat -A RATCHET_OUTPUT -p tcp -m multiport --dports 443,80 -j REDIRECT --to-ports 15001")
-		if owner < 0 || redirect < 0 || owner > redirect {
-			t.Errorf("%s: the owner match must precede the redirect:\n%s", fam, script)
+		if owner < 0 {
+			t.Errorf("owner < 0: %s: the owner match must precede the redirect:\n%s", fam, script)
+		} else if redirect < 0 {
+			t.Errorf("redirect < 0: %s: the owner match must precede the redirect:\n%s", fam, script)
+		} else if owner > redirect {
+			t.Errorf("owner > redirect: %s: the owner match must precede the redirect:\n%s", fam, script)
 		}
 	}
 }
@@ -185,8 +192,11 @@ func TestTransparentRefusesADirectConnection(t *testing.T) {
 	if err := <-done; err != net.ErrClosed {
 		t.Fatalf("Serve returned %v", err)
 	}
-	if obs.get(NoVendor+"/refused") != 1 || !strings.Contains(logs.String(), "transparent connection refused") {
-		t.Fatalf("counted %v, logged %s", obs.n, logs.String())
+	if obs.get(NoVendor+"/refused") != 1 {
+		t.Fatalf("obs.get(NoVendor+\"/refused\") != 1: counted %v, logged %s", obs.n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "transparent connection refused") {
+		t.Fatalf("!strings.Contains(logs.String(), \"transparent connection refused\"): counted %v, logged %s", obs.n, logs.String())
 	}
 }
 

@@ -29,8 +29,10 @@ func TestSocketOwner(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			uid, ok = socketOwner(c.LocalAddr())
 		}
-		if !ok || uid != os.Geteuid() {
-			t.Errorf("%s: the socket %v is owned by %d (found %v), want %d", network, c.LocalAddr(), uid, ok, os.Geteuid())
+		if !ok {
+			t.Errorf("!ok: %s: the socket %v is owned by %d (found %v), want %d", network, c.LocalAddr(), uid, ok, os.Geteuid())
+		} else if uid != os.Geteuid() {
+			t.Errorf("uid != os.Geteuid(): %s: the socket %v is owned by %d (found %v), want %d", network, c.LocalAddr(), uid, ok, os.Geteuid())
 		}
 		if _, ok := socketOwner(&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}); ok {
 			t.Error("found an owner for a socket that is not here")

@@ -193,8 +193,17 @@ func TestTransparentNetns(t *testing.T) {
 	// 1. The Stripe request, by name: intercepted (Ratchet's certificate),
 	// gated, stamped with Ratchet's key, forwarded to the fake once.
 	pay, again := res.Steps["pay"], res.Steps["retry"]
-	if pay.Status != 200 || pay.Decision != "execute" || pay.Issuer != "Ratchet proxy CA" || !strings.Contains(pay.Body, "pi_netns_1") {
-		t.Fatalf("the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
+	if pay.Status != 200 {
+		t.Fatalf("pay.Status != 200: the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
+	}
+	if pay.Decision != "execute" {
+		t.Fatalf("pay.Decision != \"execute\": the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
+	}
+	if pay.Issuer != "Ratchet proxy CA" {
+		t.Fatalf("pay.Issuer != \"Ratchet proxy CA\": the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
+	}
+	if !strings.Contains(pay.Body, "pi_netns_1") {
+		t.Fatalf("!strings.Contains(pay.Body, \"pi_netns_1\"): the payment was not intercepted and executed: %+v (ratchet log:\n%s)", pay, logs)
 	}
 	mu.Lock()
 	if len(stripeReqs) != 2 {
@@ -202,32 +211,65 @@ func TestTransparentNetns(t *testing.T) {
 	}
 	got := stripeReqs[0].Get("Idempotency-Key")
 	mu.Unlock()
-	if got == "" || got == "order-42" || got != pay.VendorKey {
-		t.Fatalf("the fake Stripe got Idempotency-Key %q; Ratchet says it stamped %q (the caller's was order-42)", got, pay.VendorKey)
+	if got == "" {
+		t.Fatalf("got == \"\": the fake Stripe got Idempotency-Key %q; Ratchet says it stamped %q (the caller's was order-42)", got, pay.VendorKey)
+	}
+	if got == "order-42" {
+		t.Fatalf("got == \"order-42\": the fake Stripe got Idempotency-Key %q; Ratchet says it stamped %q (the caller's was order-42)", got, pay.VendorKey)
+	}
+	if got != pay.VendorKey {
+		t.Fatalf("got != pay.VendorKey: the fake Stripe got Idempotency-Key %q; Ratchet says it stamped %q (the caller's was order-42)", got, pay.VendorKey)
 	}
 	// 2. Its retry: replayed from the ledger, not sent again.
-	if again.Status != 200 || again.Decision != "duplicate" || again.Replayed != "true" || again.Body != pay.Body {
-		t.Fatalf("the retry was not replayed: %+v", again)
+	if again.Status != 200 {
+		t.Fatalf("again.Status != 200: the retry was not replayed: %+v", again)
+	}
+	if again.Decision != "duplicate" {
+		t.Fatalf("again.Decision != \"duplicate\": the retry was not replayed: %+v", again)
+	}
+	if again.Replayed != "true" {
+		t.Fatalf("again.Replayed != \"true\": the retry was not replayed: %+v", again)
+	}
+	if again.Body != pay.Body {
+		t.Fatalf("again.Body != pay.Body: the retry was not replayed: %+v", again)
 	}
 	// 3. Reported: the effect is settled in the ledger with the vendor's id.
 	eff := readEffect(t, rdir, pay.EffectID)
-	if eff.State != ledger.StateSucceeded || eff.VendorReference != "pi_netns_1" || eff.Attempt != 1 {
-		t.Fatalf("the effect in the ledger: %+v", eff)
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("eff.State != ledger.StateSucceeded: the effect in the ledger: %+v", eff)
+	}
+	if eff.VendorReference != "pi_netns_1" {
+		t.Fatalf("eff.VendorReference != \"pi_netns_1\": the effect in the ledger: %+v", eff)
+	}
+	if eff.Attempt != 1 {
+		t.Fatalf("eff.Attempt != 1: the effect in the ledger: %+v", eff)
 	}
 	// 4. A host on the allow-list: spliced, so the app sees the real
 	// server's certificate, not one of Ratchet's.
 	allowed := res.Steps["allowed"]
 	sum := sha256.Sum256(allowedLeaf.Certificate[0])
-	if allowed.Status != 200 || allowed.Body != "hello from allowed.test" || allowed.Issuer != testCAName || allowed.LeafSHA256 != hex.EncodeToString(sum[:]) {
-		t.Fatalf("allowed.test was not spliced untouched: %+v", allowed)
+	if allowed.Status != 200 {
+		t.Fatalf("allowed.Status != 200: allowed.test was not spliced untouched: %+v", allowed)
+	}
+	if allowed.Body != "hello from allowed.test" {
+		t.Fatalf("allowed.Body != \"hello from allowed.test\": allowed.test was not spliced untouched: %+v", allowed)
+	}
+	if allowed.Issuer != testCAName {
+		t.Fatalf("allowed.Issuer != testCAName: allowed.test was not spliced untouched: %+v", allowed)
+	}
+	if allowed.LeafSHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("allowed.LeafSHA256 != hex.EncodeToString(sum[:]): allowed.test was not spliced untouched: %+v", allowed)
 	}
 	// 5. A host not on it: refused, never dialled, logged.
 	if r := res.Steps["refused"]; r.Err == "" {
 		t.Fatalf("refused.test answered: %+v", r)
 	}
 	mu.Lock()
-	if refusedConns != 0 || plainHits != 0 {
-		t.Fatalf("refused.test got %d connections and plain HTTP to the vendor %d requests, want none", refusedConns, plainHits)
+	if refusedConns != 0 {
+		t.Fatalf("refusedConns != 0: refused.test got %d connections and plain HTTP to the vendor %d requests, want none", refusedConns, plainHits)
+	}
+	if plainHits != 0 {
+		t.Fatalf("plainHits != 0: refused.test got %d connections and plain HTTP to the vendor %d requests, want none", refusedConns, plainHits)
 	}
 	mu.Unlock()
 	// 6. Plain HTTP to the vendor: refused with a clear answer and log line.

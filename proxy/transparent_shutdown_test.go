@@ -156,8 +156,11 @@ func TestTransparentSplicesOnlyToWhereTheNameResolves(t *testing.T) {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if string(b) != "allowed" || !resp.TLS.PeerCertificates[0].Equal(allowed.Certificate()) {
-				t.Fatalf("got %q from a server whose certificate is not the host's own", b)
+			if string(b) != "allowed" {
+				t.Fatalf("string(b) != \"allowed\": got %q from a server whose certificate is not the host's own", b)
+			}
+			if !resp.TLS.PeerCertificates[0].Equal(allowed.Certificate()) {
+				t.Fatalf("!resp.TLS.PeerCertificates[0].Equal(allowed.Certificate()): got %q from a server whose certificate is not the host's own", b)
 			}
 		})
 	}

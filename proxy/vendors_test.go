@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 )
@@ -76,16 +78,28 @@ func TestSquareBodyKeyAndCallersKey(t *testing.T) {
 
 	resp := post(t, e.url+"/square/v2/payments", squarePayment, map[string]string{"Authorization": "Bearer sq-token", "Ratchet-Run-Id": "r1"})
 	body := readAll(t, resp)
-	if resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" || !strings.Contains(body, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY") {
-		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("resp.StatusCode != 200: create: %d %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": create: %d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY") {
+		t.Fatalf("!strings.Contains(body, \"R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY\"): create: %d %s", resp.StatusCode, body)
 	}
 	got := fake.bodies[0]
 	key, _ := got["idempotency_key"].(string)
-	if !uuidV8.MatchString(key) || key != resp.Header.Get("Ratchet-Vendor-Key") {
-		t.Fatalf("square received idempotency_key %q", key)
+	if !uuidV8.MatchString(key) {
+		t.Fatalf("!uuidV8.MatchString(key): square received idempotency_key %q", key)
 	}
-	if got["customer_id"] != "W92WH6P11H4Z77CTET0RNTGFW8" || got["source_id"] != "ccof:GaJGNaZa8x4OgDJn4GB" {
-		t.Fatalf("body disturbed: %v", got)
+	if key != resp.Header.Get("Ratchet-Vendor-Key") {
+		t.Fatalf("key != resp.Header.Get(\"Ratchet-Vendor-Key\"): square received idempotency_key %q", key)
+	}
+	if got["customer_id"] != "W92WH6P11H4Z77CTET0RNTGFW8" {
+		t.Fatalf("got[\"customer_id\"] != \"W92WH6P11H4Z77CTET0RNTGFW8\": body disturbed: %v", got)
+	}
+	if got["source_id"] != "ccof:GaJGNaZa8x4OgDJn4GB" {
+		t.Fatalf("got[\"source_id\"] != \"ccof:GaJGNaZa8x4OgDJn4GB\": body disturbed: %v", got)
 	}
 	// Authorization passes through; Ratchet's own headers do not.
 	if fake.auth[0] != "Bearer sq-token|" {
@@ -101,18 +115,33 @@ func TestSquareBodyKeyAndCallersKey(t *testing.T) {
 	retry := strings.Replace(squarePayment, "caller-random-1", "caller-random-2", 1)
 	resp = post(t, e.url+"/square/v2/payments", retry, map[string]string{"Authorization": "Bearer sq-token"})
 	readAll(t, resp)
-	if resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != 2 {
-		t.Fatalf("a new key: %s, hits %d", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
+	if resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": a new key: %s, hits %d", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
+	}
+	if fake.hits.Load() != 2 {
+		t.Fatalf("fake.hits.Load() != 2: a new key: %s, hits %d", resp.Header.Get("Ratchet-Decision"), fake.hits.Load())
 	}
 	effs := e.effects(t)
-	if len(effs) != 2 || effs[0].Vendor != "square" || effs[0].DimensionNames[0] != "counterparty" || *effs[0].EstimatedCostMicros != 10_000_000 {
-		t.Fatalf("effects: %+v", effs)
+	if len(effs) != 2 {
+		t.Fatalf("len(effs) != 2: effects: %+v", effs)
+	}
+	if effs[0].Vendor != "square" {
+		t.Fatalf("effs[0].Vendor != \"square\": effects: %+v", effs)
+	}
+	if effs[0].DimensionNames[0] != "counterparty" {
+		t.Fatalf("effs[0].DimensionNames[0] != \"counterparty\": effects: %+v", effs)
+	}
+	if *effs[0].EstimatedCostMicros != 10_000_000 {
+		t.Fatalf("*effs[0].EstimatedCostMicros != 10_000_000: effects: %+v", effs)
 	}
 	// Reads pass through.
 	r, _ := http.Get(e.url + "/square/v2/locations")
 	readAll(t, r)
-	if r.Header.Get("Ratchet-Decision") != "" || fake.hits.Load() != 3 {
-		t.Fatal("GET was gated")
+	if r.Header.Get("Ratchet-Decision") != "" {
+		t.Fatal("r.Header.Get(\"Ratchet-Decision\") != \"\":", "GET was gated")
+	}
+	if fake.hits.Load() != 3 {
+		t.Fatal("fake.hits.Load() != 3:", "GET was gated")
 	}
 }
 
@@ -154,20 +183,32 @@ func TestAdyenHeaderKeyAndPolicy(t *testing.T) {
 	e := newEnv(t, map[string]string{"adyen": up.URL}, nil)
 	resp := post(t, e.url+"/adyen/v71/payments", adyenPayment, map[string]string{"Ratchet-Idempotency-Key": "adyen:1"})
 	readAll(t, resp)
-	if resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" {
-		t.Fatalf("adyen: %d", resp.StatusCode)
+	if resp.StatusCode != 200 {
+		t.Fatalf("resp.StatusCode != 200: adyen: %d", resp.StatusCode)
+	}
+	if resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": adyen: %d", resp.StatusCode)
 	}
 	if _, ok := fake.keys.Load(resp.Header.Get("Ratchet-Vendor-Key")); !ok {
 		t.Fatal("adyen did not receive Ratchet's key in idempotency-key")
 	}
 	eff := e.effects(t)[0]
-	if eff.State != ledger.StateSucceeded || eff.VendorReference != "993617895204576J" || *eff.EstimatedCostMicros != 10_800_000 {
-		t.Fatalf("adyen effect: %+v", eff)
+	if eff.State != ledger.StateSucceeded {
+		t.Fatalf("eff.State != ledger.StateSucceeded: adyen effect: %+v", eff)
+	}
+	if eff.VendorReference != "993617895204576J" {
+		t.Fatalf("eff.VendorReference != \"993617895204576J\": adyen effect: %+v", eff)
+	}
+	if *eff.EstimatedCostMicros != 10_800_000 {
+		t.Fatalf("*eff.EstimatedCostMicros != 10_800_000: adyen effect: %+v", eff)
 	}
 	// The policy caps this type's lease at 3 s, below the proxy's own
 	// (timeout + 15 s): the proxy asks for the cap instead of being refused.
-	if eff.LeaseExpiresAt == nil || eff.LeaseExpiresAt.Sub(eff.CreatedAt) != 3*time.Second {
-		t.Fatalf("adyen lease: %v from %v", eff.LeaseExpiresAt, eff.CreatedAt)
+	if eff.LeaseExpiresAt == nil {
+		t.Fatalf("eff.LeaseExpiresAt == nil: adyen lease: %v from %v", eff.LeaseExpiresAt, eff.CreatedAt)
+	}
+	if eff.LeaseExpiresAt.Sub(eff.CreatedAt) != 3*time.Second {
+		t.Fatalf("eff.LeaseExpiresAt.Sub(eff.CreatedAt) != 3*time.Second: adyen lease: %v from %v", eff.LeaseExpiresAt, eff.CreatedAt)
 	}
 	// A denied effect type: 403 in Adyen's error shape, upstream untouched.
 	resp = post(t, e.url+"/adyen/v71/payments/993617895204576J/refunds", `{"amount":{"currency":"EUR","value":500}}`, nil)
@@ -177,8 +218,17 @@ func TestAdyenHeaderKeyAndPolicy(t *testing.T) {
 		Message   string `json:"message"`
 	}
 	json.Unmarshal([]byte(readAll(t, resp)), &ae)
-	if resp.StatusCode != 403 || ae.ErrorCode != "ratchet_denied" || !strings.Contains(ae.Message, "policy_denied") || fake.hits.Load() != 1 {
-		t.Fatalf("denied: %d %+v hits %d", resp.StatusCode, ae, fake.hits.Load())
+	if resp.StatusCode != 403 {
+		t.Fatalf("resp.StatusCode != 403: denied: %d %+v hits %d", resp.StatusCode, ae, fake.hits.Load())
+	}
+	if ae.ErrorCode != "ratchet_denied" {
+		t.Fatalf("ae.ErrorCode != \"ratchet_denied\": denied: %d %+v hits %d", resp.StatusCode, ae, fake.hits.Load())
+	}
+	if !strings.Contains(ae.Message, "policy_denied") {
+		t.Fatalf("!strings.Contains(ae.Message, \"policy_denied\"): denied: %d %+v hits %d", resp.StatusCode, ae, fake.hits.Load())
+	}
+	if fake.hits.Load() != 1 {
+		t.Fatalf("fake.hits.Load() != 1: denied: %d %+v hits %d", resp.StatusCode, ae, fake.hits.Load())
 	}
 }
 
@@ -211,8 +261,11 @@ func TestUnknownOutcomesBlockRetries(t *testing.T) {
 				}
 			case "hang":
 				body := readAll(t, resp)
-				if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "unknown") {
-					t.Fatalf("hang: %d %s", resp.StatusCode, body)
+				if resp.StatusCode != http.StatusGatewayTimeout {
+					t.Fatalf("resp.StatusCode != http.StatusGatewayTimeout: hang: %d %s", resp.StatusCode, body)
+				}
+				if !strings.Contains(body, "unknown") {
+					t.Fatalf("!strings.Contains(body, \"unknown\"): hang: %d %s", resp.StatusCode, body)
 				}
 			default:
 				if err == nil {
@@ -235,8 +288,17 @@ func TestUnknownOutcomesBlockRetries(t *testing.T) {
 			// A retry is blocked without reaching the upstream.
 			resp = post(t, e.url+"/adyen/v71/payments", adyenPayment, nil)
 			body := readAll(t, resp)
-			if resp.StatusCode != 409 || resp.Header.Get("Ratchet-Decision") != "blocked" || fake.hits.Load() != 1 || !strings.Contains(body, "ratchet_blocked") {
-				t.Fatalf("retry: %d %s %s hits %d", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			if resp.StatusCode != 409 {
+				t.Fatalf("resp.StatusCode != 409: retry: %d %s %s hits %d", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			}
+			if resp.Header.Get("Ratchet-Decision") != "blocked" {
+				t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"blocked\": retry: %d %s %s hits %d", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			}
+			if fake.hits.Load() != 1 {
+				t.Fatalf("fake.hits.Load() != 1: retry: %d %s %s hits %d", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
+			}
+			if !strings.Contains(body, "ratchet_blocked") {
+				t.Fatalf("!strings.Contains(body, \"ratchet_blocked\"): retry: %d %s %s hits %d", resp.StatusCode, resp.Header.Get("Ratchet-Decision"), body, fake.hits.Load())
 			}
 		})
 	}
@@ -272,8 +334,14 @@ func TestConcurrentIdenticalRequestsReachUpstreamOnce(t *testing.T) {
 	for r := range results {
 		counts[r]++
 	}
-	if fake.hits.Load() != 1 || counts["execute OK"] != 1 || counts["in_flight Conflict"] != n-1 {
-		t.Fatalf("upstream hits %d, answers %v", fake.hits.Load(), counts)
+	if fake.hits.Load() != 1 {
+		t.Fatalf("fake.hits.Load() != 1: upstream hits %d, answers %v", fake.hits.Load(), counts)
+	}
+	if counts["execute OK"] != 1 {
+		t.Fatalf("counts[\"execute OK\"] != 1: upstream hits %d, answers %v", fake.hits.Load(), counts)
+	}
+	if counts["in_flight Conflict"] != n-1 {
+		t.Fatalf("counts[\"in_flight Conflict\"] != n-1: upstream hits %d, answers %v", fake.hits.Load(), counts)
 	}
 }
 
@@ -284,8 +352,17 @@ func TestLimitsAndRouting(t *testing.T) {
 	e := newEnv(t, map[string]string{"square": up.URL}, func(o *proxy.Options) { o.MaxBodyBytes = 1024 })
 	resp := post(t, e.url+"/square/v2/payments", `{"note":"`+strings.Repeat("x", 2000)+`"}`, nil)
 	body := readAll(t, resp)
-	if resp.StatusCode != 413 || !strings.Contains(body, "RATCHET_BODY_TOO_LARGE") || fake.hits.Load() != 0 || len(e.effects(t)) != 0 {
-		t.Fatalf("oversize: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 413 {
+		t.Fatalf("resp.StatusCode != 413: oversize: %d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, "RATCHET_BODY_TOO_LARGE") {
+		t.Fatalf("!strings.Contains(body, \"RATCHET_BODY_TOO_LARGE\"): oversize: %d %s", resp.StatusCode, body)
+	}
+	if fake.hits.Load() != 0 {
+		t.Fatalf("fake.hits.Load() != 0: oversize: %d %s", resp.StatusCode, body)
+	}
+	if len(e.effects(t)) != 0 {
+		t.Fatalf("len(e.effects(t)) != 0: oversize: %d %s", resp.StatusCode, body)
 	}
 	resp = post(t, e.url+"/nowhere/v1/x", `{}`, nil)
 	if readAll(t, resp); resp.StatusCode != 404 {
@@ -296,8 +373,11 @@ func TestLimitsAndRouting(t *testing.T) {
 	proxyURL, _ := url.Parse(e.url)
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
 	r, err := hc.Get("http://example.com/")
-	if err != nil || r.StatusCode != 403 {
-		t.Fatalf("open proxy: %v %v", r, err)
+	if err != nil {
+		t.Fatalf("err != nil: open proxy: %v %v", r, err)
+	}
+	if r.StatusCode != 403 {
+		t.Fatalf("r.StatusCode != 403: open proxy: %v %v", r, err)
 	}
 	r.Body.Close()
 	// A payment without an amount where an approval threshold applies is
@@ -346,8 +426,11 @@ func TestAllowHostsTunnel(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodConnect, e.url, nil)
 	req.Host = "internal.example:443"
 	r, err := http.DefaultClient.Do(req)
-	if err != nil || r.StatusCode != 403 {
-		t.Fatalf("CONNECT elsewhere: %v %v", r, err)
+	if err != nil {
+		t.Fatalf("err != nil: CONNECT elsewhere: %v %v", r, err)
+	}
+	if r.StatusCode != 403 {
+		t.Fatalf("r.StatusCode != 403: CONNECT elsewhere: %v %v", r, err)
 	}
 	r.Body.Close()
 }
@@ -366,8 +449,11 @@ func TestOddVendorTextIsStillReported(t *testing.T) {
 	resp := post(t, e.url+"/adyen/v71/payments", adyenPayment, nil)
 	readAll(t, resp)
 	effs := e.effects(t)
-	if len(effs) != 1 || effs[0].State != ledger.StateFailed || effs[0].VendorReference != "" || !strings.HasPrefix(effs[0].Error, "Refused: éé") {
-		t.Fatalf("the refusal was not recorded: %+v", effs)
+	if diff := cmp.Diff([]outcome{{ledger.StateFailed, ""}}, outcomes(effs)); diff != "" {
+		t.Fatalf("the refusal was not recorded (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(effs[0].Error, "Refused: éé") {
+		t.Fatalf("!strings.HasPrefix(effs[0].Error, \"Refused: éé\"): the refusal was not recorded: %+v", effs)
 	}
 }
 
@@ -393,8 +479,14 @@ func TestInterceptHostsInForwardMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if resp.StatusCode != 200 || resp.Header.Get("Ratchet-Decision") != "execute" || fake.hits.Load() != 1 {
-		t.Fatalf("live host: %d %v, %d upstream hits", resp.StatusCode, resp.Header, fake.hits.Load())
+	if resp.StatusCode != 200 {
+		t.Fatalf("resp.StatusCode != 200: live host: %d %v, %d upstream hits", resp.StatusCode, resp.Header, fake.hits.Load())
+	}
+	if resp.Header.Get("Ratchet-Decision") != "execute" {
+		t.Fatalf("resp.Header.Get(\"Ratchet-Decision\") != \"execute\": live host: %d %v, %d upstream hits", resp.StatusCode, resp.Header, fake.hits.Load())
+	}
+	if fake.hits.Load() != 1 {
+		t.Fatalf("fake.hits.Load() != 1: live host: %d %v, %d upstream hits", resp.StatusCode, resp.Header, fake.hits.Load())
 	}
 	if _, ok := fake.keys.Load(resp.Header.Get("Ratchet-Vendor-Key")); !ok {
 		t.Fatal("the upstream did not receive Ratchet's key")

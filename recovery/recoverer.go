@@ -10,9 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Defaults.
@@ -36,9 +37,9 @@ const (
 // again, or 0 when the vendor publishes no key retention (Square) or does
 // not enforce keys: such a vendor cannot be recovered.
 func Window(vendor string) time.Duration {
-	v, known := vendors.Lookup(vendor)
+	v, known := all.Lookup(vendor)
 	rule := v.KeyRule()
-	if !known || !rule.Enforced || rule.RetentionHours <= 0 {
+	if _, ok := v.(vendors.Recoverable); !ok || !known || !rule.Enforced || rule.RetentionHours <= 0 {
 		return 0
 	}
 	return time.Duration(float64(time.Duration(rule.RetentionHours)*time.Hour) * WindowShare)
@@ -142,9 +143,6 @@ func (r *Recoverer) Pass(ctx context.Context) int {
 	return sent
 }
 
-// recoverable are the vendors that may have a window.
-var recoverable = []string{"stripe", "adyen", "checkout", "paypal", "square"}
-
 // longestWindow is the longest key window of any vendor: a kept request
 // older than that can be sent for none.
 func (r *Recoverer) longestWindow() time.Duration {
@@ -153,8 +151,8 @@ func (r *Recoverer) longestWindow() time.Duration {
 		window = r.Window
 	}
 	var longest time.Duration
-	for _, v := range recoverable {
-		longest = max(longest, window(v), Window(v))
+	for _, v := range all.List() {
+		longest = max(longest, window(v.Name()), Window(v.Name()))
 	}
 	return longest
 }
@@ -327,7 +325,7 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 	if err != nil {
 		return "unknown"
 	}
-	v, _ := vendors.Lookup(q.Vendor)
+	v, _ := all.Lookup(q.Vendor)
 	answer := &vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	o := v.Outcome(answer)
 	if o.Result == vendors.Failed && !storedFailure(q.Vendor, answer) {
@@ -352,12 +350,12 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 		return "unknown"
 	}
 	req := ledger.SettleRequest{EffectID: q.EffectID, Attempt: q.Attempt, Outcome: outcome, Source: "recovery:" + q.Vendor,
-		EventID: eventID(resp.Header)}
+		EventID: eventID(v, resp.Header)}
 	if ref := o.VendorReference; len(ref) <= ledger.MaxIDLen && !strings.ContainsFunc(ref, isControl) {
 		req.VendorReference = ref
 	}
 	if outcome == ledger.OutcomeSucceeded {
-		req.Result = proxy.StoredAnswer(resp.StatusCode, resp.Header.Get("Content-Type"), b, req.VendorReference)
+		req.Result = outbound.StoredAnswer(resp.StatusCode, resp.Header.Get("Content-Type"), b, req.VendorReference)
 	}
 	res, err := r.Engine.Settle(ctx, req)
 	if err != nil {
@@ -381,32 +379,9 @@ func (r *Recoverer) resend(ctx context.Context, q *Request, log *slog.Logger) st
 // the vendor answers before it looks at the key (401, 403, 404, 429, a
 // validation 400), anything it does not keep, and every 5xx say nothing
 // of the first request, which may have been executed: believing them
-// would free the key and let the retry act a second time. Per vendor:
-//
-//   - Stripe keeps "the status code and body of the first request made
-//     with a given idempotency key after endpoint execution begins", not
-//     a request that failed validation or conflicted, and its rate
-//     limiters and authentication run before the idempotency layer
-//     (https://docs.stripe.com/api/idempotent_requests,
-//     https://docs.stripe.com/error-low-level). So a 4xx is the key's
-//     result when Stripe says it replayed it (Idempotent-Replayed: true),
-//     or when it is a 402, "the parameters were valid but the request
-//     failed" (a decline): an executed request under this key, which is
-//     either the first one's (then replayed) or the only one.
-//   - Adyen returns "the response to the first attempt" for a key it
-//     processed (https://docs.adyen.com/development-resources/api-idempotency),
-//     and a processed payment that did not go through is HTTP 200 with
-//     resultCode Refused, Error or Cancelled
-//     (https://docs.adyen.com/development-resources/response-handling).
-//     A 4xx (validation, 401, 403, 422, 704 in progress, 703 store
-//     unavailable) is never the first attempt's result.
-//   - Checkout.com caches a key's answer "if the request returns a 2xx
-//     response code"; a 4xx or 5xx is not saved "and the payment is
-//     reattempted" (https://www.checkout.com/docs/payments/manage-payments/idempotency).
-//     So only a 2xx decline (approved false) is the key's result.
-//   - PayPal documents no replay of a failure and "might fail the second
-//     request" (https://developer.paypal.com/reference/guidelines/idempotency):
-//     never. Square and the rest are never recovered (no window).
+// would free the key and let the retry act a second time. Each vendor
+// says which of its answers are stored (vendors.Recoverable, with its
+// sources); a vendor that is not Recoverable is never believed.
 //
 // Besides, a body that names the key as refused (idempotency_error,
 // IDEMPOTENCY_KEY_REUSED, PAYPAL_REQUEST_ID_PREVIOUSLY_USED) means the
@@ -416,22 +391,16 @@ func storedFailure(vendor string, r *vendors.Response) bool {
 	if strings.Contains(s, "idempotenc") || strings.Contains(s, "request_id") {
 		return false
 	}
-	ok2xx := r.Status >= 200 && r.Status < 300
-	switch vendor {
-	case "stripe":
-		replayed := strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true")
-		return r.Status >= 400 && r.Status < 500 && (replayed || r.Status == http.StatusPaymentRequired)
-	case "adyen", "checkout":
-		return ok2xx
-	}
-	return false
+	v, _ := all.Lookup(vendor)
+	rv, ok := v.(vendors.Recoverable)
+	return ok && rv.StoredFailure(r)
 }
 
 // eventID names the vendor's answer: its request id header, if any.
-func eventID(h http.Header) string {
-	for _, k := range []string{"Request-Id", "Paypal-Debug-Id", "Cko-Request-Id", "Psp-Reference"} {
-		if v := h.Get(k); v != "" && len(v) <= 128 && !strings.ContainsFunc(v, isControl) {
-			return "resend " + v
+func eventID(v vendors.Vendor, h http.Header) string {
+	if rv, ok := v.(vendors.Recoverable); ok && rv.RequestIDHeader() != "" {
+		if id := h.Get(rv.RequestIDHeader()); id != "" && len(id) <= 128 && !strings.ContainsFunc(id, isControl) {
+			return "resend " + id
 		}
 	}
 	return "resend"

@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ratchet-mcp/ratchet/proxy"
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // maxAnswerBytes bounds an answer read to classify it (the proxy's own
 // bound); a longer one is passed on unread and its request kept.
-const maxAnswerBytes = 16 << 20
+const maxAnswerBytes = outbound.MaxAnswerBytes
 
 // Transport is the proxy's Transport (proxy.Options.Transport) when
 // recovery is on: it keeps each gated request of an opted-in vendor
@@ -22,7 +23,7 @@ const maxAnswerBytes = 16 << 20
 // forgets it when the vendor answers definitely. A request that cannot be
 // kept is sent anyway (logged): it then only cannot be recovered.
 type Transport struct {
-	// Base sends the requests (default proxy.NewTransport()).
+	// Base sends the requests (default outbound.NewTransport()).
 	Base    http.RoundTripper
 	Store   *Store
 	Vendors map[string]bool
@@ -35,9 +36,9 @@ type Transport struct {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base
 	if base == nil {
-		base = proxy.NewTransport()
+		base = outbound.NewTransport()
 	}
-	a, ok := proxy.AttemptOf(req.Context())
+	a, ok := outbound.AttemptOf(req.Context())
 	if !ok || !t.Vendors[a.Vendor] || a.VendorKey == "" {
 		return base.RoundTrip(req)
 	}
@@ -75,7 +76,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(b))
-	v, _ := vendors.Lookup(a.Vendor)
+	v, _ := all.Lookup(a.Vendor)
 	if o := v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}); o.Result != vendors.Unknown {
 		// A definite answer: the proxy reports it, and the request is
 		// never needed again.

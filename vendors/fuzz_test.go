@@ -1,10 +1,17 @@
-package vendors
+package vendors_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // FuzzStripeForm classifies arbitrary form bodies: never a panic, and a
@@ -16,7 +23,7 @@ func FuzzStripeForm(f *testing.F) {
 	}
 	f.Add("/v2/money_management/outbound_payments", []byte(`{"amount":{"value":100,"currency":"usd"},"to":{"recipient":"acct_1"}}`))
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
-		e, ok := Stripe{}.Classify(&Request{Method: http.MethodPost, Path: path, Header: http.Header{}, Body: body})
+		e, ok := stripe.Vendor{}.Classify(&vendors.Request{Method: http.MethodPost, Path: path, Header: http.Header{}, Body: body})
 		if ok && e.Money != nil && e.Money.Minor < 0 {
 			t.Fatalf("negative amount %+v", e.Money)
 		}
@@ -36,15 +43,15 @@ func FuzzJSONBody(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, v := range []Vendor{Square{}, Adyen{}, PayPal{}, Checkout{}} {
+		for _, v := range []vendors.Vendor{square.Vendor{}, adyen.Vendor{}, paypal.Vendor{}, checkout.Vendor{}} {
 			for _, p := range []string{"/v2/payments", "/v71/payments", "/v2/checkout/orders", "/payments"} {
-				e, ok := v.Classify(&Request{Method: http.MethodPost, Path: p, Header: http.Header{}, Body: []byte(body)})
+				e, ok := v.Classify(&vendors.Request{Method: http.MethodPost, Path: p, Header: http.Header{}, Body: []byte(body)})
 				if ok && (e.Money != nil && e.Money.Minor < 0 || !effectTypeOK(e.EffectType)) {
 					t.Fatalf("%s %s: %+v", v.Name(), p, e)
 				}
 			}
 		}
-		out, err := Stamp(Square{}.KeyRule(), http.Header{}, []byte(body), "k-1")
+		out, err := vendors.Stamp(square.Vendor{}.KeyRule(), http.Header{}, []byte(body), "k-1")
 		if err != nil {
 			return
 		}
@@ -66,7 +73,7 @@ func FuzzParseDecimal(f *testing.F) {
 	f.Add("1.234", "KWD")
 	f.Add("15", "JPY")
 	f.Fuzz(func(t *testing.T, s, cur string) {
-		m, err := ParseDecimal(s, cur)
+		m, err := vendors.ParseDecimal(s, cur)
 		if err == nil && m.Minor < 0 {
 			t.Fatalf("%q: negative %d", s, m.Minor)
 		}

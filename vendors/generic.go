@@ -19,23 +19,23 @@ func (Generic) KeyRule() KeyRule {
 }
 
 // Classify implements Vendor: every mutating request is an effect.
-func (g Generic) Classify(r *Request) (Effect, bool) { return typed(g.classify(r)) }
+func (g Generic) Classify(r *Request) (Effect, bool) { return Typed(g.classify(r)) }
 
 func (g Generic) classify(r *Request) (Effect, bool) {
-	if !mutating(r.Method) {
+	if !Mutating(r.Method) {
 		return Effect{}, false
 	}
-	return Effect{Operation: restType("generic", r.Method, segments(r.Path)), Key: g.KeyRule(),
+	return Effect{Operation: RestType("generic", r.Method, Segments(r.Path)), Key: g.KeyRule(),
 		CallerKey: r.Header.Get("Idempotency-Key"), Credential: r.Header.Get("Authorization"),
-		Refuse: singleHeaders(r.Header, "Authorization", "Idempotency-Key")}, true
+		Refuse: SingleHeaders(r.Header, "Authorization", "Idempotency-Key")}, true
 }
 
 // Outcome implements Vendor with the common status rule.
 func (Generic) Outcome(r *Response) Outcome {
-	return Outcome{Result: byStatus(r.Status), VendorReference: str(jsonObject(r.Body), "id")}
+	return Outcome{Result: ByStatus(r.Status), VendorReference: Str(JSONObject(r.Body), "id")}
 }
 
 // Refusal implements Vendor.
 func (Generic) Refusal(status int, code, message string) Reply {
-	return Reply{Status: status, Body: errorJSON(map[string]any{"error": map[string]any{"code": code, "message": message}})}
+	return Reply{Status: status, Body: ErrorJSON(map[string]any{"error": map[string]any{"code": code, "message": message}})}
 }

@@ -38,7 +38,7 @@ type Outcome struct {
 // progress), 5xx and anything unexpected unknown; other 4xx failed, since
 // vendors answer them before acting (validation, auth, rate limits) or after
 // refusing (declines).
-func byStatus(status int) Result {
+func ByStatus(status int) Result {
 	switch {
 	case status >= 200 && status < 300:
 		return Succeeded
@@ -54,4 +54,17 @@ func byStatus(status int) Result {
 // timeout or a broken connection may come after the vendor acted.
 func TransportFailure(err error) Outcome {
 	return Outcome{Result: Unknown, Reason: "no answer from the vendor: " + err.Error()}
+}
+
+// Recoverable is a vendor whose lost calls same-key recovery may send
+// again with their key (package recovery), within its key retention.
+type Recoverable interface {
+	// StoredFailure reports whether a failure answered to a resend under
+	// the first request's key is the vendor's stored result of that
+	// request (which frees the key), rather than an answer of its front
+	// door (credentials, rate limits, validation) that says nothing of
+	// the first request.
+	StoredFailure(r *Response) bool
+	// RequestIDHeader names the header of the vendor's id of an answer.
+	RequestIDHeader() string
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -36,6 +37,10 @@ type Effect struct {
 	FollowUp bool
 	// Money is what the request moves, when the vendor's format says so.
 	Money *Money
+	// CostMicros is a fixed estimated cost in micro-USD that a declared
+	// vendor's route names for a call that moves no amount (an email
+	// send), so that ceilings count calls; nil for none.
+	CostMicros *int64
 	// Counterparty is who the money goes to or comes from (a customer,
 	// destination account, shopper reference), when present.
 	Counterparty string
@@ -47,6 +52,10 @@ type Effect struct {
 	// that the SDK's own retries of one call are the same call, nothing
 	// about two calls the application makes.
 	KeyFromSDK bool
+	// KeyMinted is when an SDK minted CallerKey, when the key says so
+	// (stripe-go's carry the time): the proxy keys such a call in the
+	// dedupe window that time falls in. Zero otherwise.
+	KeyMinted time.Time
 	// Scope names the account the request acts for when a header says so
 	// (Stripe-Account, Stripe-Context, PayPal-Auth-Assertion): identical
 	// requests for two accounts are different actions.
@@ -86,7 +95,7 @@ type Effect struct {
 }
 
 // mutating reports whether an HTTP method can change vendor state.
-func mutating(method string) bool {
+func Mutating(method string) bool {
 	switch method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		return true
@@ -95,7 +104,7 @@ func mutating(method string) bool {
 }
 
 // segments splits a path into its non-empty parts.
-func segments(path string) []string {
+func Segments(path string) []string {
 	var out []string
 	for _, p := range strings.Split(path, "/") {
 		if p != "" {
@@ -107,7 +116,7 @@ func segments(path string) []string {
 
 // part makes one path segment safe for an effect type: lowercase, with
 // anything outside [a-z0-9_] as '_'.
-func part(s string) string {
+func Part(s string) string {
 	b := []byte(strings.ToLower(s))
 	for i, c := range b {
 		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
@@ -128,10 +137,10 @@ func part(s string) string {
 // after an item is that verb (…/{id}/capture → capture). ids are the
 // segments at odd positions. Nested collections join the resource name:
 // /customers/{id}/sources → customers.sources.create.
-func restType(vendor, method string, parts []string) string {
-	names := []string{part(vendor)}
+func RestType(vendor, method string, parts []string) string {
+	names := []string{Part(vendor)}
 	for i := 0; i < len(parts); i += 2 {
-		names = append(names, part(parts[i]))
+		names = append(names, Part(parts[i]))
 	}
 	var action string
 	switch {
@@ -166,7 +175,7 @@ func looksLikeCollection(s string) bool {
 }
 
 // jsonObject decodes a JSON object body, or nil.
-func jsonObject(body []byte) map[string]any {
+func JSONObject(body []byte) map[string]any {
 	var m map[string]any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -177,7 +186,7 @@ func jsonObject(body []byte) map[string]any {
 }
 
 // get walks nested objects and arrays ("purchase_units", "0", "amount").
-func get(v any, path ...string) any {
+func Get(v any, path ...string) any {
 	for _, p := range path {
 		switch t := v.(type) {
 		case map[string]any:
@@ -196,14 +205,14 @@ func get(v any, path ...string) any {
 }
 
 // str returns a string at path, or "".
-func str(v any, path ...string) string {
-	s, _ := get(v, path...).(string)
+func Str(v any, path ...string) string {
+	s, _ := Get(v, path...).(string)
 	return s
 }
 
 // integer returns a whole number at path.
-func integer(v any, path ...string) (int64, bool) {
-	switch n := get(v, path...).(type) {
+func Integer(v any, path ...string) (int64, bool) {
+	switch n := Get(v, path...).(type) {
 	case json.Number:
 		i, err := n.Int64()
 		return i, err == nil
@@ -215,9 +224,9 @@ func integer(v any, path ...string) (int64, bool) {
 }
 
 // minorMoney reads an integer minor-unit amount and its currency.
-func minorMoney(v any, amount, currency []string) *Money {
-	n, ok := integer(v, amount...)
-	c := str(v, currency...)
+func MinorMoney(v any, amount, currency []string) *Money {
+	n, ok := Integer(v, amount...)
+	c := Str(v, currency...)
 	if !ok || n < 0 || len(c) != 3 {
 		return nil
 	}
@@ -225,9 +234,9 @@ func minorMoney(v any, amount, currency []string) *Money {
 }
 
 // firstString returns the first non-empty string among paths.
-func firstString(v any, paths ...[]string) string {
+func FirstString(v any, paths ...[]string) string {
 	for _, p := range paths {
-		if s := str(v, p...); s != "" {
+		if s := Str(v, p...); s != "" {
 			return s
 		}
 	}
@@ -237,7 +246,7 @@ func firstString(v any, paths ...[]string) string {
 // singleHeaders returns why a request is refused if one of the named
 // headers (those that say whose call it is, or carry its key) comes more
 // than once: Ratchet would scope by one value and forward them all.
-func singleHeaders(h http.Header, names ...string) string {
+func SingleHeaders(h http.Header, names ...string) string {
 	for _, n := range names {
 		if len(h.Values(n)) > 1 {
 			return "the " + n + " header is sent more than once; send it once"
@@ -250,7 +259,7 @@ func singleHeaders(h http.Header, names ...string) string {
 // one value is the value itself (as it always was, so keys made before
 // stay the same); anything else starts with a newline, which no header
 // value holds, and quotes each name and value.
-func scopeOf(h http.Header, names ...string) string {
+func ScopeOf(h http.Header, names ...string) string {
 	var parts []string
 	for _, n := range names {
 		for _, v := range h.Values(n) {
@@ -268,7 +277,7 @@ func scopeOf(h http.Header, names ...string) string {
 
 // bearerToken returns the token of an Authorization header with the
 // Bearer scheme, which is case-insensitive (RFC 9110 11.1).
-func bearerToken(authorization string) (string, bool) {
+func BearerToken(authorization string) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") {
 		return "", false
@@ -277,7 +286,7 @@ func bearerToken(authorization string) (string, bool) {
 }
 
 // isBasic reports whether an Authorization header uses the Basic scheme.
-func isBasic(authorization string) bool {
+func IsBasic(authorization string) bool {
 	scheme, _, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	return ok && strings.EqualFold(scheme, "basic")
 }
@@ -289,7 +298,7 @@ func isBasic(authorization string) bool {
 // (the first wins, the last wins, or an error) and some are lenient about
 // malformed JSON, so either would let Ratchet cost and scope one request
 // while the vendor acts on another.
-func strictJSON(body []byte) string {
+func StrictJSON(body []byte) string {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package vendors
+package vendors_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/tools/txtar"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // fixture returns one file of testdata/<vendor>.txtar.
@@ -32,35 +40,35 @@ func TestClassify(t *testing.T) {
 		header                        http.Header
 		effect                        bool
 		effectType                    string // the operation (stripe.refunds.create); TestEffectTypeTable checks the types
-		money                         *Money
+		money                         *vendors.Money
 		counterparty, callerKey       string
-		keyLoc                        Location
+		keyLoc                        vendors.Location
 		keyName                       string
 		keyMax                        int
 	}{
 		{vendor: "stripe", method: "POST", path: "/v1/payment_intents", fixture: "payment_intent.create.req", header: http.Header{"Idempotency-Key": {"caller-1"}},
-			effect: true, effectType: "stripe.payment_intents.create", money: &Money{2000, "USD"}, counterparty: "cus_NeGfPRiPKxeBi1", callerKey: "caller-1", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+			effect: true, effectType: "stripe.payment_intents.create", money: &vendors.Money{2000, "USD"}, counterparty: "cus_NeGfPRiPKxeBi1", callerKey: "caller-1", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
 		{vendor: "stripe", method: "POST", path: "/v1/payment_intents", fixture: "destination.create.req",
-			effect: true, effectType: "stripe.payment_intents.create", money: &Money{1000, "USD"}, counterparty: "acct_1MtJUT2eZvKYlo2C", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+			effect: true, effectType: "stripe.payment_intents.create", money: &vendors.Money{1000, "USD"}, counterparty: "acct_1MtJUT2eZvKYlo2C", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
 		{vendor: "stripe", method: "POST", path: "/v1/charges", fixture: "jpy.create.req",
-			effect: true, effectType: "stripe.charges.create", money: &Money{500, "JPY"}, keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+			effect: true, effectType: "stripe.charges.create", money: &vendors.Money{500, "JPY"}, keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
 		{vendor: "stripe", method: "POST", path: "/v1/refunds", fixture: "refund.create.req", // no currency: no cost
-			effect: true, effectType: "stripe.refunds.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+			effect: true, effectType: "stripe.refunds.create", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
 		{vendor: "stripe", method: "POST", path: "/v1/payment_intents/pi_1/confirm",
-			effect: true, effectType: "stripe.payment_intents.confirm", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
-		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1", effect: true, effectType: "stripe.customers.update", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
-		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1/sources", effect: true, effectType: "stripe.customers.sources.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
-		{vendor: "stripe", method: "POST", path: "/v1/checkout/sessions", effect: true, effectType: "stripe.checkout_sessions.create", keyLoc: InHeader, keyName: "Idempotency-Key", keyMax: 255},
+			effect: true, effectType: "stripe.payment_intents.confirm", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1", effect: true, effectType: "stripe.customers.update", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/customers/cus_1/sources", effect: true, effectType: "stripe.customers.sources.create", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
+		{vendor: "stripe", method: "POST", path: "/v1/checkout/sessions", effect: true, effectType: "stripe.checkout_sessions.create", keyLoc: vendors.InHeader, keyName: "Idempotency-Key", keyMax: 255},
 		{vendor: "stripe", method: "DELETE", path: "/v1/customers/cus_1", effect: true, effectType: "stripe.customers.delete"}, // v1 DELETE takes no key
 		{vendor: "stripe", method: "GET", path: "/v1/payment_intents/pi_1"},
 		{vendor: "stripe", method: "POST", path: "/health"},
 
 		{vendor: "square", method: "POST", path: "/v2/payments", fixture: "payment.create.req",
-			effect: true, effectType: "square.payments.create", money: &Money{1000, "USD"}, counterparty: "W92WH6P11H4Z77CTET0RNTGFW8",
-			callerKey: "7b0f3ec5-086a-4871-8f13-3c81b3875218", keyLoc: InBody, keyName: "idempotency_key", keyMax: 45},
+			effect: true, effectType: "square.payments.create", money: &vendors.Money{1000, "USD"}, counterparty: "W92WH6P11H4Z77CTET0RNTGFW8",
+			callerKey: "7b0f3ec5-086a-4871-8f13-3c81b3875218", keyLoc: vendors.InBody, keyName: "idempotency_key", keyMax: 45},
 		{vendor: "square", method: "POST", path: "/v2/refunds", fixture: "refund.create.req",
-			effect: true, effectType: "square.refunds.create", money: &Money{1000, "USD"}, callerKey: "9b7f2dcf-49da-4411-b23e-a2d6af21333a", keyLoc: InBody, keyName: "idempotency_key", keyMax: 45},
-		{vendor: "square", method: "POST", path: "/v2/orders/o_1/pay", effect: true, effectType: "square.orders.pay", keyLoc: InBody, keyName: "idempotency_key", keyMax: 192},
+			effect: true, effectType: "square.refunds.create", money: &vendors.Money{1000, "USD"}, callerKey: "9b7f2dcf-49da-4411-b23e-a2d6af21333a", keyLoc: vendors.InBody, keyName: "idempotency_key", keyMax: 45},
+		{vendor: "square", method: "POST", path: "/v2/orders/o_1/pay", effect: true, effectType: "square.orders.pay", keyLoc: vendors.InBody, keyName: "idempotency_key", keyMax: 192},
 		{vendor: "square", method: "POST", path: "/v2/payments/cancel", fixture: "cancel_by_key.req", effect: true, effectType: "square.payments.cancel_by_idempotency_key"},
 		{vendor: "square", method: "POST", path: "/v2/payments/p_1/complete", effect: true, effectType: "square.payments.complete"},
 		{vendor: "square", method: "POST", path: "/v2/loyalty/accounts", effect: true, effectType: "square.loyalty.post"},
@@ -69,34 +77,34 @@ func TestClassify(t *testing.T) {
 		{vendor: "square", method: "GET", path: "/v2/payments"},
 
 		{vendor: "adyen", method: "POST", path: "/v71/payments", fixture: "payment.create.req", header: http.Header{"Idempotency-Key": {"c-9"}},
-			effect: true, effectType: "adyen.payments.create", money: &Money{1000, "EUR"}, counterparty: "YOUR_UNIQUE_SHOPPER_ID", callerKey: "c-9", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+			effect: true, effectType: "adyen.payments.create", money: &vendors.Money{1000, "EUR"}, counterparty: "YOUR_UNIQUE_SHOPPER_ID", callerKey: "c-9", keyLoc: vendors.InHeader, keyName: "idempotency-key", keyMax: 64},
 		{vendor: "adyen", method: "POST", path: "/checkout/v71/payments/993617895204576J/captures", fixture: "capture.req",
-			effect: true, effectType: "adyen.payments.capture", money: &Money{2500, "EUR"}, keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
-		{vendor: "adyen", method: "POST", path: "/v71/sessions", effect: true, effectType: "adyen.sessions.create", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+			effect: true, effectType: "adyen.payments.capture", money: &vendors.Money{2500, "EUR"}, keyLoc: vendors.InHeader, keyName: "idempotency-key", keyMax: 64},
+		{vendor: "adyen", method: "POST", path: "/v71/sessions", effect: true, effectType: "adyen.sessions.create", keyLoc: vendors.InHeader, keyName: "idempotency-key", keyMax: 64},
 		{vendor: "adyen", method: "GET", path: "/v71/paymentLinks/PL1"},
 		{vendor: "adyen", method: "POST", path: "/v71/paymentMethods"},
-		{vendor: "adyen", method: "POST", path: "/v71/payments/details", effect: true, effectType: "adyen.payments.details", keyLoc: InHeader, keyName: "idempotency-key", keyMax: 64},
+		{vendor: "adyen", method: "POST", path: "/v71/payments/details", effect: true, effectType: "adyen.payments.details", keyLoc: vendors.InHeader, keyName: "idempotency-key", keyMax: 64},
 
 		{vendor: "paypal", method: "POST", path: "/v2/checkout/orders", fixture: "order.create.req", header: http.Header{"Paypal-Request-Id": {"pp-1"}},
-			effect: true, effectType: "paypal.orders.create", money: &Money{10000, "USD"}, counterparty: "2P8X5VBLT4T4S", callerKey: "pp-1", keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+			effect: true, effectType: "paypal.orders.create", money: &vendors.Money{10000, "USD"}, counterparty: "2P8X5VBLT4T4S", callerKey: "pp-1", keyLoc: vendors.InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
 		{vendor: "paypal", method: "POST", path: "/v2/payments/captures/2GG279541U471931P/refund", fixture: "refund.req",
-			effect: true, effectType: "paypal.captures.refund", money: &Money{1099, "USD"}, keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+			effect: true, effectType: "paypal.captures.refund", money: &vendors.Money{1099, "USD"}, keyLoc: vendors.InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
 		{vendor: "paypal", method: "POST", path: "/v2/checkout/orders/5O190127TN364715T/capture",
-			effect: true, effectType: "paypal.orders.capture", keyLoc: InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
+			effect: true, effectType: "paypal.orders.capture", keyLoc: vendors.InHeader, keyName: "PayPal-Request-Id", keyMax: 108},
 
 		{vendor: "paypal", method: "POST", path: "/v1/oauth2/token"},
 		{vendor: "checkout", method: "POST", path: "/payments", fixture: "payment.create.req",
-			effect: true, effectType: "checkout.payments.create", money: &Money{6540, "USD"}, counterparty: "cus_udst2tfldj6upmye2reztkmm4i", keyLoc: InHeader, keyName: "Cko-Idempotency-Key"},
+			effect: true, effectType: "checkout.payments.create", money: &vendors.Money{6540, "USD"}, counterparty: "cus_udst2tfldj6upmye2reztkmm4i", keyLoc: vendors.InHeader, keyName: "Cko-Idempotency-Key"},
 		{vendor: "checkout", method: "POST", path: "/payments/pay_1/refunds",
-			effect: true, effectType: "checkout.payments.refund", keyLoc: InHeader, keyName: "Cko-Idempotency-Key"},
+			effect: true, effectType: "checkout.payments.refund", keyLoc: vendors.InHeader, keyName: "Cko-Idempotency-Key"},
 	}
 	for _, c := range cases {
 		t.Run(c.vendor+" "+c.method+" "+c.path, func(t *testing.T) {
-			v, ok := Lookup(c.vendor)
+			v, ok := all.Lookup(c.vendor)
 			if !ok {
 				t.Fatalf("vendor %s unknown", c.vendor)
 			}
-			r := &Request{Method: c.method, Path: c.path, Header: c.header}
+			r := &vendors.Request{Method: c.method, Path: c.path, Header: c.header}
 			if r.Header == nil {
 				r.Header = http.Header{}
 			}
@@ -129,42 +137,42 @@ func TestOutcome(t *testing.T) {
 		status  int
 		header  http.Header
 		fixture string
-		want    Result
+		want    vendors.Result
 		ref     string
 	}{
-		{"stripe", 200, nil, "payment_intent.resp", Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
-		{"stripe", 200, http.Header{"Idempotent-Replayed": {"true"}}, "payment_intent.resp", Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
-		{"stripe", 402, nil, "card_declined.resp", Failed, "pi_3MtwBwLkdIwHu7ix1IGU1ueo"},
-		{"stripe", 409, nil, "key_in_use.resp", Unknown, ""},
-		{"stripe", 400, nil, "idempotency_mismatch.resp", Failed, ""},
-		{"stripe", 429, nil, "rate_limited.resp", Failed, ""},
-		{"stripe", 500, nil, "api_error.resp", Unknown, ""},
-		{"stripe", 502, nil, "", Unknown, ""},
-		{"square", 200, nil, "payment.resp", Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY"},
-		{"square", 200, nil, "refund.resp", Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY_KlWP8IC1irjjjjjjjjjjjjjjjjjjjjj"},
-		{"square", 402, nil, "declined.resp", Failed, "KkAkhdMsgzn59SM8A89WgKwekxLZY"},
-		{"square", 400, nil, "reused.resp", Failed, ""},
-		{"square", 500, nil, "internal.resp", Unknown, ""},
-		{"adyen", 200, nil, "authorised.resp", Succeeded, "993617895204576J"},
-		{"adyen", 200, nil, "refused.resp", Failed, "993617895215577D"},
-		{"adyen", 201, nil, "capture.resp", Succeeded, "JDD6LKT8MBLZNN84"},
-		{"adyen", 422, nil, "in_progress.resp", Unknown, ""},
-		{"adyen", 409, nil, "in_progress.resp", Unknown, ""},
-		{"adyen", 503, nil, "store_down.resp", Failed, ""},
-		{"adyen", 422, nil, "validation.resp", Failed, "8816178914079738"},
-		{"adyen", 422, http.Header{"Transient-Error": {"true"}}, "validation.resp", Unknown, "8816178914079738"},
-		{"adyen", 500, nil, "", Unknown, ""},
-		{"paypal", 201, nil, "order.resp", Succeeded, "5O190127TN364715T"},
-		{"paypal", 422, nil, "unprocessable.resp", Failed, ""},
-		{"checkout", 201, nil, "approved.resp", Succeeded, "pay_mbabizu24mvu3mela5njyhpit4"},
-		{"checkout", 201, nil, "declined.resp", Failed, "pay_y3oqhf46pyzuxjbcn2giaqnb44"},
-		{"checkout", 422, nil, "invalid.resp", Failed, ""},
-		{"checkout", 409, nil, "", Unknown, ""},
+		{"stripe", 200, nil, "payment_intent.resp", vendors.Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
+		{"stripe", 200, http.Header{"Idempotent-Replayed": {"true"}}, "payment_intent.resp", vendors.Succeeded, "pi_3MtwBwLkdIwHu7ix28a3tqPa"},
+		{"stripe", 402, nil, "card_declined.resp", vendors.Failed, "pi_3MtwBwLkdIwHu7ix1IGU1ueo"},
+		{"stripe", 409, nil, "key_in_use.resp", vendors.Unknown, ""},
+		{"stripe", 400, nil, "idempotency_mismatch.resp", vendors.Failed, ""},
+		{"stripe", 429, nil, "rate_limited.resp", vendors.Failed, ""},
+		{"stripe", 500, nil, "api_error.resp", vendors.Unknown, ""},
+		{"stripe", 502, nil, "", vendors.Unknown, ""},
+		{"square", 200, nil, "payment.resp", vendors.Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY"},
+		{"square", 200, nil, "refund.resp", vendors.Succeeded, "R2B3Z8WMVt3EAmzYWLZvz7Y69EbZY_KlWP8IC1irjjjjjjjjjjjjjjjjjjjjj"},
+		{"square", 402, nil, "declined.resp", vendors.Failed, "KkAkhdMsgzn59SM8A89WgKwekxLZY"},
+		{"square", 400, nil, "reused.resp", vendors.Failed, ""},
+		{"square", 500, nil, "internal.resp", vendors.Unknown, ""},
+		{"adyen", 200, nil, "authorised.resp", vendors.Succeeded, "993617895204576J"},
+		{"adyen", 200, nil, "refused.resp", vendors.Failed, "993617895215577D"},
+		{"adyen", 201, nil, "capture.resp", vendors.Succeeded, "JDD6LKT8MBLZNN84"},
+		{"adyen", 422, nil, "in_progress.resp", vendors.Unknown, ""},
+		{"adyen", 409, nil, "in_progress.resp", vendors.Unknown, ""},
+		{"adyen", 503, nil, "store_down.resp", vendors.Failed, ""},
+		{"adyen", 422, nil, "validation.resp", vendors.Failed, "8816178914079738"},
+		{"adyen", 422, http.Header{"Transient-Error": {"true"}}, "validation.resp", vendors.Unknown, "8816178914079738"},
+		{"adyen", 500, nil, "", vendors.Unknown, ""},
+		{"paypal", 201, nil, "order.resp", vendors.Succeeded, "5O190127TN364715T"},
+		{"paypal", 422, nil, "unprocessable.resp", vendors.Failed, ""},
+		{"checkout", 201, nil, "approved.resp", vendors.Succeeded, "pay_mbabizu24mvu3mela5njyhpit4"},
+		{"checkout", 201, nil, "declined.resp", vendors.Failed, "pay_y3oqhf46pyzuxjbcn2giaqnb44"},
+		{"checkout", 422, nil, "invalid.resp", vendors.Failed, ""},
+		{"checkout", 409, nil, "", vendors.Unknown, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.vendor+" "+c.fixture, func(t *testing.T) {
-			v, _ := Lookup(c.vendor)
-			r := &Response{Status: c.status, Header: c.header}
+			v, _ := all.Lookup(c.vendor)
+			r := &vendors.Response{Status: c.status, Header: c.header}
 			if r.Header == nil {
 				r.Header = http.Header{}
 			}
@@ -175,12 +183,12 @@ func TestOutcome(t *testing.T) {
 			if o.Result != c.want || o.VendorReference != c.ref {
 				t.Fatalf("%d: got %+v, want %s %q", c.status, o, c.want, c.ref)
 			}
-			if o.Result != Succeeded && o.Reason == "" && c.fixture != "" {
+			if o.Result != vendors.Succeeded && o.Reason == "" && c.fixture != "" {
 				t.Fatalf("no reason for %+v", o)
 			}
 		})
 	}
-	if o := TransportFailure(errTimeout{}); o.Result != Unknown {
+	if o := vendors.TransportFailure(errTimeout{}); o.Result != vendors.Unknown {
 		t.Fatalf("timeout: %+v", o)
 	}
 }
@@ -192,18 +200,18 @@ func (errTimeout) Error() string { return "i/o timeout" }
 func TestMoney(t *testing.T) {
 	rates := map[string]int64{"usd": 1_000_000, "eur": 1_080_000, "jpy": 6_700, "kwd": 3_250_000}
 	cases := []struct {
-		m    Money
+		m    vendors.Money
 		want int64
 		ok   bool
 	}{
-		{Money{2000, "USD"}, 20_000_000, true},
-		{Money{1000, "EUR"}, 10_800_000, true},
-		{Money{500, "JPY"}, 3_350_000, true},
-		{Money{1500, "KWD"}, 4_875_000, true},
-		{Money{1, "usd"}, 10_000, true},
-		{Money{100, "GBP"}, 0, false},     // no rate: no cost
-		{Money{-5, "USD"}, 0, false},      // negative
-		{Money{1 << 62, "USD"}, 0, false}, // overflows
+		{vendors.Money{2000, "USD"}, 20_000_000, true},
+		{vendors.Money{1000, "EUR"}, 10_800_000, true},
+		{vendors.Money{500, "JPY"}, 3_350_000, true},
+		{vendors.Money{1500, "KWD"}, 4_875_000, true},
+		{vendors.Money{1, "usd"}, 10_000, true},
+		{vendors.Money{100, "GBP"}, 0, false},     // no rate: no cost
+		{vendors.Money{-5, "USD"}, 0, false},      // negative
+		{vendors.Money{1 << 62, "USD"}, 0, false}, // overflows
 	}
 	for _, c := range cases {
 		got, ok := c.m.Micros(rates)
@@ -222,7 +230,7 @@ func TestMoney(t *testing.T) {
 		{"", "USD", 0, false}, {".", "USD", 0, false}, {"1.", "USD", 0, false}, {"99999999999999999999", "USD", 0, false},
 	}
 	for _, c := range dec {
-		m, err := ParseDecimal(c.s, c.cur)
+		m, err := vendors.ParseDecimal(c.s, c.cur)
 		if (err == nil) != c.ok || (c.ok && m.Minor != c.minor) {
 			t.Errorf("ParseDecimal(%q, %s) = %+v, %v", c.s, c.cur, m, err)
 		}
@@ -231,11 +239,11 @@ func TestMoney(t *testing.T) {
 
 func TestStamp(t *testing.T) {
 	h := http.Header{"Idempotency-Key": {"caller"}}
-	body, err := Stamp(Stripe{}.KeyRule(), h, []byte("amount=1"), "ratchet-key")
+	body, err := vendors.Stamp(stripe.Vendor{}.KeyRule(), h, []byte("amount=1"), "ratchet-key")
 	if err != nil || h.Get("Idempotency-Key") != "ratchet-key" || string(body) != "amount=1" {
 		t.Fatalf("header stamp: %q %v %v", body, h, err)
 	}
-	sq := Square{}.KeyRule()
+	sq := square.Vendor{}.KeyRule()
 	cases := []struct{ in, want string }{
 		{`{"amount_money": {"amount": 1, "currency": "USD"}, "idempotency_key" :  "old" , "note":"x"}`,
 			`{"amount_money": {"amount": 1, "currency": "USD"}, "idempotency_key":"new" , "note":"x"}`},
@@ -244,19 +252,19 @@ func TestStamp(t *testing.T) {
 		{`{"nested":{"idempotency_key":"keep"}}`, `{"idempotency_key":"new","nested":{"idempotency_key":"keep"}}`},
 	}
 	for _, c := range cases {
-		got, err := Stamp(sq, http.Header{}, []byte(c.in), "new")
+		got, err := vendors.Stamp(sq, http.Header{}, []byte(c.in), "new")
 		if err != nil || string(got) != c.want {
 			t.Errorf("stamp %s = %s, %v; want %s", c.in, got, err, c.want)
 		}
 	}
 	for _, bad := range []string{``, `[]`, `{"a":`, `{"idempotency_key":"a","idempotency_key":"b"}`, `{} {}`, `"x"`} {
-		if got, err := Stamp(sq, http.Header{}, []byte(bad), "new"); err == nil {
+		if got, err := vendors.Stamp(sq, http.Header{}, []byte(bad), "new"); err == nil {
 			t.Errorf("stamp %q = %q, want an error", bad, got)
 		}
 	}
 	// The documented Square request keeps every other byte.
 	orig := fixture(t, "square", "payment.create.req")
-	got, err := Stamp(sq, http.Header{}, orig, "0f1e2d3c-0000-8000-8000-000000000000")
+	got, err := vendors.Stamp(sq, http.Header{}, orig, "0f1e2d3c-0000-8000-8000-000000000000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +275,7 @@ func TestStamp(t *testing.T) {
 
 func TestErrorBodies(t *testing.T) {
 	for _, name := range []string{"stripe", "square", "adyen", "paypal", "checkout", "acme"} {
-		v, _ := Lookup(name)
+		v, _ := all.Lookup(name)
 		b := v.Refusal(403, "ratchet_denied", "Ratchet denied this request: budget exceeded").Body
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
@@ -277,7 +285,7 @@ func TestErrorBodies(t *testing.T) {
 			t.Fatalf("%s: message missing: %s", name, b)
 		}
 	}
-	if got := (Square{}).Refusal(403, "ratchet_denied", "no").Body; !strings.Contains(string(got), `"code":"RATCHET_DENIED"`) {
+	if got := (square.Vendor{}).Refusal(403, "ratchet_denied", "no").Body; !strings.Contains(string(got), `"code":"RATCHET_DENIED"`) {
 		t.Fatalf("square error %s", got)
 	}
 }
@@ -293,30 +301,30 @@ func TestRefusalsEachSDKShows(t *testing.T) {
 		wantBody     string
 		shouldRetry  string // Stripe-Should-Retry
 	}{
-		{"stripe", RefusalBlocked, 409, 409, `"code":"ratchet_blocked"`, "false"},
-		{"stripe", RefusalInFlight, 409, 409, `"code":"ratchet_in_flight"`, ""}, // worth a retry after a moment
-		{"stripe", RefusalUnknown, 504, 504, `"type":"invalid_request_error"`, "false"},
-		{"stripe", RefusalDuplicate, 409, 409, `ratchet_duplicate`, "false"},
-		{"stripe", RefusalConflict, 400, 400, `"type":"idempotency_error"`, ""},
+		{"stripe", vendors.RefusalBlocked, 409, 409, `"code":"ratchet_blocked"`, "false"},
+		{"stripe", vendors.RefusalInFlight, 409, 409, `"code":"ratchet_in_flight"`, ""}, // worth a retry after a moment
+		{"stripe", vendors.RefusalUnknown, 504, 504, `"type":"invalid_request_error"`, "false"},
+		{"stripe", vendors.RefusalDuplicate, 409, 409, `ratchet_duplicate`, "false"},
+		{"stripe", vendors.RefusalConflict, 400, 400, `"type":"idempotency_error"`, ""},
 		{"stripe", "ratchet_denied", 403, 403, `"code":"ratchet_denied"`, ""},
-		{"square", RefusalConflict, 400, 400, `"code":"IDEMPOTENCY_KEY_REUSED"`, ""},
-		{"square", RefusalBlocked, 409, 409, `"code":"RATCHET_BLOCKED"`, ""},
-		{"adyen", RefusalConflict, 400, 422, `"status":422`, ""},
-		{"adyen", RefusalBlocked, 409, 409, `"status":409`, ""},
-		{"paypal", RefusalBlocked, 409, 422, `"issue":"RATCHET_BLOCKED"`, ""},
+		{"square", vendors.RefusalConflict, 400, 400, `"code":"IDEMPOTENCY_KEY_REUSED"`, ""},
+		{"square", vendors.RefusalBlocked, 409, 409, `"code":"RATCHET_BLOCKED"`, ""},
+		{"adyen", vendors.RefusalConflict, 400, 422, `"status":422`, ""},
+		{"adyen", vendors.RefusalBlocked, 409, 409, `"status":409`, ""},
+		{"paypal", vendors.RefusalBlocked, 409, 422, `"issue":"RATCHET_BLOCKED"`, ""},
 		{"paypal", "ratchet_approval_required", 403, 422, `"name":"RATCHET_APPROVAL_REQUIRED"`, ""},
 		{"paypal", "ratchet_body_too_large", 413, 422, `RATCHET_BODY_TOO_LARGE`, ""},
 		{"paypal", "ratchet_cost_required", 400, 400, `RATCHET_COST_REQUIRED`, ""},
-		{"paypal", RefusalConflict, 400, 422, `"issue":"PAYPAL_REQUEST_ID_PREVIOUSLY_USED"`, ""},
-		{"paypal", RefusalUnknown, 504, 504, `RATCHET_UPSTREAM_UNKNOWN`, ""},
-		{"checkout", RefusalInFlight, 409, 429, `"error_type":"ratchet_in_flight"`, ""},
-		{"checkout", RefusalBlocked, 409, 422, `"error_type":"ratchet_blocked"`, ""},
+		{"paypal", vendors.RefusalConflict, 400, 422, `"issue":"PAYPAL_REQUEST_ID_PREVIOUSLY_USED"`, ""},
+		{"paypal", vendors.RefusalUnknown, 504, 504, `RATCHET_UPSTREAM_UNKNOWN`, ""},
+		{"checkout", vendors.RefusalInFlight, 409, 429, `"error_type":"ratchet_in_flight"`, ""},
+		{"checkout", vendors.RefusalBlocked, 409, 422, `"error_type":"ratchet_blocked"`, ""},
 		{"checkout", "ratchet_denied", 403, 422, `"error_type":"ratchet_denied"`, ""},
-		{"checkout", RefusalUnknown, 502, 504, `"error_type":"ratchet_upstream_unknown"`, ""},
-		{"checkout", RefusalConflict, 400, 422, `"error_type":"request_invalid"`, ""},
+		{"checkout", vendors.RefusalUnknown, 502, 504, `"error_type":"ratchet_upstream_unknown"`, ""},
+		{"checkout", vendors.RefusalConflict, 400, 422, `"error_type":"request_invalid"`, ""},
 	}
 	for _, c := range cases {
-		v, _ := Lookup(c.vendor)
+		v, _ := all.Lookup(c.vendor)
 		r := v.Refusal(c.status, c.code, "Ratchet: the message")
 		if r.Status != c.wantStatus || !strings.Contains(string(r.Body), c.wantBody) || !strings.Contains(string(r.Body), "Ratchet: the message") ||
 			r.Header.Get("Stripe-Should-Retry") != c.shouldRetry {
@@ -371,12 +379,12 @@ func TestWhoseCallItIs(t *testing.T) {
 		{"checkout oauth", "checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer eyJhbGciOi"}}, "", false, "", "", "", "Bearer eyJhbGciOi"},
 	}
 	for _, c := range cases {
-		v, _ := Lookup(c.vendor)
+		v, _ := all.Lookup(c.vendor)
 		h := c.header
 		if h == nil {
 			h = http.Header{}
 		}
-		e, ok := v.Classify(&Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
+		e, ok := v.Classify(&vendors.Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
 		if !ok || e.CallerKey != c.key || e.KeyFromSDK != c.fromSDK || e.Scope != c.scope || e.Merchant != c.merchant ||
 			e.Credential != c.cred || e.Owner != c.owner || e.Refuse != "" {
 			t.Errorf("%s: %+v", c.name, e)
@@ -389,7 +397,7 @@ func TestWhoseCallItIs(t *testing.T) {
 // Stripe-Account acct_1A with Stripe-Context acct_1B were one scope.
 func TestAccountScopesAreInjective(t *testing.T) {
 	scope := func(h http.Header) string {
-		e, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: h, Body: []byte("amount=100&currency=usd")})
+		e, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v1/payment_intents", Header: h, Body: []byte("amount=100&currency=usd")})
 		return e.Scope
 	}
 	seen := map[string]string{}
@@ -418,7 +426,7 @@ func TestAccountScopesAreInjective(t *testing.T) {
 // costed or scoped by one value and sent with both. An array field
 // (expand[]) may repeat. What is read is what Stripe reads: the last value.
 func TestRepeatedFieldsAndHeadersAreRefused(t *testing.T) {
-	e, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents",
+	e, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v1/payment_intents",
 		Body: []byte("amount=100&currency=usd&amount=6000000")})
 	if e.Refuse == "" || !strings.Contains(e.Refuse, `"amount"`) || e.Money == nil || e.Money.Minor != 6000000 {
 		t.Errorf("amount=100&...&amount=6000000: refuse %q, money %+v", e.Refuse, e.Money)
@@ -441,29 +449,29 @@ func TestRepeatedFieldsAndHeadersAreRefused(t *testing.T) {
 		{"checkout", "/payments", `{}`, http.Header{"Authorization": {"Bearer sk_1", "Bearer sk_2"}}, true},
 		{"square", "/v2/payments", `{}`, http.Header{"Authorization": {"Bearer a", "Bearer b"}}, true},
 	} {
-		v, _ := Lookup(c.vendor)
+		v, _ := all.Lookup(c.vendor)
 		h := c.header
 		if h == nil {
 			h = http.Header{}
 		}
-		e, _ := v.Classify(&Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
+		e, _ := v.Classify(&vendors.Request{Method: "POST", Path: c.path, Header: h, Body: []byte(c.body)})
 		if (e.Refuse != "") != c.refused {
 			t.Errorf("%s %s %v: refuse %q", c.vendor, c.body, c.header, e.Refuse)
 		}
 	}
 	// Repeated headers scope by every value, should they ever be sent.
-	a, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1B"}}})
-	b, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1C"}}})
-	p1, _ := PayPal{}.Classify(&Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.B."}}})
-	p2, _ := PayPal{}.Classify(&Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.C."}}})
+	a, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1B"}}})
+	b, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v1/payment_intents", Header: http.Header{"Stripe-Account": {"acct_1A", "acct_1C"}}})
+	p1, _ := paypal.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.B."}}})
+	p2, _ := paypal.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v2/checkout/orders", Header: http.Header{"Paypal-Auth-Assertion": {"x.A.", "x.C."}}})
 	if a.Scope == b.Scope || p1.Scope == p2.Scope {
 		t.Errorf("different account headers, one scope: stripe %q/%q, paypal %q/%q", a.Scope, b.Scope, p1.Scope, p2.Scope)
 	}
 	// A POST's parameters in the query string would be charged by Stripe
 	// (Rack merges them) and not costed; a DELETE's are where the SDKs put
 	// them.
-	q, _ := Stripe{}.Classify(&Request{Method: "POST", Path: "/v1/payment_intents", Query: "amount=6000000", Header: http.Header{}, Body: []byte("amount=1&currency=usd")})
-	d, _ := Stripe{}.Classify(&Request{Method: "DELETE", Path: "/v1/customers/cus_1", Query: "expand[0]=x", Header: http.Header{}})
+	q, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/v1/payment_intents", Query: "amount=6000000", Header: http.Header{}, Body: []byte("amount=1&currency=usd")})
+	d, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: "DELETE", Path: "/v1/customers/cus_1", Query: "expand[0]=x", Header: http.Header{}})
 	if q.Refuse == "" || d.Refuse != "" {
 		t.Errorf("POST with a query: %q; DELETE with one: %q", q.Refuse, d.Refuse)
 	}
@@ -492,10 +500,10 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		{`{"amount":6000000,"currency":"USD",}`, true},
 		{`{"amount":1`, true},
 	} {
-		for _, v := range []Vendor{Square{}, Adyen{}, PayPal{}, Checkout{}, Stripe{}} {
+		for _, v := range []vendors.Vendor{square.Vendor{}, adyen.Vendor{}, paypal.Vendor{}, checkout.Vendor{}, stripe.Vendor{}} {
 			path := map[string]string{"square": "/v2/payments", "adyen": "/v71/payments", "paypal": "/v2/checkout/orders",
 				"checkout": "/payments", "stripe": "/v2/money_management/outbound_payments"}[v.Name()]
-			e, ok := v.Classify(&Request{Method: "POST", Path: path, Header: http.Header{}, Body: []byte(c.body)})
+			e, ok := v.Classify(&vendors.Request{Method: "POST", Path: path, Header: http.Header{}, Body: []byte(c.body)})
 			if !ok || (e.Refuse != "") != c.refused {
 				t.Errorf("%s %s: refuse %q", v.Name(), c.body, e.Refuse)
 			}
@@ -508,7 +516,7 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 // and scopes the call; previous accounts send the bare key.
 func TestCheckoutSecretKeyInAnyCaseScopes(t *testing.T) {
 	for _, a := range []string{"bearer sk_sbox_abc", "BEARER sk_sbox_abc", "Bearer sk_sbox_abc", "sk_sbox_abc"} {
-		e, _ := Checkout{}.Classify(&Request{Method: "POST", Path: "/payments",
+		e, _ := checkout.Vendor{}.Classify(&vendors.Request{Method: "POST", Path: "/payments",
 			Header: http.Header{"Authorization": {a}}, Body: []byte(`{"amount":100,"currency":"USD"}`)})
 		if e.Credential != a || e.Owner != "" {
 			t.Errorf("%q: credential %q, owner %q", a, e.Credential, e.Owner)

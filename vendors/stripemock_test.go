@@ -1,4 +1,4 @@
-package vendors
+package vendors_test
 
 import (
 	"bytes"
@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stripe/stripe-go/v79"
+	stripego "github.com/stripe/stripe-go/v79"
 
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // TestStripeFixturesThroughStripeMock sends the documented request fixtures
@@ -25,11 +28,11 @@ func TestStripeFixturesThroughStripeMock(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer sk_test_123")
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		e, ok := Stripe{}.Classify(&Request{Method: req.Method, Path: path, Header: req.Header, Body: body})
+		e, ok := stripe.Vendor{}.Classify(&vendors.Request{Method: req.Method, Path: path, Header: req.Header, Body: body})
 		if !ok {
 			t.Fatalf("%s is not an effect", path)
 		}
-		if _, err := Stamp(e.Key, req.Header, body, key); err != nil {
+		if _, err := vendors.Stamp(e.Key, req.Header, body, key); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.DefaultClient.Do(req)
@@ -40,13 +43,13 @@ func TestStripeFixturesThroughStripeMock(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, b
 	}
-	for _, c := range []struct{ path, fixture, object, prefix string }{
+	for _, c := range []struct{ path, fixture, Object, prefix string }{
 		{"/v1/payment_intents", "payment_intent.create.req", "payment_intent", "pi_"},
 		{"/v1/payment_intents", "destination.create.req", "payment_intent", "pi_"},
 		{"/v1/charges", "jpy.create.req", "charge", "ch_"},
 		{"/v1/refunds", "refund.create.req", "refund", "re_"},
 	} {
-		key := ShapeKey("stripe", []byte("0123456789abcdef0123456789abcdef")).Value
+		key := all.Registry().ShapeKey("stripe", []byte("0123456789abcdef0123456789abcdef")).Value
 		resp, body := send(c.path, fixture(t, "stripe", c.fixture), key)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: stripe-mock answered %d: %s", c.fixture, resp.StatusCode, body)
@@ -54,31 +57,31 @@ func TestStripeFixturesThroughStripeMock(t *testing.T) {
 		if got := resp.Header.Get("Idempotency-Key"); got != key {
 			t.Fatalf("%s: stripe-mock saw key %q, want %q", c.fixture, got, key)
 		}
-		o := Stripe{}.Outcome(&Response{Status: resp.StatusCode, Header: resp.Header, Body: body})
+		o := stripe.Vendor{}.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: body})
 		var obj struct{ Object string }
 		json.Unmarshal(body, &obj)
-		if o.Result != Succeeded || !strings.HasPrefix(o.VendorReference, c.prefix) || obj.Object != c.object {
+		if o.Result != vendors.Succeeded || !strings.HasPrefix(o.VendorReference, c.prefix) || obj.Object != c.Object {
 			t.Fatalf("%s: outcome %+v for %s", c.fixture, o, body)
 		}
 	}
 	// An invalid request: stripe-mock's real 400 classifies as failed.
 	resp, body := send("/v1/payment_intents", []byte("currency=usd&amount=notanumber"), "k")
-	o := Stripe{}.Outcome(&Response{Status: resp.StatusCode, Header: resp.Header, Body: body})
-	if resp.StatusCode != 400 || o.Result != Failed || o.Reason == "" {
+	o := stripe.Vendor{}.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: body})
+	if resp.StatusCode != 400 || o.Result != vendors.Failed || o.Reason == "" {
 		t.Fatalf("invalid request: %d %+v %s", resp.StatusCode, o, body)
 	}
 	// Our refusal body has the shape of stripe-mock's own error body, and
-	// stripe-go reads it as a *stripe.Error with the message.
+	// stripe-go reads it as a *stripego.Error with the message.
 	var mockErr, ours struct {
-		Error *stripe.Error `json:"error"`
+		Error *stripego.Error `json:"error"`
 	}
 	if err := json.Unmarshal(body, &mockErr); err != nil || mockErr.Error == nil || mockErr.Error.Msg == "" {
 		t.Fatalf("stripe-mock error body: %v %s", err, body)
 	}
-	if err := json.Unmarshal(Stripe{}.Refusal(403, "ratchet_denied", "Ratchet denied this payment: budget exceeded").Body, &ours); err != nil {
+	if err := json.Unmarshal(stripe.Vendor{}.Refusal(403, "ratchet_denied", "Ratchet denied this payment: budget exceeded").Body, &ours); err != nil {
 		t.Fatal(err)
 	}
-	if ours.Error == nil || ours.Error.Msg != "Ratchet denied this payment: budget exceeded" || ours.Error.Type != stripe.ErrorTypeInvalidRequest || ours.Error.Code != "ratchet_denied" {
+	if ours.Error == nil || ours.Error.Msg != "Ratchet denied this payment: budget exceeded" || ours.Error.Type != stripego.ErrorTypeInvalidRequest || ours.Error.Code != "ratchet_denied" {
 		t.Fatalf("our error as stripe-go sees it: %+v", ours.Error)
 	}
 }

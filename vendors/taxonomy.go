@@ -140,7 +140,7 @@ func Operations() map[string]string {
 
 // typed completes what a vendor's classify returned: the effect type from
 // the operation, and FollowUp.
-func typed(e Effect, ok bool) (Effect, bool) {
+func Typed(e Effect, ok bool) (Effect, bool) {
 	if ok {
 		e.EffectType = TypeOf(e.Operation)
 		e.FollowUp = followUp[e.EffectType]

@@ -1,4 +1,4 @@
-package vendors
+package vendors_test
 
 import (
 	"net/http"
@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // tableRow is one row of the effect-type table in docs/proxy.md.
@@ -32,7 +35,7 @@ func TestEffectTypeTable(t *testing.T) {
 		}
 		typ, vendor, method, path, op, counts := m[1], m[2], m[3], strings.ReplaceAll(m[4], "{id}", "id_1"), m[5], m[6]
 		documented[op] = true
-		v, ok := Lookup(vendor)
+		v, ok := all.Lookup(vendor)
 		if !ok {
 			t.Errorf("%s: no vendor %q", op, vendor)
 			continue
@@ -41,7 +44,7 @@ func TestEffectTypeTable(t *testing.T) {
 		if vendor == "stripe" && !strings.HasPrefix(path, "/v2/") {
 			body = []byte("amount=100&currency=usd")
 		}
-		e, isEffect := v.Classify(&Request{Method: method, Path: path, Header: http.Header{}, Body: body})
+		e, isEffect := v.Classify(&vendors.Request{Method: method, Path: path, Header: http.Header{}, Body: body})
 		if !isEffect {
 			t.Errorf("%s %s (%s): not an effect", method, path, vendor)
 			continue
@@ -56,7 +59,7 @@ func TestEffectTypeTable(t *testing.T) {
 			t.Errorf("%s: counts zero %v, the table says %q", op, e.FollowUp, counts)
 		}
 	}
-	for op := range Operations() {
+	for op := range vendors.Operations() {
 		if !documented[op] {
 			t.Errorf("%s is a money-moving operation the table does not list", op)
 		}
@@ -78,8 +81,8 @@ func TestNonMoneyCallsStayOutsidePayment(t *testing.T) {
 		{"adyen", "POST", "/v71/paymentLinks", "adyen.payment_links.create"},
 		{"checkout", "POST", "/customers", "checkout.customers.create"},
 	} {
-		v, _ := Lookup(c.vendor)
-		e, ok := v.Classify(&Request{Method: c.method, Path: c.path, Header: http.Header{}, Body: []byte("{}")})
+		v, _ := all.Lookup(c.vendor)
+		e, ok := v.Classify(&vendors.Request{Method: c.method, Path: c.path, Header: http.Header{}, Body: []byte("{}")})
 		if !ok || e.EffectType != c.want || e.Operation != c.want {
 			t.Errorf("%s %s: type %q operation %q (effect %v), want both %q", c.vendor, c.path, e.EffectType, e.Operation, ok, c.want)
 		}

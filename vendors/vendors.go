@@ -4,8 +4,14 @@
 //
 // The package does no I/O. The ledger uses it to shape the vendor key it hands
 // out with an execute decision; the proxy uses the same rules to stamp requests.
-// Adding a vendor means adding one file with one value that satisfies Vendor
-// and listing it in init below.
+// Each built-in vendor is a package under vendors/ (vendors/stripe, …)
+// holding everything Ratchet knows about it, listed once in vendors/all; a
+// vendor the config declares (declared.go) is compiled from its definition
+// and joins them in a Registry, which the ledger, the proxy and recovery
+// are given. This package holds what they share: the Vendor interface and
+// the optional ones adapters ask (Tagger, Recoverable, Upstreamer,
+// KeyShaper), the request and answer types, the taxonomy, and the helpers
+// vendor packages read requests with (request.go, tag.go).
 //
 // Outcomes. "failed" means the vendor definitely did not act, so a new
 // attempt with a new key is safe; "unknown" means it may have. Every vendor
@@ -16,8 +22,9 @@
 // Key shaping. Every vendor key is a 36-character RFC 9562 UUID (version 8,
 // "custom") built from a digest the caller derives from the server secret, the
 // namespace, the idempotency key, the attempt number and the vendor. One format
-// fits every documented limit (Square's 45 characters for payments is the
-// tightest of the three; Razorpay's 36 is the tightest known anywhere), uses
+// fits every documented limit of the built-in vendors (Square's 45
+// characters for payments is the tightest of the five; Razorpay's 36 is
+// the tightest known anywhere), uses
 // only [0-9a-f-], and carries no personal data even when the agent's own key
 // does (Stripe advises against personal identifiers in keys). A new attempt
 // gets a new digest and so a new key, because vendors such as Stripe replay
@@ -27,6 +34,7 @@ package vendors
 import (
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -117,21 +125,63 @@ type Key struct {
 	RetentionHours int      `json:"retention_hours"`
 }
 
-// registry lists the known vendors. Generic is the fallback and is not listed.
-var registry = map[string]Vendor{}
-
-func register(v Vendor) { registry[v.Name()] = v }
-
-func init() {
-	for _, v := range []Vendor{Stripe{}, Square{}, Adyen{}, PayPal{}, Checkout{}} {
-		register(v)
-	}
+// KeyShaper is a vendor whose idempotency keys are not Ratchet's usual
+// UUID (a declared vendor whose alphabet or length does not take one).
+type KeyShaper interface {
+	ShapeKey(digest []byte) string
 }
+
+// Upstreamer is a vendor with a default upstream, which a
+// proxy.upstreams entry of the same name overrides.
+type Upstreamer interface {
+	Upstream() string
+}
+
+// Registry is a set of vendors by name and host: the built-in ones
+// (package vendors/all lists them) and those the config declares. A nil
+// *Registry knows none: every name gets Generic.
+type Registry struct {
+	byName map[string]Vendor
+	byHost map[string]Vendor
+	all    []Vendor
+}
+
+// NewRegistry builds a registry of vs; a name or host given twice is an
+// error.
+func NewRegistry(vs ...Vendor) (*Registry, error) {
+	r := &Registry{byName: map[string]Vendor{}, byHost: map[string]Vendor{}}
+	for _, v := range vs {
+		if _, dup := r.byName[v.Name()]; dup {
+			return nil, fmt.Errorf("vendor %q is listed twice", v.Name())
+		}
+		r.byName[v.Name()] = v
+		for _, h := range v.Hosts() {
+			if o, dup := r.byHost[h]; dup {
+				return nil, fmt.Errorf("vendor %s: host %q is %s's already", v.Name(), h, o.Name())
+			}
+			r.byHost[h] = v
+		}
+		r.all = append(r.all, v)
+	}
+	return r, nil
+}
+
+var empty = &Registry{}
+
+func (r *Registry) or() *Registry {
+	if r == nil {
+		return empty
+	}
+	return r
+}
+
+// All lists the registry's vendors, built-in ones first.
+func (r *Registry) All() []Vendor { return r.or().all }
 
 // Lookup returns the rules for a vendor name (case-insensitive) and whether
 // the vendor is known. Unknown vendors get Generic.
-func Lookup(name string) (Vendor, bool) {
-	v, ok := registry[strings.ToLower(name)]
+func (r *Registry) Lookup(name string) (Vendor, bool) {
+	v, ok := r.or().byName[strings.ToLower(name)]
 	if !ok {
 		return Generic{}, false
 	}
@@ -139,16 +189,9 @@ func Lookup(name string) (Vendor, bool) {
 }
 
 // ForHost returns the vendor whose API host is host (no port), if any.
-func ForHost(host string) (Vendor, bool) {
-	host = strings.ToLower(host)
-	for _, v := range registry {
-		for _, h := range v.Hosts() {
-			if h == host {
-				return v, true
-			}
-		}
-	}
-	return nil, false
+func (r *Registry) ForHost(host string) (Vendor, bool) {
+	v, ok := r.or().byHost[strings.ToLower(host)]
+	return v, ok
 }
 
 // hostNameRe is a lowercase DNS host name: dot-separated labels of letters,
@@ -161,15 +204,21 @@ func IsHostName(h string) bool { return hostNameRe.MatchString(h) }
 
 // ShapeKey turns a digest of at least 16 bytes into the key for the named
 // vendor. The same digest always gives the same key.
-func ShapeKey(vendor string, digest []byte) Key {
-	v, _ := Lookup(vendor)
-	r := v.KeyRule()
+func (r *Registry) ShapeKey(vendor string, digest []byte) Key {
+	v, _ := r.Lookup(vendor)
+	rule := v.KeyRule()
+	value := ""
+	if s, ok := v.(KeyShaper); ok {
+		value = s.ShapeKey(digest)
+	} else {
+		value = uuidV8(digest)
+	}
 	return Key{
-		Value:          uuidV8(digest),
-		Location:       r.Location,
-		Name:           r.Name,
-		Enforced:       r.Enforced,
-		RetentionHours: r.RetentionHours,
+		Value:          value,
+		Location:       rule.Location,
+		Name:           rule.Name,
+		Enforced:       rule.Enforced,
+		RetentionHours: rule.RetentionHours,
 	}
 }
 
@@ -193,7 +242,7 @@ func uuidV8(digest []byte) string {
 }
 
 // errorJSON marshals a vendor error body; the values are plain data.
-func errorJSON(v any) []byte {
+func ErrorJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }

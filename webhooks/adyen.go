@@ -50,7 +50,7 @@ import (
 // comes back in the AUTHORISATION item is from Adyen's API reference,
 // not seen in a stored sample (unconfirmed). AUTHORISATION with success
 // "true" settles the payment succeeded, "false" failed (Adyen answered
-// the request Refused: vendors/adyen.go classifies that failed too).
+// the request Refused: vendors/adyen classifies that failed too).
 // Modifications (CAPTURE, REFUND, …) are their own requests with their
 // own references, ignored.
 type Adyen struct {
@@ -95,6 +95,9 @@ func AdyenSignature(key []byte, pspReference, originalReference, merchantAccount
 		strconv.FormatInt(value, 10), currency, eventCode, success}, ":")))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
+
+// ack implements acknowledger: Adyen waits for "[accepted]".
+func (*Adyen) ack() []byte { return []byte("[accepted]") }
 
 func (a *Adyen) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
 	authed := false

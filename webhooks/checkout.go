@@ -31,7 +31,7 @@ import (
 // vendor key (proxy/tag.go). payment_approved (and payment_captured,
 // which follows it for the same payment) settle the payment request
 // succeeded; payment_declined failed (Checkout.com answers such a request
-// 201 with approved false, which vendors/checkout.go classifies failed
+// 201 with approved false, which vendors/checkout classifies failed
 // too). Later events about the payment (voids, refunds, a capture
 // declined) are other requests' and are ignored.
 type Checkout struct {

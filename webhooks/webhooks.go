@@ -61,9 +61,14 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
-	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // Defaults.
@@ -166,6 +171,12 @@ type receiver interface {
 	read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error)
 }
 
+// acknowledger is a receiver whose vendor expects a body in the answer to
+// an event it delivered.
+type acknowledger interface {
+	ack() []byte
+}
+
 // The ways a request is refused.
 var (
 	errSignature = errors.New("the signature does not verify")
@@ -208,22 +219,22 @@ func New(s Settler, opts Options) http.Handler {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stripe != nil {
-		h.receivers["stripe"] = opts.Stripe
+		h.receivers[stripe.Vendor{}.Name()] = opts.Stripe
 	}
 	if opts.Square != nil {
-		h.receivers["square"] = opts.Square
+		h.receivers[square.Vendor{}.Name()] = opts.Square
 	}
 	if opts.Adyen != nil {
-		h.receivers["adyen"] = opts.Adyen
+		h.receivers[adyen.Vendor{}.Name()] = opts.Adyen
 	}
 	if opts.Checkout != nil {
-		h.receivers["checkout"] = opts.Checkout
+		h.receivers[checkout.Vendor{}.Name()] = opts.Checkout
 	}
 	if opts.PayPal != nil {
 		if ts, ok := s.(TransmissionStore); ok && opts.PayPal.Store == nil {
 			opts.PayPal.Store = ts
 		}
-		h.receivers["paypal"] = opts.PayPal
+		h.receivers[paypal.Vendor{}.Name()] = opts.PayPal
 	}
 	return h
 }
@@ -297,8 +308,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the ledger could not record the event; retry", http.StatusServiceUnavailable)
 		return
 	}
-	if name == "adyen" {
-		w.Write([]byte("[accepted]")) // the answer Adyen expects (adyen.go)
+	if a, ok := rv.(acknowledger); ok {
+		w.Write(a.ack()) // the answer the vendor expects (Adyen's: adyen.go)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -349,7 +360,7 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 		req.VendorReference = ref
 	}
 	if rec.answer != nil && rec.outcome == ledger.OutcomeSucceeded {
-		req.Result = proxy.StoredAnswer(http.StatusOK, "application/json", rec.answer, req.VendorReference)
+		req.Result = outbound.StoredAnswer(http.StatusOK, "application/json", rec.answer, req.VendorReference)
 	}
 	if rec.money != nil && rec.outcome == ledger.OutcomeSucceeded {
 		if micros, ok := rec.money.Micros(h.opts.CurrencyMicros); ok {

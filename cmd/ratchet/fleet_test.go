@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/admin"
@@ -103,4 +104,56 @@ func startFleet(t *testing.T, n int, extra string) []*server {
 		servers = append(servers, startServe(t, filepath.Join(t.TempDir(), fmt.Sprint("data", i)), cfg))
 	}
 	return servers
+}
+
+// TestTwoServesReachOneQuorum: two "ratchet serve" processes on one
+// PostgreSQL ledger; a payout needing two approvers is approved by alice
+// through one and by bob and alice again through the other, all at once
+// (her second approval counts once), and
+// the agent's begins through both at once execute it once. The agent's
+// token is refused on both admin APIs.
+func TestTwoServesReachOneQuorum(t *testing.T) {
+	servers := startFleet(t, 2, "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"  admins: [{token_sha256: '"+sha("alice-tok")+"', name: alice}, {token_sha256: '"+sha("bob-tok")+"', name: bob}]\n"+
+		"policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100000000\n    approvers_required: 2\n")
+	agents := []*sdk.ClientSession{connect(t, servers[0].mcp, "agent-tok"), connect(t, servers[1].mcp, "agent-tok")}
+	ctx := context.Background()
+	for i := range 8 {
+		begin := map[string]any{"idempotency_key": fmt.Sprint("payout:", i), "effect_type": "payment.payout", "estimated_cost_micros": 150_000_000}
+		asked := callTool(t, agents[i%2], "ratchet_begin_effect", begin)
+		id, _ := asked["approval_id"].(string)
+		if asked["decision"] != "approval_required" || id == "" {
+			t.Fatalf("round %d: %v", i, asked)
+		}
+		if _, err := (&admin.Client{URL: servers[i%2].admin, Token: "agent-tok"}).Decide(ctx, id, true, ""); err == nil {
+			t.Fatalf("round %d: the agent's token approved through the admin API", i)
+		}
+		var wg sync.WaitGroup
+		for j, tok := range []string{"alice-tok", "bob-tok", "alice-tok"} {
+			wg.Go(func() {
+				if _, err := (&admin.Client{URL: servers[(i+j)%2].admin, Token: tok}).Decide(ctx, id, true, ""); err != nil {
+					t.Errorf("round %d: approve with %s: %v", i, tok, err)
+				}
+			})
+		}
+		wg.Wait()
+		var mu sync.Mutex
+		decisions := map[any]int{}
+		for j := range 4 {
+			wg.Go(func() {
+				res, err := agents[j%2].CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: begin})
+				if err != nil || res.IsError {
+					t.Errorf("round %d: begin: %v %+v", i, err, res)
+					return
+				}
+				mu.Lock()
+				decisions[res.StructuredContent.(map[string]any)["decision"]]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if diff := cmp.Diff(map[any]int{"execute": 1, "in_flight": 3}, decisions); diff != "" {
+			t.Errorf("round %d: the agent's four begins through both (-want +got):\n%s", i, diff)
+		}
+	}
 }

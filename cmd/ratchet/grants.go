@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 const grantsUsage = "ratchet grants list [--namespace N] [--all] | create --effect-type GLOB (--agent-id A | --run-id R) (--max-cost-micros N | --max-effects N) (--ttl 2h | --expires-at RFC3339) [--namespace N] [--note TEXT] | revoke ID"
@@ -41,7 +42,7 @@ func runGrants(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		})
 	case "create":
 		var b admin.GrantBody
-		fs.StringVar(&b.Namespace, "namespace", "default", "the namespace it covers")
+		fs.StringVar(&b.Namespace, "namespace", ledger.DefaultNamespace, "the namespace it covers")
 		fs.StringVar(&b.EffectType, "effect-type", "", "a glob over effect types, e.g. payment.*")
 		fs.StringVar(&b.AgentID, "agent-id", "", "only this agent's begins")
 		fs.StringVar(&b.RunID, "run-id", "", "only this run's begins")

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,13 +63,21 @@ func commands() []command {
 	}
 }
 
-// exitError carries a specific exit code.
+// exitError carries a specific exit code. err is nil when there is nothing
+// more to say (the flag package printed the usage, or -h was asked for).
 type exitError struct {
 	code int
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 // run is the whole program, testable without exec.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -83,21 +92,29 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if c.name != args[0] {
 			continue
 		}
-		if err := c.run(ctx, args[1:], stdin, stdout, stderr); err != nil {
-			if ee, ok := err.(*exitError); ok {
-				if ee.err != nil {
-					fmt.Fprintln(stderr, "ratchet "+c.name+":", ee.err)
-				}
-				return ee.code
-			}
-			fmt.Fprintln(stderr, "ratchet "+c.name+":", err)
-			return 1
-		}
-		return 0
+		return runCommand(ctx, c, args[1:], stdin, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "ratchet: unknown command %q\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// runCommand runs c and returns its exit code: an exitError's, found
+// however the command wrapped it, or 1 for any other error.
+func runCommand(ctx context.Context, c command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := c.run(ctx, args, stdin, stdout, stderr)
+	if err == nil {
+		return 0
+	}
+	code := 1
+	if ee := (*exitError)(nil); errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil && err == error(ee) {
+			return code // nothing more to say
+		}
+	}
+	fmt.Fprintln(stderr, "ratchet "+c.name+":", err)
+	return code
 }
 
 func usage(w io.Writer) {

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -189,5 +192,28 @@ func TestHelpAlignsAndNamesTheAdminEnvironment(t *testing.T) {
 				t.Errorf("ratchet %v does not name %s:\n%s", args, want, errs)
 			}
 		}
+	}
+}
+
+// An exitError without a cause (a -h answered, flag errors already
+// printed by the flag package) formats as its exit status rather than
+// panicking, and run finds one that a command wrapped.
+func TestExitErrorWithoutCauseFormatsAndIsFoundWrapped(t *testing.T) {
+	if got, want := fmt.Sprint(&exitError{code: 2}), "exit status 2"; got != want {
+		t.Errorf("formatting an exitError without a cause: %q, want %q", got, want)
+	}
+	cause := errors.New("--since: bad time")
+	if got, want := fmt.Sprint(&exitError{code: 2, err: cause}), cause.Error(); got != want {
+		t.Errorf("formatting an exitError with a cause: %q, want %q", got, want)
+	}
+	var errb bytes.Buffer
+	wrapped := command{name: "wrapped", run: func(context.Context, []string, io.Reader, io.Writer, io.Writer) error {
+		return fmt.Errorf("doing it: %w", &exitError{code: 3, err: cause})
+	}}
+	if got, want := runCommand(context.Background(), wrapped, nil, nil, io.Discard, &errb), 3; got != want {
+		t.Errorf("exit code of a wrapped exitError: %d, want %d", got, want)
+	}
+	if got, want := errb.String(), "ratchet wrapped: doing it: --since: bad time\n"; got != want {
+		t.Errorf("stderr of a wrapped exitError: %q, want %q", got, want)
 	}
 }

@@ -103,7 +103,7 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 			// The listener faces the internet: no request, response or idle
 			// connection is kept open for long, and headers are bounded.
 			n.servers = append(n.servers, &http.Server{Handler: mux,
-				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+				ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 				IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 			if loopback.Is(s.Listen) {
 				log.Info("slack interactivity on loopback: expose it to Slack through your ingress", "sink", s.Name, "listen", ln.Addr().String())
@@ -127,7 +127,8 @@ func startNotify(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs n
 	}
 	host, _ := os.Hostname()
 	w := &notify.Worker{Outbox: eng, Sinks: sinks, Name: fmt.Sprintf("%s:%d", host, os.Getpid()),
-		MaxAttempts: cfg.Notify.MaxAttempts, MaxBackoff: cfg.Notify.MaxBackoff.Value(), Observer: obs, Logger: log}
+		MaxAttempts: cfg.Notify.MaxAttempts, MaxBackoff: cfg.Notify.MaxBackoff.Value(), Observer: obs, Logger: log,
+		MaxWaiting: cfg.Notify.MaxWaiting, MaxDead: cfg.Notify.MaxDeadLetters}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {

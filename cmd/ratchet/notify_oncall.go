@@ -3,10 +3,13 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/notify"
 )
 
@@ -24,6 +27,11 @@ func onCallSink(s config.NotifySink, consoleURL string) (sink notify.Sink, ok bo
 		u, err := config.ReadSecret(s.URLFile, s.URLEnv)
 		if err != nil {
 			return nil, true, err
+		}
+		// Checked here, where it is read, and never quoted: its sig
+		// parameter lets anyone post to the channel.
+		if pu, perr := url.Parse(u); perr != nil || pu.Host == "" || (pu.Scheme != "https" && (pu.Scheme != "http" || !loopback.Is(pu.Host))) {
+			return nil, true, errors.New("the Workflows webhook URL read from url_file or url_env is not an https URL (http only for a loopback address): its signature must never cross the network in the clear")
 		}
 		return &notify.Teams{URL: u, ConsoleURL: consoleURL}, true, nil
 	case "email":

@@ -27,6 +27,8 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/internal/config"
 )
 
 // posts records the JSON bodies POSTed to it and answers 202, as
@@ -211,5 +213,33 @@ notify:
 		if strings.Contains(s.stderr.String(), secret) {
 			t.Errorf("serve's log holds a secret (%s)", secret)
 		}
+	}
+}
+
+// A Teams Workflows URL is read from its file or variable when serve
+// starts, and its sig parameter is the secret that lets anyone post to
+// the channel: one that is not an https URL (http only on loopback, a
+// local fake) is refused then, by an error that never quotes it.
+func TestATeamsURLInTheClearOrNotAURLIsRefusedWithoutQuotingIt(t *testing.T) {
+	for name, c := range map[string]struct {
+		url string
+		ok  bool
+	}{
+		"http off loopback": {"http://prod.westus.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=S3CRETSIG", false},
+		"no scheme":         {"prod.westus.logic.azure.com/workflows/abc?sig=S3CRETSIG", false},
+		"not a URL":         {"sig=S3CRETSIG\x7f://", false},
+		"https":             {"https://prod.westus.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=S3CRETSIG", true},
+		"http on loopback":  {"http://127.0.0.1:9/workflows/abc?sig=S3CRETSIG", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("RATCHET_TEST_TEAMS_URL", c.url)
+			_, _, err := onCallSink(config.NotifySink{Name: "teams", Type: "teams", URLEnv: "RATCHET_TEST_TEAMS_URL"}, "https://ratchet.example.com")
+			if got := err == nil; got != c.ok {
+				t.Fatalf("accepted %v, want %v (err %v)", got, c.ok, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "S3CRETSIG") {
+				t.Errorf("the error quotes the secret URL: %v", err)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ratchet-mcp/ratchet/admin"
+	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -29,7 +30,7 @@ type opFlags struct {
 func (o *opFlags) register(fs *flag.FlagSet) {
 	def := os.Getenv("RATCHET_ADMIN_URL")
 	if def == "" {
-		def = "http://127.0.0.1:8788"
+		def = "http://" + config.DefaultAdminListen
 	}
 	fs.StringVar(&o.admin, "admin", def, "admin API base URL (default $RATCHET_ADMIN_URL)")
 	fs.StringVar(&o.output, "o", "table", "output: table or json")

@@ -273,7 +273,7 @@ func listAll(t *testing.T, dir string) string {
 // At a terminal, resolve names the consequence and resolves only on "yes".
 func TestResolveAsksAtATerminal(t *testing.T) {
 	eng := enginetest.Open(t, t.TempDir(), ledger.Options{})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{}))
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{}))
 	defer srv.Close()
 	ctx := context.Background()
 	b, _ := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "k", EffectType: "payment.charge"})
@@ -303,7 +303,7 @@ func TestResolveAsksAtATerminal(t *testing.T) {
 func TestBudgetsCLILooksAScopeUpByValue(t *testing.T) {
 	eng := enginetest.Open(t, t.TempDir(), ledger.Options{Policies: []ledger.Rule{{Match: "payment.*",
 		Ceilings: []ledger.Ceiling{{Name: "per-cp", LimitMicros: i64(1000), Window: "24h", Per: "dimension:counterparty"}}}}})
-	srv := httptest.NewServer(admin.Handler(eng, admin.Options{}))
+	srv := httptest.NewServer(admin.Handler(eng, &admin.Options{}))
 	defer srv.Close()
 	for _, cp := range []string{"acct_1", "acct_2"} {
 		eng.Begin(context.Background(), ledger.BeginRequest{IdempotencyKey: cp, EffectType: "payment.charge",

@@ -161,7 +161,7 @@ func explainOffline(ctx context.Context, cf *commonFlags, body admin.ExplainBody
 		return nil, err
 	}
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: []byte(rand.Text() + rand.Text()), Policies: cfg.Policies,
-		Defaults: cfg.LedgerDefaults(), Logger: quiet})
+		Defaults: cfg.LedgerDefaults(), Logger: quiet, Vendors: cfg.Registry()})
 	if err != nil {
 		store.Close()
 		return nil, err

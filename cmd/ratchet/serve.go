@@ -18,6 +18,7 @@ import (
 	"github.com/ratchet-mcp/ratchet/admin"
 	"github.com/ratchet-mcp/ratchet/console"
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/metrics"
 	"github.com/ratchet-mcp/ratchet/proxy"
@@ -96,44 +97,49 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	// Until everything has started, a failure closes the ledger here; from
+	// then on the shutdown below closes it, after what writes to it.
+	started := false
+	defer func() {
+		if !started {
+			eng.Close(context.Background())
+		}
+	}()
 	m.Watch(eng)
 	m.WatchOutbox(eng)
 	m.WatchHalts(eng)
 	traced, flushTraces, err := startTracing(ctx, cfg, eng, log) // trace.go
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	defer flushTraces()
 	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
 	notifier, err := startNotify(cfg, eng, log, m)
 	if err != nil {
-		eng.Close(context.Background())
 		return err
 	}
+	started = true
 
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg),
 		ConsoleURL: cfg.Notify.ConsoleURL})
 	var calls inflight
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log})))
+	mux.Handle("/mcp", calls.track(mcp.Handler(mcpServer, &mcp.HTTPOptions{Agents: agents, Logger: log, SessionIdle: cfg.MCP.SessionIdle.Value()})))
 	agentTokens := map[string]bool{}
 	for sum := range agents {
 		agentTokens[sum] = true
 	}
-	adminHandler := admin.Handler(eng, admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
+	adminHandler := admin.Handler(eng, &admin.Options{Admins: admins, Agents: agentTokens, Namespaces: keyNamespaces(cfg),
 		Metrics: m.Handler(), Logger: log, Explainer: eng, Gate: outbound})
 	// The operator console's pages at /, in front of the admin API.
-	adminHandler = console.Handler(adminHandler, eng, console.Options{Admins: admins, Agents: agentTokens,
+	adminHandler = console.Handler(adminHandler, eng, &console.Options{Admins: admins, Agents: agentTokens,
 		Namespaces: keyNamespaces(cfg), Hosts: consoleHosts(cfg), SecureCookie: cfg.Console.SecureCookie, Logger: log})
 	m.WatchSessions(func() int {
 		n := 0
@@ -142,13 +148,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		return n
 	})
-	// An idle keep-alive connection is closed after listenerIdle, so that
-	// agents that vanish leave no connections open (MCP sessions expire
-	// after mcp.DefaultSessionIdle); both are counted in the metrics.
+	// An idle keep-alive connection is closed after listen.idle_timeout, so
+	// that agents that vanish leave no connections open (MCP sessions
+	// expire after mcp.session_idle); both are counted in the metrics.
 	servers := []*http.Server{
-		{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("mcp")},
-		{Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("admin")},
-		{Handler: outbound, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: listenerIdle, ConnState: m.ConnState("proxy")},
+		{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("mcp")},
+		{Handler: adminHandler, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("admin")},
+		{Handler: outbound, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.Listen.IdleTimeout.Value(), ConnState: m.ConnState("proxy")},
 	}
 	errc := make(chan error, len(servers)+len(transparentLns))
 	for i, ln := range []net.Listener{mcpLn, adminLn, proxyLn} {
@@ -224,7 +230,7 @@ func newProxy(cfg *config.Config, eng proxy.Engine, log *slog.Logger, obs proxy.
 // explain` classifies requests with, as serve does.
 func proxyOptions(cfg *config.Config) proxy.Options {
 	return proxy.Options{
-		Upstreams: cfg.Proxy.Upstreams, Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
+		Upstreams: cfg.Proxy.Upstreams, Vendors: cfg.Registry(), Namespace: cfg.Proxy.Namespace, AgentID: cfg.Proxy.AgentID, DedupeWindow: cfg.Proxy.DedupeWindow.Value(), DedupeWindows: cfg.Proxy.DedupeWindowsValue(),
 		UpstreamTimeout: cfg.Proxy.UpstreamTimeout.Value(), AllowHosts: cfg.Proxy.AllowHosts, InterceptHosts: cfg.Proxy.InterceptHosts,
 		MaxBodyBytes: cfg.Proxy.MaxBodyBytes, CurrencyMicros: cfg.Proxy.CurrencyMicros,
 	}
@@ -233,7 +239,7 @@ func proxyOptions(cfg *config.Config) proxy.Options {
 // keyNamespaces are the namespaces the console and the admin API look an
 // idempotency key up in: the agents', the proxy's and the default.
 func keyNamespaces(cfg *config.Config) []string {
-	out := []string{"default"}
+	out := []string{ledger.DefaultNamespace}
 	if !slices.Contains(out, cfg.Proxy.Namespace) {
 		out = append(out, cfg.Proxy.Namespace)
 	}
@@ -305,8 +311,7 @@ func (c *inflight) wait(ctx context.Context) {
 	}
 }
 
-// listenerIdle is how long the MCP, admin and proxy listeners keep a
-// keep-alive connection with no request on it: longer than an agent's or
-// an SDK's pause between calls (their pools reconnect after it), short
-// enough that connections of agents that vanished do not pile up.
-const listenerIdle = 2 * time.Minute
+// readHeaderTimeout bounds how long every listener waits for a request's
+// headers, so a client that opens a connection and says nothing holds it
+// for no longer.
+const readHeaderTimeout = 10 * time.Second

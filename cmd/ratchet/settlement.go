@@ -97,7 +97,7 @@ func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, o
 	// stage is bounded. The handler bounds the body itself
 	// (webhooks.DefaultBodyTimeout) and then lifts the read deadline, so
 	// a long hold or ledger write is bounded by WriteTimeout alone.
-	s.server = &http.Server{Handler: webhooks.New(eng, opts), ReadHeaderTimeout: 10 * time.Second,
+	s.server = &http.Server{Handler: webhooks.New(eng, opts), ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout: 15 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := s.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

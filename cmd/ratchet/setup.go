@@ -110,7 +110,7 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 	eng, err := ledger.New(ledger.Options{Store: store, Secret: secret, Policies: cfg.Policies,
 		Defaults: cfg.LedgerDefaults(), Logger: log, Observer: obs,
 		Audit: cfg.Audit.On(), AuditRetention: cfg.Audit.Retention.Value(),
-		Route: routeOf(cfg), BudgetThresholds: cfg.Notify.BudgetThresholds})
+		Route: routeOf(cfg), BudgetThresholds: cfg.Notify.BudgetThresholds, Vendors: cfg.Registry()})
 	if err != nil {
 		store.Close()
 		if errors.Is(err, ledger.ErrSecretMismatch) {
@@ -123,8 +123,8 @@ func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*led
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
 // is not set. Badger keeps its memtables and caches in Go memory (about
-// 160 MiB as configured, see ledger/badgerstore), and each memtable flush
-// leaves 32 MiB of garbage; without a limit the collector lets the heap
+// 130 MiB as configured, see ledger/badgerstore), and each memtable flush
+// leaves 16 MiB of garbage; without a limit the collector lets the heap
 // grow to twice what is live and RSS under load was seen anywhere from
 // 150 to 660 MiB. With it the collector works harder near the limit
 // instead. A container with a memory limit should set GOMEMLIMIT to about

@@ -23,19 +23,14 @@ func main() {
 	idle := flag.Duration("idle", time.Minute, "how long the idle section watches an idle ratchet serve")
 	scaleN := flag.Int("scale", 1_000_000, "effects preloaded for the scale section (0 skips it)")
 	out := flag.String("out", "BENCHMARKS.md", "report file")
-	only := flag.String("only", "", "run only this section (engine, peers, mcp, proxy, pg, scale, idle or cpu), print it and write no report")
+	only := flag.String("only", "", "run only this section (engine, peers, mcp, proxy, pg, scale, flush, idle or cpu), print it and write no report")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	worker := flag.String("pg-worker", "", "internal: run one of the PostgreSQL section's worker processes")
 	cpuW := flag.String("cpu-worker", "", "internal: run one workload of the CPU section (under callgrind)")
+	cpuOnly := flag.String("cpu", "", "with -only cpu: measure only these workloads, comma-separated (engine, mcp-noop, mcp, proxy-bare, proxy); a workload's floor is measured with it")
 	flag.Parse()
 	if *worker != "" {
 		if err := pgWorker(*worker); err != nil {
-			fail(err)
-		}
-		return
-	}
-	if *cpuW != "" {
-		if err := cpuWorker(*cpuW); err != nil {
 			fail(err)
 		}
 		return
@@ -49,6 +44,13 @@ func main() {
 			fail(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *cpuW != "" {
+		if err := cpuWorker(*cpuW); err != nil {
+			pprof.StopCPUProfile()
+			fail(err)
+		}
+		return
 	}
 	run := func(section string) bool { return *only == "" || *only == section }
 	dir, err := os.MkdirTemp("", "ratchet-bench")
@@ -172,6 +174,11 @@ func main() {
 		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed); peak %.0f MiB | < 512 MiB |\n", serveMemLimit, sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file, sr.mem.peak)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
 	}
+	if run("scale") || run("flush") {
+		noSink, errNo := benchFlushNoSink(filepath.Join(dir, "flush-nosink"))
+		deadSink, errDead := benchFlushDeadSink(filepath.Join(dir, "flush-deadsink"), 5000)
+		writeFlush(w, noSink, deadSink, errNo, errDead)
+	}
 	if run("idle") {
 		w("## 6. Idle `ratchet serve`\n\n")
 		w("An empty ledger, the default configuration (listening on free loopback ports), no traffic: after 15 s to settle, the process's CPU (/proc/<pid>/stat) and its threads' context switches (/proc/<pid>/task/*/status: a thread woken, run and put back to sleep) over %s. Every agent pod of a fleet runs one.\n\n", *idle)
@@ -183,14 +190,14 @@ func main() {
 	}
 	if run("cpu") {
 		w("## 7. ")
-		figs, err := benchCPU(filepath.Join(dir, "cpu"))
+		figs, err := benchCPU(filepath.Join(dir, "cpu"), *cpuOnly)
 		writeCPU(w, figs, err)
 	}
 	if *only != "" {
 		return
 	}
 	writeNeeds(w, needs, engine64)
-	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, peers, mcp, proxy, pg, scale, idle or cpu). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`; where each goroutine waits: the same with `-trace trace.out`, then `go tool trace trace.out` (Goroutines). Instructions by function for one workload of section 7: `go build -o /tmp/br ./internal/benchreport && GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/br -cpu-worker engine:512:/tmp/cg`, then `callgrind_annotate callgrind.out.*`.\n", 7)
+	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, peers, mcp, proxy, pg, scale, flush, idle or cpu). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`; where each goroutine waits: the same with `-trace trace.out`, then `go tool trace trace.out` (Goroutines). Instructions by function for one workload of section 7: `go build -o /tmp/br ./internal/benchreport && GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/br -cpu-worker engine:512:/tmp/cg`, then `callgrind_annotate callgrind.out.*`.\n", 7)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
 		fail(err)
 	}

@@ -110,12 +110,18 @@ func (s *served) stop() {
 // with env added to its environment; it returns once the server says where
 // it listens.
 func startServe(dir string, env ...string) (*served, error) {
+	return startServeWith(dir, "", env...)
+}
+
+// startServeWith is startServe with more configuration (YAML, appended
+// to the listen line).
+func startServeWith(dir, extra string, env ...string) (*served, error) {
 	bin := filepath.Join(dir, "ratchet")
 	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/ratchet").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building ratchet: %v %s", err, b)
 	}
 	cfg := filepath.Join(dir, "bench.yaml")
-	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"), 0o600)
+	os.WriteFile(cfg, []byte("listen: {mcp: '127.0.0.1:0', admin: '127.0.0.1:0', proxy: '127.0.0.1:0'}\n"+extra), 0o600)
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--data-dir", dir)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, _ := cmd.StderrPipe()

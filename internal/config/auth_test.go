@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // parseProblems parses yaml and returns its problems (nil when valid).
@@ -153,5 +155,32 @@ func TestAgentsWithoutAdminsWarnsAtTheAgentsLine(t *testing.T) {
 		if err != nil || len(cfg.Warnings()) != 0 {
 			t.Errorf("%s: %v %+v", name, err, cfg.Warnings())
 		}
+	}
+}
+
+// Two admin names that read the same (case, full-width letters, spaces,
+// an invisible character aside) are refused with the second's line: the
+// approvals of one person holding both tokens would otherwise be told
+// apart in the record while counting once toward approvers_required, and
+// which one spoke would be unclear. The same name twice (a token rotated
+// in beside the old one) is one person and loads.
+func TestTwoAdminNamesThatReadTheSameAreRefused(t *testing.T) {
+	tok := func(b string) string { return strings.Repeat(b, 32) }
+	for _, name := range []string{"Alice", "ＡＬＩＣＥ", "\"ali\u200bce\"", "\" alice\""} {
+		probs := parseProblems(t, "auth:\n  admins:\n    - {token_sha256: "+tok("ab")+", name: alice}\n    - {token_sha256: "+tok("cd")+", name: "+name+"}\n")
+		if len(probs) != 1 {
+			t.Errorf("%s beside alice: %d problems, want 1: %+v", name, len(probs), probs)
+			continue
+		}
+		p := probs[0]
+		if diff := cmp.Diff([]any{4, "auth.admins[1].name", true}, []any{p.Line, p.Path, strings.Contains(p.Message, "auth.admins[0]")}); diff != "" {
+			t.Errorf("%s beside alice (-want +got line, path, names the first):\n%s", name, diff)
+		}
+	}
+	if probs := parseProblems(t, "auth:\n  admins:\n    - {token_sha256: "+tok("ab")+", name: alice}\n    - {token_sha256: "+tok("cd")+", name: alice}\n"); len(probs) != 0 {
+		t.Errorf("alice's two tokens: %+v, want none", probs)
+	}
+	if probs := parseProblems(t, "auth:\n  admins:\n    - {token_sha256: "+tok("ab")+", name: \"ali\\nce\"}\n"); len(probs) != 1 || probs[0].Path != "auth.admins[0].name" {
+		t.Errorf("a name with a newline: %+v, want one problem at auth.admins[0].name", probs)
 	}
 }

@@ -33,8 +33,10 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/mcp"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
 
 // Config is the whole file.
@@ -61,6 +63,15 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	// Console configures the operator console.
 	Console Console `yaml:"console"`
+	// MCP configures the MCP endpoint's sessions.
+	MCP MCP `yaml:"mcp"`
+	// Vendors declares vendors the code does not know (docs/proxy.md,
+	// "Declared vendors"; vendors/declared.go).
+	Vendors []vendors.Definition `yaml:"vendors"`
+
+	// registry is the built-in vendors and the declared ones, set by
+	// problems when every definition compiles.
+	registry *vendors.Registry
 
 	// root is the parsed file, for the lines of warnings; nil when the
 	// config was built in code.
@@ -95,11 +106,30 @@ type Tracing struct {
 	IncludeIdempotencyKeys bool `yaml:"include_idempotency_keys"`
 }
 
+// MCP configures the MCP endpoint's sessions.
+type MCP struct {
+	// SessionIdle closes a session that has had no request for this long
+	// (an agent that vanished without closing it); its client's next
+	// request is answered 404, on which the SDKs open a new session.
+	// Default mcp.DefaultSessionIdle, 30m.
+	SessionIdle Duration `yaml:"session_idle"`
+}
+
+// DefaultIdleTimeout is how long the MCP, admin and proxy listeners keep a
+// keep-alive connection with no request on it: longer than an agent's or
+// an SDK's pause between calls (their pools reconnect after it), short
+// enough that connections of agents that vanished do not pile up.
+const DefaultIdleTimeout = 2 * time.Minute
+
 // Listen holds the listener addresses.
 type Listen struct {
 	MCP   string `yaml:"mcp"`
 	Admin string `yaml:"admin"`
 	Proxy string `yaml:"proxy"`
+	// IdleTimeout closes a keep-alive connection of the MCP, admin or
+	// proxy listener with no request on it for this long (default
+	// DefaultIdleTimeout).
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// Transparent, when set, is the loopback address where connections
 	// redirected by `ratchet transparent rules` arrive (transparent mode;
 	// off by default). On 127.0.0.1 Ratchet also listens on [::1] at the
@@ -216,6 +246,14 @@ func Default() *Config {
 	return c
 }
 
+// The listen addresses when the config names none: loopback, so nothing is
+// reachable from another machine until the operator says so.
+const (
+	DefaultMCPListen   = "127.0.0.1:8787"
+	DefaultAdminListen = "127.0.0.1:8788"
+	DefaultProxyListen = "127.0.0.1:8789"
+)
+
 // fill sets every field the file left empty to its default.
 func (c *Config) fill() {
 	set := func(p *string, v string) {
@@ -224,15 +262,17 @@ func (c *Config) fill() {
 		}
 	}
 	set(&c.DataDir, "./data")
-	set(&c.Listen.MCP, "127.0.0.1:8787")
-	set(&c.Listen.Admin, "127.0.0.1:8788")
-	set(&c.Listen.Proxy, "127.0.0.1:8789")
+	set(&c.Listen.MCP, DefaultMCPListen)
+	set(&c.Listen.Admin, DefaultAdminListen)
+	set(&c.Listen.Proxy, DefaultProxyListen)
+	c.Listen.IdleTimeout.orDefault(DefaultIdleTimeout)
+	c.MCP.SessionIdle.orDefault(mcp.DefaultSessionIdle)
 	c.Defaults.Retention.orDefault(ledger.DefaultRetention)
 	c.Defaults.ApprovalTTL.orDefault(ledger.DefaultApprovalTTL)
 	c.Defaults.ApprovalRetryAfter.orDefault(ledger.DefaultApprovalRetryAfter)
 	c.Audit.Retention.orDefault(ledger.DefaultAuditRetention)
 	c.Proxy.DedupeWindow.orDefault(proxy.DefaultDedupeWindow)
-	set(&c.Proxy.Namespace, "default")
+	set(&c.Proxy.Namespace, ledger.DefaultNamespace)
 	c.Proxy.UpstreamTimeout.orDefault(proxy.DefaultUpstreamTimeout)
 	set(&c.Ledger.Backend, "badger")
 	if c.Mode == ledger.ModeObserve {
@@ -257,13 +297,14 @@ func (c *Config) fill() {
 	if c.Proxy.Upstreams == nil {
 		c.Proxy.Upstreams = map[string]string{}
 	}
-	for v, u := range map[string]string{
-		"stripe": "https://api.stripe.com",
-		"square": "https://connect.squareup.com",
-		"adyen":  "https://checkout-test.adyen.com",
-	} {
-		if c.Proxy.Upstreams[v] == "" {
-			c.Proxy.Upstreams[v] = u
+	for _, v := range all.List() { // each vendor's default (vendors.Upstreamer)
+		if u, ok := v.(vendors.Upstreamer); ok && c.Proxy.Upstreams[v.Name()] == "" {
+			c.Proxy.Upstreams[v.Name()] = u.Upstream()
+		}
+	}
+	for _, d := range c.Vendors {
+		if d.Name != "" && d.Upstream != "" && c.Proxy.Upstreams[d.Name] == "" {
+			c.Proxy.Upstreams[d.Name] = d.Upstream
 		}
 	}
 	if c.Proxy.CurrencyMicros == nil {
@@ -460,6 +501,19 @@ func (c *Config) policyGaps() []Problem {
 			covered = true
 			if direct := (ledger.Rule{Match: r.Match}).Matches(ops[op], "", ""); !direct {
 				byOperation[ops[op]] = true
+			}
+		}
+		// A declared vendor's money-moving routes (payment.* types) are
+		// proxied money too: its upstream is always set.
+		for _, d := range c.Vendors {
+			for _, rt := range d.Routes {
+				op := rt.Operation
+				if op != "" && !strings.HasPrefix(op, d.Name+".") {
+					op = d.Name + "." + op
+				}
+				if strings.HasPrefix(rt.EffectType, "payment.") && r.Matches(rt.EffectType, d.Name, op) {
+					covered = true
+				}
 			}
 		}
 		if len(byOperation) > 0 {
@@ -661,21 +715,27 @@ func (c *Config) problems() []Problem {
 		}
 	}
 	checkDur("defaults.retention", c.Defaults.Retention)
+	checkDur("listen.idle_timeout", c.Listen.IdleTimeout)
+	checkDur("mcp.session_idle", c.MCP.SessionIdle)
 	checkDur("defaults.approval_ttl", c.Defaults.ApprovalTTL)
 	checkDur("defaults.approval_retry_after", c.Defaults.ApprovalRetryAfter)
 	checkDur("audit.retention", c.Audit.Retention)
 	if c.Audit.Retention.Value() > 0 && c.Audit.Retention.Value() < c.Defaults.Retention.Value() {
 		add("audit.retention", "%s is shorter than defaults.retention (%s): the audit log must outlive the effects it records", c.Audit.Retention, c.Defaults.Retention)
 	}
+	reg := c.vendorProblems(add)
 	checkDur("proxy.dedupe_window", c.Proxy.DedupeWindow)
 	for _, v := range sortedKeys(c.Proxy.DedupeWindows) {
-		if _, known := vendors.Lookup(v); !known || v != strings.ToLower(v) {
-			add("proxy.dedupe_windows."+v, "%q is not a vendor the proxy knows (stripe, square, adyen, paypal, checkout)", v)
+		if _, known := reg.Lookup(v); !known || v != strings.ToLower(v) {
+			add("proxy.dedupe_windows."+v, "%q is not a vendor the proxy knows (%s)", v, vendorNames(reg))
 		}
 		checkDur("proxy.dedupe_windows."+v, c.Proxy.DedupeWindows[v])
 	}
 	checkDur("proxy.upstream_timeout", c.Proxy.UpstreamTimeout)
 	for _, v := range sortedKeys(c.Proxy.Upstreams) {
+		if _, known := reg.Lookup(v); !known && reg != nil {
+			add("proxy.upstreams."+v, "%q is not a vendor the proxy knows (%s); declare it under vendors:", v, vendorNames(reg))
+		}
 		if u, err := url.Parse(c.Proxy.Upstreams[v]); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("proxy.upstreams."+v, "%q is not an http(s) URL", c.Proxy.Upstreams[v])
 		}
@@ -687,6 +747,8 @@ func (c *Config) problems() []Problem {
 		for i, h := range c.Proxy.InterceptHosts[v] {
 			if !vendors.IsHostName(h) {
 				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is not a lowercase host name (no scheme, port or wildcard)", h)
+			} else if o, ok := reg.ForHost(h); ok && o.Name() != v {
+				add(fmt.Sprintf("proxy.intercept_hosts.%s[%d]", v, i), "%q is %s's host already", h, o.Name())
 			}
 		}
 	}
@@ -745,8 +807,28 @@ func (c *Config) problems() []Problem {
 		add("proxy.namespace", "%s", msg)
 	}
 	c.proxyAgentProblems(add)
+	// One person, one name, spelled one way: the engine counts approvals
+	// by ledger.DeciderKey, so two names that read the same would be one
+	// approver recorded under two names. The same name twice is one
+	// person's two tokens (one rotated in beside the other).
+	adminNames := map[string]int{} // DeciderKey → the first entry with it
 	for i, a := range c.Auth.Admins {
-		checkToken(fmt.Sprintf("auth.admins[%d]", i), a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		p := fmt.Sprintf("auth.admins[%d]", i)
+		checkToken(p, a.TokenSHA256, a.Name, "name", "is required (it is recorded on every approval)")
+		if a.Name == "" {
+			continue
+		}
+		if !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl) {
+			add(p+".name", "must be valid UTF-8 without control characters (it is recorded on every approval)")
+			continue
+		}
+		k := ledger.DeciderKey(a.Name)
+		if j, ok := adminNames[k]; ok && c.Auth.Admins[j].Name != a.Name {
+			add(p+".name", "%q reads as auth.admins[%d]'s %q (case, width, spaces or invisible characters aside), and approvals count per person: "+
+				"give each person one name, spelled one way (the same name twice is fine: a token rotated in beside the old one)", a.Name, j, c.Auth.Admins[j].Name)
+		} else if !ok {
+			adminNames[k] = i
+		}
 	}
 	probs = append(probs, c.Notify.problems()...)
 	probs = append(probs, c.Webhooks.problems()...)
@@ -761,6 +843,63 @@ func (c *Config) problems() []Problem {
 		add("ledger.backend", "%q must be badger or postgres", c.Ledger.Backend)
 	}
 	return probs
+}
+
+// vendorProblems compiles the declared vendors (vendors.Compile) and,
+// when all compile, sets and returns the registry of the built-in and
+// declared vendors; otherwise it returns nil, which is the built-in ones.
+func (c *Config) vendorProblems(add func(path, format string, args ...any)) *vendors.Registry {
+	c.registry = nil
+	list := all.List()
+	names, hosts := map[string]int{}, map[string]string{}
+	bad := false
+	for i, d := range c.Vendors {
+		p := fmt.Sprintf("vendors[%d]", i)
+		v, errs := vendors.Compile(d, all.Registry())
+		for _, fe := range errs {
+			add(p+"."+fe.Path, "%s", fe.Message)
+		}
+		if j, dup := names[d.Name]; dup && d.Name != "" {
+			add(p+".name", "%q is vendors[%d]'s name already", d.Name, j)
+			bad = true
+		}
+		names[d.Name] = i
+		for k, h := range d.Hosts {
+			if o, dup := hosts[h]; dup && o != d.Name {
+				add(fmt.Sprintf("%s.hosts[%d]", p, k), "%q is %s's host already", h, o)
+				bad = true
+			}
+			hosts[h] = d.Name
+		}
+		if errs != nil {
+			bad = true
+			continue
+		}
+		list = append(list, v)
+	}
+	if bad {
+		return nil
+	}
+	reg, err := vendors.NewRegistry(list...)
+	if err != nil { // the checks above leave nothing for it to find
+		add("vendors", "%s", err)
+		return nil
+	}
+	c.registry = reg
+	return reg
+}
+
+// Registry is the built-in vendors and the ones the file declares; call
+// after a successful Parse or Validate.
+func (c *Config) Registry() *vendors.Registry { return c.registry }
+
+// vendorNames lists the vendors a registry knows, for messages.
+func vendorNames(reg *vendors.Registry) string {
+	var n []string
+	for _, v := range reg.All() {
+		n = append(n, v.Name())
+	}
+	return strings.Join(n, ", ")
 }
 
 // proxyAgentProblems checks proxy.agent_id: an id the engine accepts, and

@@ -112,6 +112,10 @@ func TestMoreValidation(t *testing.T) {
 		"intercept wildcard":      {"proxy:\n  intercept_hosts:\n    adyen: ['*.adyenpayments.com']\n", 3, "not a lowercase host name"},
 		"approvers, no threshold": {"policies:\n  - match: a.*\n    approvers_required: 2\n", 3, "needs approval_threshold_micros"},
 		"approvers from below":    {"policies:\n  - match: a.*\n    approval_threshold_micros: 10\n    approvers_required: 2\n    approvers_threshold_micros: 5\n", 5, "at or above approval_threshold_micros"},
+		"zero session idle":       {"mcp:\n  session_idle: 0s\n", 2, "\"0s\" is not a positive duration"},
+		"negative idle timeout":   {"listen:\n  mcp: 127.0.0.1:8787\n  idle_timeout: -1m\n", 3, "\"-1m\" is not a positive duration"},
+		"no dead letters kept":    {"notify:\n  max_dead_letters: -5\n", 2, "must be at least 1 (dead letters kept per sink"},
+		"zero waiting bound":      {"notify:\n  max_attempts: 3\n  max_waiting: -1\n", 3, "must be at least 1 (entries waiting per sink"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

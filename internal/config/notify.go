@@ -28,6 +28,13 @@ type Notify struct {
 	// MaxBackoff caps the wait between tries, which doubles from one
 	// second (default 10m).
 	MaxBackoff Duration `yaml:"max_backoff"`
+	// MaxWaiting bounds each sink's undelivered entries (default 10,000):
+	// past it the oldest become dead letters. MaxDeadLetters bounds each
+	// sink's dead letters (default 1,000): past it the oldest are dropped,
+	// counted (ratchet_outbox_dropped_total) and reported (outbox.dropped).
+	// No decision is ever refused for either.
+	MaxWaiting     int `yaml:"max_waiting"`
+	MaxDeadLetters int `yaml:"max_dead_letters"`
 	// BudgetThresholds are the fractions of a ceiling whose crossing is a
 	// budget.threshold event, e.g. [0.5, 0.8, 1.0]; none: no alerts.
 	BudgetThresholds []float64 `yaml:"budget_thresholds"`
@@ -159,6 +166,12 @@ func (n *Notify) fill() {
 		n.MaxAttempts = notify.DefaultMaxAttempts
 	}
 	n.MaxBackoff.orDefault(notify.DefaultMaxBackoff)
+	if n.MaxWaiting == 0 {
+		n.MaxWaiting = notify.DefaultMaxWaiting
+	}
+	if n.MaxDeadLetters == 0 {
+		n.MaxDeadLetters = notify.DefaultMaxDead
+	}
 }
 
 var (
@@ -178,6 +191,12 @@ func (n *Notify) problems() []Problem {
 	}
 	if n.MaxBackoff.Value() <= 0 {
 		add("notify.max_backoff", "%q is not a positive duration (e.g. 10m)", n.MaxBackoff.String())
+	}
+	if n.MaxWaiting < 1 {
+		add("notify.max_waiting", "must be at least 1 (entries waiting per sink; default 10000)")
+	}
+	if n.MaxDeadLetters < 1 {
+		add("notify.max_dead_letters", "must be at least 1 (dead letters kept per sink; default 1000)")
 	}
 	for i, f := range n.BudgetThresholds {
 		if !(f > 0 && f <= 1) {
@@ -210,6 +229,10 @@ func (n *Notify) problems() []Problem {
 			if s.URL != "" {
 				if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					add(p+".url", "%q is not an http(s) URL (the Events API v2 endpoint; leave it out for PagerDuty's own)", s.URL)
+				} else if u.Scheme == "http" && !loopback.Is(u.Host) {
+					// Every request carries the routing key: as an email
+					// sink's starttls, the clear only on this machine.
+					add(p+".url", "%q is plain http: the routing key in every request would cross the network in the clear; use https (http only for a loopback address)", s.URL)
 				}
 			}
 		case "teams":

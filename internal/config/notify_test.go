@@ -141,3 +141,24 @@ func TestTheExamplesNotifyBlockIsValid(t *testing.T) {
 		t.Errorf("the example's sinks (-want +got):\n%s", diff)
 	}
 }
+
+// The routing key goes in the body of every request to a pagerduty
+// sink's url: a plain-http url is refused unless it is on loopback (a
+// local fake or relay), as an email sink's starttls is.
+func TestAPagerDutyURLInTheClearIsRefusedOffLoopback(t *testing.T) {
+	cfg := func(u string) string {
+		return "notify:\n  sinks:\n    - name: pager\n      type: pagerduty\n      routing_key_env: PD_KEY\n      url: " + u + "\n  routes:\n    - {sinks: [pager]}\n"
+	}
+	probs := parseProblems(t, cfg("http://events.example.com/v2/enqueue"))
+	if len(probs) != 1 {
+		t.Fatalf("a plain-http url off loopback: %+v, want one problem", probs)
+	}
+	if diff := cmp.Diff([]any{6, "notify.sinks[0].url", true}, []any{probs[0].Line, probs[0].Path, strings.Contains(probs[0].Message, "https")}); diff != "" {
+		t.Errorf("(-want +got line, path, says https):\n%s", diff)
+	}
+	for _, u := range []string{"https://events.example.com/v2/enqueue", "http://127.0.0.1:9999/v2/enqueue", "http://localhost:9999/v2/enqueue"} {
+		if probs := parseProblems(t, cfg(u)); len(probs) != 0 {
+			t.Errorf("%s: %+v, want none", u, probs)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/recovery"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -154,8 +155,16 @@ func (w *Webhooks) problems() []Problem {
 	return probs
 }
 
-// recoverable are the vendors recovery accepts.
-var recoverable = []string{"stripe", "adyen", "checkout", "paypal"}
+// recoverable are the vendors recovery accepts: those with a window.
+func recoverable() []string {
+	var out []string
+	for _, v := range all.List() {
+		if recovery.Window(v.Name()) > 0 {
+			out = append(out, v.Name())
+		}
+	}
+	return out
+}
 
 func (r *Recovery) problems() []Problem {
 	var probs []Problem
@@ -165,11 +174,12 @@ func (r *Recovery) problems() []Problem {
 	seen := map[string]bool{}
 	for i, v := range r.Vendors {
 		p := fmt.Sprintf("recovery.vendors[%d]", i)
+		rules, known := all.Lookup(v)
 		switch {
-		case v == "square":
-			add(p, "square cannot be recovered: Square publishes no idempotency key retention, so a resend could come after it forgot the key and act twice")
+		case known && recovery.Window(v) <= 0 && rules.KeyRule().RetentionHours <= 0:
+			add(p, "%s cannot be recovered: it publishes no idempotency key retention, so a resend could come after it forgot the key and act twice", v)
 		case recovery.Window(v) <= 0:
-			add(p, "%q is not a vendor recovery supports (%s)", v, strings.Join(recoverable, ", "))
+			add(p, "%q is not a vendor recovery supports (%s)", v, strings.Join(recoverable(), ", "))
 		case seen[v]:
 			add(p, "%q is listed twice", v)
 		}

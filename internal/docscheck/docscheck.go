@@ -548,6 +548,7 @@ func CheckLinks(root string, docs []*Doc) []string {
 // key but name something else, each with what it is.
 var notConfigKeys = map[string]string{
 	"audit.chain_started": "an audit event type",
+	"mcp.method.name":     "an OpenTelemetry span attribute",
 }
 
 var kubernetesRe = regexp.MustCompile(`(?m)^apiVersion:`)

@@ -6,6 +6,7 @@ package enginetest
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -20,14 +21,41 @@ import (
 // default).
 func Open(t testing.TB, dir string, opts ledger.Options) *ledger.Engine {
 	t.Helper()
-	st, err := badgerstore.Open(filepath.Join(dir, "ledger"), nil)
+	eng, err := New(dir, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()) })
+	return eng
+}
+
+// Temp is Open for an Example, which has no testing.T: an engine on a new
+// ledger in a temporary directory, and a func that closes it and removes
+// the directory.
+func Temp(opts ledger.Options) (*ledger.Engine, func(), error) {
+	dir, err := os.MkdirTemp("", "ratchet-example")
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := New(dir, opts)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return eng, func() { eng.Close(context.Background()); os.RemoveAll(dir) }, nil
+}
+
+// New opens the engine Open does, without a testing.T: the caller closes
+// it, which closes its store.
+func New(dir string, opts ledger.Options) (*ledger.Engine, error) {
+	st, err := badgerstore.Open(filepath.Join(dir, "ledger"), nil)
+	if err != nil {
+		return nil, err
 	}
 	secret, err := ledger.LoadOrCreateSecret(filepath.Join(dir, "hmac.key"))
 	if err != nil {
 		st.Close()
-		t.Fatal(err)
+		return nil, err
 	}
 	opts.Store, opts.Secret = st, secret
 	if opts.ReapInterval == 0 {
@@ -39,8 +67,7 @@ func Open(t testing.TB, dir string, opts ledger.Options) *ledger.Engine {
 	eng, err := ledger.New(opts)
 	if err != nil {
 		st.Close()
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
-	return eng
+	return eng, nil
 }

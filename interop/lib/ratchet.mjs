@@ -19,7 +19,8 @@ export const ADMIN_TOKEN = 'interop-admin-token';
 const sha256 = (s) => createHash('sha256').update(s).digest('hex');
 
 /** Policies of every run: an approval threshold and a required dimension on
- * payments, a denied type, and a count ceiling to be refused by. */
+ * payments, a denied type, a count ceiling to be refused by, and a user
+ * confirmation (conversation.test.mjs). */
 const POLICIES = `
 policies:
   - match: "payment.*"
@@ -30,6 +31,8 @@ policies:
   - match: "sms.send"
     ceilings:
       - {name: sms-per-run, limit_count: 1, window: 1h, per: run}
+  - match: "gift.send"
+    confirm_with: user
 `;
 
 const cleanups = [];
@@ -105,6 +108,13 @@ export function stdioServer(name) {
 /** The command line of the bridge to a running serve, token in the environment. */
 export function bridgeServer(url, token) {
   return { command: BIN, args: ['mcp', '--stdio', '--server', url, '--log-level', 'warn'], env: { RATCHET_TOKEN: token } };
+}
+
+/** The audit's events through the admin API. */
+export async function auditEvents(adminURL) {
+  const res = await fetch(`${adminURL}/v1/audit`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+  if (!res.ok) throw new Error(`audit: ${res.status} ${await res.text()}`);
+  return (await res.text()).split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((r) => r.event).map((r) => r.event);
 }
 
 /** Approves a pending approval through the admin API. */

@@ -85,18 +85,34 @@ type Store struct {
 	comp    *compactors
 }
 
-var _ ledger.Store = (*Store)(nil)
+// The store, and the optional powers the engine finds by assertion.
+var (
+	_ ledger.Store     = (*Store)(nil)
+	_ ledger.Exclusive = (*Store)(nil)
+	_ ledger.Deferred  = (*Store)(nil)
+	_ ledger.Compactor = (*Store)(nil)
+	_ ledger.Txn       = (*txnAdapter)(nil)
+)
 
 // Open opens or creates the ledger in dir.
 func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	// Memory is bounded for a sidecar: two memtables of 32 MiB instead of
+	// Memory is bounded for a sidecar: two memtables of 16 MiB instead of
 	// five of 64, three compactors instead of four (each builds tables in
 	// memory), and 64 MiB of block cache and 32 MiB of index cache instead
 	// of Badger's 256 MiB and unbounded defaults (measured: a million
-	// effects took the server past 600 MiB with the defaults).
+	// effects took the server past 600 MiB with the defaults). The
+	// memtable is where a fresh sidecar's memory peaks: its first flush
+	// builds a table from the full memtable while the next one fills, each
+	// an arena of the memtable's size and a log file mapped at twice it.
+	// With 32 MiB memtables a "ratchet serve" peaked at 228-311 MiB
+	// resident at its first flush (13,000-16,000 effects); with 16 MiB,
+	// at 140-146 MiB (about 7,800 effects), under the 192 MiB a sidecar is
+	// budgeted (issue 32; make bench, "Memory at the first memtable
+	// flush"). Halving the caches as well saved only 6 MiB there, so they
+	// stay as they are for large ledgers' reads.
 	//
 	// Every value Ratchet writes stays in the LSM tree (the threshold is
 	// Badger's largest, 1 MiB; a record is at most a few hundred KiB, since
@@ -126,7 +142,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithDetectConflicts(false).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
-		WithMemTableSize(32 << 20).
+		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
 		WithNumCompactors(3).
 		WithBlockCacheSize(64 << 20).

@@ -13,7 +13,7 @@
 // exist, and Open refuses them with ErrNoAdvisoryLocks rather than run
 // replicas without locks. Not tested against CockroachDB: whether it runs
 // the PL/pgSQL lock function and answers txid_current and txid_status
-// (used to settle a lost commit, below) is unknown.
+// (used to learn how a lost commit ended, below) is unknown.
 //
 // Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
 // schema of its own (Options.Schema, default "ratchet"), created and
@@ -102,7 +102,7 @@
 // keepalives after 10 s idle, every 5 s, 3 probes (a vanished peer is
 // found in about 25 s), and to end a session that sits idle inside a
 // transaction for Options.StuckTimeout (30 s: a frozen process). Its own
-// batch then fails or is settled as above. A DSN may set these parameters
+// batch then fails, or is found committed as above. A DSN may set these parameters
 // itself.
 //
 // The store never sees payloads or dimension values: like Badger it only
@@ -151,7 +151,7 @@ type Options struct {
 	// the locks it holds (default 30s; see "Dead replicas").
 	StuckTimeout time.Duration
 	// Logger hears of commits whose answer the network lost and how each
-	// was settled; nil discards that.
+	// ended; nil discards that.
 	Logger *slog.Logger
 }
 
@@ -166,7 +166,13 @@ type Store struct {
 	seed          uint64 // keys' locks are hashes of the schema and the key
 }
 
-var _ ledger.Store = (*Store)(nil)
+// The store, and the optional power the engine finds by assertion (a
+// shared store is never Exclusive and never Deferred).
+var (
+	_ ledger.Store      = (*Store)(nil)
+	_ ledger.Txn        = (*txn)(nil)
+	_ ledger.Prefetcher = (*txn)(nil)
+)
 
 var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -207,7 +213,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
 	wcfg := cfg.Copy()
-	wcfg.MaxConns = 2 // the batch's connection, and one to settle a lost commit
+	wcfg.MaxConns = 2 // the batch's connection, and one to learn how a lost commit ended
 	writes, err := pgxpool.NewWithConfig(ctx, wcfg)
 	if err != nil {
 		reads.Close()
@@ -274,7 +280,7 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 
 // ErrNoAdvisoryLocks means the database lacks PostgreSQL's transaction-level
 // advisory locks, which the store uses to migrate once and for its key locks.
-var ErrNoAdvisoryLocks = errors.New("the database has no PostgreSQL transaction-level advisory locks, which the shared ledger needs (CockroachDB had none before 2026)")
+var ErrNoAdvisoryLocks = errors.New("the database has no PostgreSQL transaction-level advisory locks, which the shared ledger needs (on CockroachDB, use a release that has them)")
 
 // noAdvisoryLocks reports whether err says the advisory lock functions do
 // not exist or are not supported.
@@ -301,7 +307,7 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 		if lost, ok := errors.AsType[*lostCommit](err); ok {
 			// Settling is owed even when ctx has ended: the batch's
 			// callers are owed the truth about what committed.
-			committed, serr := s.settle(context.WithoutCancel(ctx), lost)
+			committed, serr := s.commitOutcome(context.WithoutCancel(ctx), lost)
 			switch {
 			case serr != nil:
 				s.log.Error("postgres commit answer lost; its outcome is unknown, the batch is reported failed", "xid", lost.xid, "err", serr)
@@ -400,22 +406,22 @@ func (l *lostCommit) Error() string {
 
 func (l *lostCommit) Unwrap() error { return l.err }
 
-// settleWait bounds how long settle waits for the server to finish a
+// lostCommitWait bounds how long commitOutcome waits for the server to finish a
 // transaction whose connection was lost.
-const settleWait = 5 * time.Second
+const lostCommitWait = 5 * time.Second
 
-// settle finds out, on another connection, how a transaction whose commit
+// commitOutcome finds out, on another connection, how a transaction whose commit
 // got no answer ended: committed (the batch is recorded and its decisions
 // stand) or rolled back (nothing was recorded; Update runs the batch
 // again). The question is asked in a transaction that takes an id of its
 // own, so its COMMIT waits, as any commit does under the server's
 // synchronous_commit (and for any synchronous standbys), for the WAL that
 // holds the earlier commit. Until the server notices the lost connection
-// the transaction is still in progress; settle waits up to settleWait for
+// the transaction is still in progress; commitOutcome waits up to lostCommitWait for
 // it to end. An error means it cannot tell: the batch is then reported
 // failed, its outcome unknown.
-func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, _ error) {
-	ctx, cancel := context.WithTimeout(ctx, settleWait)
+func (s *Store) commitOutcome(ctx context.Context, lost *lostCommit) (committed bool, _ error) {
+	ctx, cancel := context.WithTimeout(ctx, lostCommitWait)
 	defer cancel()
 	for {
 		var status *string
@@ -435,7 +441,7 @@ func (s *Store) settle(ctx context.Context, lost *lostCommit) (committed bool, _
 		}
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("%w; still in progress after %v", lost, settleWait)
+			return false, fmt.Errorf("%w; still in progress after %v", lost, lostCommitWait)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

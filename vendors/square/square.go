@@ -1,11 +1,17 @@
-package vendors
+// Package square is what Ratchet knows about Square: where it takes an
+// idempotency key, which requests are effects and what they cost, how its
+// answers read, its error shape, and what the adapters ask of it.
+package square
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Square is connect.squareup.com (API v2, JSON bodies).
+// Vendor is Square: connect.squareup.com (API v2, JSON bodies).
 //
 // Sources: Square's OpenAPI specification (square/connect-api-specification,
 // api.json): the key is the body field idempotency_key, and only on requests
@@ -29,21 +35,21 @@ import (
 // token is the Owner of its answer instead (see PayPal). Which seller a
 // token belongs to is not known offline. A repeated Authorization header
 // and a body with a duplicate key are refused.
-type Square struct{}
+type Vendor struct{}
 
-var _ Vendor = Square{}
+var _ vendors.Vendor = Vendor{}
 
 // Name implements Vendor.
-func (Square) Name() string { return "square" }
+func (Vendor) Name() string { return "square" }
 
 // Hosts implements Vendor.
-func (Square) Hosts() []string {
+func (Vendor) Hosts() []string {
 	return []string{"connect.squareup.com", "connect.squareupsandbox.com"}
 }
 
 // KeyRule implements Vendor.
-func (Square) KeyRule() KeyRule {
-	return KeyRule{Location: InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true, PerEndpoint: true}
+func (Vendor) KeyRule() vendors.KeyRule {
+	return vendors.KeyRule{Location: vendors.InBody, Name: "idempotency_key", MaxLen: 45, Enforced: true, PerEndpoint: true}
 }
 
 // squareEndpoint is one documented Square request that takes a key.
@@ -87,37 +93,39 @@ func matchPattern(pattern string, parts []string) bool {
 }
 
 // Classify implements Vendor.
-func (s Square) Classify(r *Request) (Effect, bool) { return typed(s.classify(r)) }
+func (s Vendor) Classify(r *vendors.Request) (vendors.Effect, bool) {
+	return vendors.Typed(s.classify(r))
+}
 
-func (s Square) classify(r *Request) (Effect, bool) {
-	parts := segments(r.Path)
-	if !mutating(r.Method) || len(parts) < 2 || parts[0] != "v2" {
-		return Effect{}, false
+func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
+	parts := vendors.Segments(r.Path)
+	if !vendors.Mutating(r.Method) || len(parts) < 2 || parts[0] != "v2" {
+		return vendors.Effect{}, false
 	}
 	parts = parts[1:]
 	if r.Method == http.MethodPost && squareReads[parts[len(parts)-1]] {
-		return Effect{}, false
+		return vendors.Effect{}, false
 	}
-	body := jsonObject(r.Body)
+	body := vendors.JSONObject(r.Body)
 	for _, ep := range squareEndpoints {
 		if ep.method != r.Method || !matchPattern(ep.pattern, parts) {
 			continue
 		}
-		e := Effect{Operation: ep.operation, Counterparty: firstString(body, ep.counterparty...)}
+		e := vendors.Effect{Operation: ep.operation, Counterparty: vendors.FirstString(body, ep.counterparty...)}
 		e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 		if ep.keyMax > 0 {
 			e.Key = s.KeyRule()
 			e.Key.MaxLen = ep.keyMax
-			e.CallerKey = str(body, "idempotency_key")
+			e.CallerKey = vendors.Str(body, "idempotency_key")
 		}
 		if ep.money != nil {
-			e.Money = minorMoney(body, append(ep.money, "amount"), append(ep.money, "currency"))
+			e.Money = vendors.MinorMoney(body, append(ep.money, "amount"), append(ep.money, "currency"))
 		}
 		return e, true
 	}
 	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an
 	// unknown endpoint is named by its first segment and method only.
-	e := Effect{Operation: "square." + part(parts[0]) + "." + strings.ToLower(r.Method)}
+	e := vendors.Effect{Operation: "square." + vendors.Part(parts[0]) + "." + strings.ToLower(r.Method)}
 	e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 	return e, true
 }
@@ -125,12 +133,12 @@ func (s Square) classify(r *Request) (Effect, bool) {
 // squareMerchant returns the location a request names; or else, as the
 // owner of its answer, its access token (OAuth or personal, which cannot
 // be told apart, so never a scope); and why it is refused, if it is.
-func squareMerchant(body any, r *Request) (merchant, owner, refuse string) {
-	refuse = singleHeaders(r.Header, "Authorization")
+func squareMerchant(body any, r *vendors.Request) (merchant, owner, refuse string) {
+	refuse = vendors.SingleHeaders(r.Header, "Authorization")
 	if refuse == "" {
-		refuse = strictJSON(r.Body)
+		refuse = vendors.StrictJSON(r.Body)
 	}
-	if loc := firstString(body, []string{"location_id"}, []string{"order", "location_id"},
+	if loc := vendors.FirstString(body, []string{"location_id"}, []string{"order", "location_id"},
 		[]string{"quick_pay", "location_id"}, []string{"invoice", "location_id"}); loc != "" {
 		return "location=" + loc, "", refuse
 	}
@@ -146,33 +154,48 @@ var squareReads = map[string]bool{"search": true, "batch-retrieve": true, "calcu
 var squareObjects = []string{"payment", "refund", "order", "invoice", "payment_link", "customer", "subscription", "card"}
 
 // Outcome implements Vendor.
-func (Square) Outcome(r *Response) Outcome {
-	body := jsonObject(r.Body)
-	o := Outcome{Result: byStatus(r.Status)}
+func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
+	body := vendors.JSONObject(r.Body)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status)}
 	for _, k := range squareObjects {
-		if id := str(body, k, "id"); id != "" {
+		if id := vendors.Str(body, k, "id"); id != "" {
 			o.VendorReference = id
 			break
 		}
 	}
-	if o.Result != Succeeded {
-		o.Reason = strings.Trim(str(body, "errors", "0", "category")+" "+str(body, "errors", "0", "code"), " ")
+	if o.Result != vendors.Succeeded {
+		o.Reason = strings.Trim(vendors.Str(body, "errors", "0", "category")+" "+vendors.Str(body, "errors", "0", "code"), " ")
 	}
 	return o
 }
 
 // Refusal implements Vendor: Square's {"errors": [...]}, which the SDKs
 // show at any status; a conflict carries Square's own code for it.
-func (Square) Refusal(status int, code, message string) Reply {
+func (Vendor) Refusal(status int, code, message string) vendors.Reply {
 	category := "INVALID_REQUEST_ERROR"
 	if status == http.StatusTooManyRequests {
 		category = "RATE_LIMIT_ERROR"
 	}
 	code = strings.ToUpper(code)
-	if code == strings.ToUpper(RefusalConflict) {
+	if code == strings.ToUpper(vendors.RefusalConflict) {
 		code = "IDEMPOTENCY_KEY_REUSED"
 	}
-	return Reply{Status: status, Body: errorJSON(map[string]any{"errors": []any{map[string]any{
+	return vendors.Reply{Status: status, Body: vendors.ErrorJSON(map[string]any{"errors": []any{map[string]any{
 		"category": category, "code": code, "detail": message,
 	}}})}
 }
+
+// Tag implements Tagger: a payment's reference_id (at most 40
+// characters), which Square echoes in data.object.payment.reference_id;
+// the caller's own reference stays (tag.go).
+func (Vendor) Tag(e vendors.Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "square.payments.create" {
+		return body, nil
+	}
+	val, _ := json.Marshal(key)
+	return vendors.AddMember(body, nil, "reference_id", val), nil
+}
+
+// Upstream implements Upstreamer: production (the sandbox is
+// https://connect.squareupsandbox.com).
+func (Vendor) Upstream() string { return "https://connect.squareup.com" }

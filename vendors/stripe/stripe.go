@@ -1,4 +1,7 @@
-package vendors
+// Package stripe is what Ratchet knows about Stripe: where it takes an
+// idempotency key, which requests are effects and what they cost, how its
+// answers read, its error shape, and what the adapters ask of it.
+package stripe
 
 import (
 	"fmt"
@@ -9,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Stripe is api.stripe.com.
+// Vendor is Stripe: api.stripe.com.
 //
 // Sources: https://docs.stripe.com/api/idempotent_requests — header
 // Idempotency-Key on every POST (on GET and DELETE it "has no effect"), at
@@ -34,7 +39,7 @@ import (
 // characters) and stripe-node one prefixed stripe-node-retry- when retries
 // are on; such keys say nothing about two calls being one (KeyFromSDK), so
 // the call is keyed by content, but a stripe-go key carries the time it
-// was minted (StripeKeyMinted) and the proxy keys it in the window that
+// was minted (KeyMinted) and the proxy keys it in the window that
 // time falls in: the SDK's retries of one call, and an application's own
 // retry with a key it minted that way and kept, are that call however
 // late they come, while a new call (a new key) for identical content
@@ -47,19 +52,19 @@ import (
 // scoped by one reading and sent for another. SDKs honour
 // Stripe-Should-Retry: false, which Ratchet sends where a retry can only
 // be refused again.
-type Stripe struct{}
+type Vendor struct{}
 
-var _ Vendor = Stripe{}
+var _ vendors.Vendor = Vendor{}
 
 // Name implements Vendor.
-func (Stripe) Name() string { return "stripe" }
+func (Vendor) Name() string { return "stripe" }
 
 // Hosts implements Vendor.
-func (Stripe) Hosts() []string { return []string{"api.stripe.com"} }
+func (Vendor) Hosts() []string { return []string{"api.stripe.com"} }
 
 // KeyRule implements Vendor.
-func (Stripe) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "Idempotency-Key", MaxLen: 255, Enforced: true, RetentionHours: 24}
+func (Vendor) KeyRule() vendors.KeyRule {
+	return vendors.KeyRule{Location: vendors.InHeader, Name: "Idempotency-Key", MaxLen: 255, Enforced: true, RetentionHours: 24}
 }
 
 // stripeGoKey is the shape of the key stripe-go mints for a call.
@@ -76,12 +81,12 @@ func stripeKeyFromSDK(k string) bool {
 // repeated, an injective encoding of every value (scopeOf), so that no two
 // selections of accounts share a scope.
 func stripeScope(h http.Header) string {
-	return scopeOf(h, "Stripe-Account", "Stripe-Context")
+	return vendors.ScopeOf(h, "Stripe-Account", "Stripe-Context")
 }
 
-// StripeKeyMinted returns the time a stripe-go key (NewIdempotencyKey:
+// KeyMinted returns the time a stripe-go key (NewIdempotencyKey:
 // UnixNano, "_", six characters) was minted, which it carries.
-func StripeKeyMinted(k string) (time.Time, bool) {
+func KeyMinted(k string) (time.Time, bool) {
 	if !stripeGoKey.MatchString(k) {
 		return time.Time{}, false
 	}
@@ -102,33 +107,36 @@ var stripeNamespaces = map[string]bool{
 }
 
 // Classify implements Vendor.
-func (s Stripe) Classify(r *Request) (Effect, bool) { return typed(s.classify(r)) }
+func (s Vendor) Classify(r *vendors.Request) (vendors.Effect, bool) {
+	return vendors.Typed(s.classify(r))
+}
 
-func (s Stripe) classify(r *Request) (Effect, bool) {
-	parts := segments(r.Path)
-	if !mutating(r.Method) || len(parts) < 2 || (parts[0] != "v1" && parts[0] != "v2") {
-		return Effect{}, false
+func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
+	parts := vendors.Segments(r.Path)
+	if !vendors.Mutating(r.Method) || len(parts) < 2 || (parts[0] != "v1" && parts[0] != "v2") {
+		return vendors.Effect{}, false
 	}
 	v2 := parts[0] == "v2"
 	res := parts[1:]
 	if (v2 || stripeNamespaces[res[0]]) && len(res) > 1 {
 		res = append([]string{res[0] + "_" + res[1]}, res[2:]...)
 	}
-	e := Effect{Operation: restType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
+	e := vendors.Effect{Operation: vendors.RestType("stripe", r.Method, res), CallerKey: r.Header.Get("Idempotency-Key"),
 		Scope: stripeScope(r.Header), Credential: r.Header.Get("Authorization"),
-		Refuse: singleHeaders(r.Header, "Stripe-Account", "Stripe-Context", "Authorization", "Idempotency-Key")}
+		Refuse: vendors.SingleHeaders(r.Header, "Stripe-Account", "Stripe-Context", "Authorization", "Idempotency-Key")}
 	e.KeyFromSDK = stripeKeyFromSDK(e.CallerKey)
+	e.KeyMinted, _ = KeyMinted(e.CallerKey)
 	if r.Method == http.MethodPost || (v2 && r.Method == http.MethodDelete) {
 		e.Key = s.KeyRule()
 	}
 	var body any
 	if v2 {
 		if e.Refuse == "" {
-			e.Refuse = strictJSON(r.Body)
+			e.Refuse = vendors.StrictJSON(r.Body)
 		}
-		body = jsonObject(r.Body)
-		e.Money = minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"})
-		e.Counterparty = firstString(body, []string{"to", "recipient"}, []string{"customer"})
+		body = vendors.JSONObject(r.Body)
+		e.Money = vendors.MinorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"})
+		e.Counterparty = vendors.FirstString(body, []string{"to", "recipient"}, []string{"customer"})
 		return e, true
 	}
 	form, err := url.ParseQuery(string(r.Body))
@@ -147,8 +155,8 @@ func (s Stripe) classify(r *Request) (Effect, bool) {
 		e.Refuse = "a POST carries its parameters in the body, not the query string"
 	}
 	body = formMap(form)
-	e.Money = minorMoney(body, []string{"amount"}, []string{"currency"})
-	e.Counterparty = firstString(body, []string{"transfer_data[destination]"}, []string{"destination"},
+	e.Money = vendors.MinorMoney(body, []string{"amount"}, []string{"currency"})
+	e.Counterparty = vendors.FirstString(body, []string{"transfer_data[destination]"}, []string{"destination"},
 		[]string{"customer"}, []string{"on_behalf_of"})
 	return e, true
 }
@@ -184,18 +192,18 @@ func repeatedFormField(form url.Values) string {
 }
 
 // Outcome implements Vendor.
-func (Stripe) Outcome(r *Response) Outcome {
-	body := jsonObject(r.Body)
-	o := Outcome{Result: byStatus(r.Status), VendorReference: str(body, "id")}
-	code := firstString(body, []string{"error", "code"}, []string{"error", "type"})
+func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
+	body := vendors.JSONObject(r.Body)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.Str(body, "id")}
+	code := vendors.FirstString(body, []string{"error", "code"}, []string{"error", "type"})
 	switch {
-	case o.Result == Succeeded && strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true"):
+	case o.Result == vendors.Succeeded && strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true"):
 		o.Reason = "replayed by Stripe"
 	case r.Status == http.StatusConflict:
 		o.Reason = "a request with this key is in progress at Stripe (" + code + ")"
-	case o.Result != Succeeded:
+	case o.Result != vendors.Succeeded:
 		o.Reason = code
-		if id := str(body, "error", "payment_intent", "id"); id != "" {
+		if id := vendors.Str(body, "error", "payment_intent", "id"); id != "" {
 			o.VendorReference = id
 		}
 	}
@@ -208,17 +216,38 @@ func (Stripe) Outcome(r *Response) Outcome {
 // retry a 409 and a 5xx unless told Stripe-Should-Retry: false, which a
 // blocked call, one performed already and one whose outcome is unknown
 // get: their retries could only be refused again.
-func (Stripe) Refusal(status int, code, message string) Reply {
+func (Vendor) Refusal(status int, code, message string) vendors.Reply {
 	typ := "invalid_request_error"
-	if code == RefusalConflict {
+	if code == vendors.RefusalConflict {
 		typ = "idempotency_error"
 	}
-	r := Reply{Status: status, Body: errorJSON(map[string]any{"error": map[string]any{
+	r := vendors.Reply{Status: status, Body: vendors.ErrorJSON(map[string]any{"error": map[string]any{
 		"type": typ, "code": code, "message": message,
 	}})}
 	switch code {
-	case RefusalBlocked, RefusalDuplicate, RefusalUnknown:
+	case vendors.RefusalBlocked, vendors.RefusalDuplicate, vendors.RefusalUnknown:
 		r.Header = http.Header{"Stripe-Should-Retry": {"false"}}
 	}
 	return r
 }
+
+// StoredFailure implements Recoverable. Stripe keeps "the status code and
+// body of the first request made with a given idempotency key after
+// endpoint execution begins", not a request that failed validation or
+// conflicted, and its rate limiters and authentication run before the
+// idempotency layer (https://docs.stripe.com/api/idempotent_requests,
+// https://docs.stripe.com/error-low-level). So a 4xx is the key's result
+// when Stripe says it replayed it (Idempotent-Replayed: true), or when it
+// is a 402, "the parameters were valid but the request failed" (a
+// decline): an executed request under this key, which is either the first
+// one's (then replayed) or the only one.
+func (Vendor) StoredFailure(r *vendors.Response) bool {
+	replayed := strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true")
+	return r.Status >= 400 && r.Status < 500 && (replayed || r.Status == http.StatusPaymentRequired)
+}
+
+// RequestIDHeader implements Recoverable.
+func (Vendor) RequestIDHeader() string { return "Request-Id" }
+
+// Upstream implements Upstreamer.
+func (Vendor) Upstream() string { return "https://api.stripe.com" }

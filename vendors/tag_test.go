@@ -1,11 +1,24 @@
-package proxy
+package vendors_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/all"
 )
+
+// tagFor is what the proxy does: the vendor of the operation tags the
+// request when it is a Tagger.
+func tagFor(e vendors.Effect, body []byte, key string) ([]byte, error) {
+	name, _, _ := strings.Cut(e.Operation, ".")
+	v, _ := all.Lookup(name)
+	if tg, ok := v.(vendors.Tagger); ok {
+		return tg.Tag(e, body, key)
+	}
+	return body, nil
+}
 
 // TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty: the shared fields
 // (Square reference_id, PayPal custom_id) are the caller's when filled;
@@ -42,9 +55,9 @@ func TestTheWebhookTagFillsOnlyWhatTheCallerLeftEmpty(t *testing.T) {
 		{"a refund", "checkout.payments.refund", `{}`, `{}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := tagForWebhooks(vendors.Effect{Operation: c.typ}, []byte(c.body), key)
+			b, err := tagFor(vendors.Effect{Operation: c.typ}, []byte(c.body), key)
 			got := string(b)
-			if errors.Is(err, ErrForeignTag) {
+			if errors.Is(err, vendors.ErrForeignTag) {
 				got = refused
 			}
 			if got != c.want {

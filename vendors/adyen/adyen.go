@@ -1,12 +1,17 @@
-package vendors
+// Package adyen is what Ratchet knows about Adyen: where it takes an
+// idempotency key, which requests are effects and what they cost, how its
+// answers read, its error shape, and what the adapters ask of it.
+package adyen
 
 import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Adyen is the Checkout API (checkout-test.adyen.com and the live
+// Vendor is Adyen: the Checkout API (checkout-test.adyen.com and the live
 // endpoints, paths /v{N}/...). Live hosts carry a per-merchant prefix
 // ({prefix}-checkout-live.adyenpayments.com), so only the test host is
 // known here; the forward proxy intercepts a live host once the operator
@@ -32,19 +37,19 @@ import (
 // repeated X-API-Key, Authorization or Idempotency-Key header, and a body
 // with a duplicate key, are refused. The Node library shows the
 // message of a body with a status field at any status.
-type Adyen struct{}
+type Vendor struct{}
 
-var _ Vendor = Adyen{}
+var _ vendors.Vendor = Vendor{}
 
 // Name implements Vendor.
-func (Adyen) Name() string { return "adyen" }
+func (Vendor) Name() string { return "adyen" }
 
 // Hosts implements Vendor.
-func (Adyen) Hosts() []string { return []string{"checkout-test.adyen.com"} }
+func (Vendor) Hosts() []string { return []string{"checkout-test.adyen.com"} }
 
 // KeyRule implements Vendor.
-func (Adyen) KeyRule() KeyRule {
-	return KeyRule{Location: InHeader, Name: "idempotency-key", MaxLen: 64, Enforced: true, RetentionHours: 7 * 24, PerEndpoint: true}
+func (Vendor) KeyRule() vendors.KeyRule {
+	return vendors.KeyRule{Location: vendors.InHeader, Name: "idempotency-key", MaxLen: 64, Enforced: true, RetentionHours: 7 * 24, PerEndpoint: true}
 }
 
 var adyenVersion = regexp.MustCompile(`^v[0-9]+$`)
@@ -61,30 +66,32 @@ var adyenModifications = map[string]string{
 var adyenReads = map[string]bool{"paymentMethods": true, "cardDetails": true, "originKeys": true}
 
 // Classify implements Vendor.
-func (a Adyen) Classify(r *Request) (Effect, bool) { return typed(a.classify(r)) }
+func (a Vendor) Classify(r *vendors.Request) (vendors.Effect, bool) {
+	return vendors.Typed(a.classify(r))
+}
 
-func (a Adyen) classify(r *Request) (Effect, bool) {
-	parts := segments(r.Path)
+func (a Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
+	parts := vendors.Segments(r.Path)
 	if len(parts) > 0 && parts[0] == "checkout" { // live endpoints: /checkout/v71/...
 		parts = parts[1:]
 	}
 	if r.Method != http.MethodPost || len(parts) < 2 || !adyenVersion.MatchString(parts[0]) {
-		return Effect{}, false
+		return vendors.Effect{}, false
 	}
 	parts = parts[1:]
 	if adyenReads[parts[0]] {
-		return Effect{}, false
+		return vendors.Effect{}, false
 	}
-	body := jsonObject(r.Body)
-	e := Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
-		Money:        minorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
-		Counterparty: firstString(body, []string{"shopperReference"}),
+	body := vendors.JSONObject(r.Body)
+	e := vendors.Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
+		Money:        vendors.MinorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
+		Counterparty: vendors.FirstString(body, []string{"shopperReference"}),
 	}
-	e.Refuse = singleHeaders(r.Header, "X-API-Key", "Authorization", "Idempotency-Key")
+	e.Refuse = vendors.SingleHeaders(r.Header, "X-API-Key", "Authorization", "Idempotency-Key")
 	if e.Refuse == "" {
-		e.Refuse = strictJSON(r.Body)
+		e.Refuse = vendors.StrictJSON(r.Body)
 	}
-	if m := str(body, "merchantAccount"); m != "" {
+	if m := vendors.Str(body, "merchantAccount"); m != "" {
 		e.Merchant = "merchantAccount=" + m
 	}
 	// The API key (or Basic credentials) always scopes: it does not
@@ -92,7 +99,7 @@ func (a Adyen) classify(r *Request) (Effect, bool) {
 	// is another caller, whom Adyen would refuse. An OAuth token does not
 	// scope; with no merchant account it owns the answer.
 	switch k, a := r.Header.Get("X-API-Key"), r.Header.Get("Authorization"); {
-	case k != "" || isBasic(a):
+	case k != "" || vendors.IsBasic(a):
 		e.Credential = k + "\x00" + a
 	case e.Merchant == "":
 		e.Owner = a
@@ -107,36 +114,63 @@ func (a Adyen) classify(r *Request) (Effect, bool) {
 	case len(parts) == 1 && parts[0] == "paymentLinks":
 		e.Operation = "adyen.payment_links.create"
 	default:
-		e.Operation = restType("adyen", r.Method, parts)
+		e.Operation = vendors.RestType("adyen", r.Method, parts)
 	}
 	return e, true
 }
 
 // Outcome implements Vendor.
-func (Adyen) Outcome(r *Response) Outcome {
-	body := jsonObject(r.Body)
-	o := Outcome{Result: byStatus(r.Status), VendorReference: str(body, "pspReference")}
-	code := str(body, "errorCode")
-	switch result := str(body, "resultCode"); {
-	case o.Result == Succeeded && (result == "Refused" || result == "Error" || result == "Cancelled"):
-		o.Result, o.Reason = Failed, result+": "+str(body, "refusalReason")
-	case o.Result == Succeeded:
+func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
+	body := vendors.JSONObject(r.Body)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.Str(body, "pspReference")}
+	code := vendors.Str(body, "errorCode")
+	switch result := vendors.Str(body, "resultCode"); {
+	case o.Result == vendors.Succeeded && (result == "Refused" || result == "Error" || result == "Cancelled"):
+		o.Result, o.Reason = vendors.Failed, result+": "+vendors.Str(body, "refusalReason")
+	case o.Result == vendors.Succeeded:
 		o.Reason = result
 	case strings.EqualFold(r.Header.Get("Transient-Error"), "true"), code == "704":
-		o.Result, o.Reason = Unknown, "already processed or in progress at Adyen ("+code+")"
+		o.Result, o.Reason = vendors.Unknown, "already processed or in progress at Adyen ("+code+")"
 	case code == "703":
-		o.Result, o.Reason = Failed, "Adyen's idempotency store was unavailable; nothing was processed (703)"
+		o.Result, o.Reason = vendors.Failed, "Adyen's idempotency store was unavailable; nothing was processed (703)"
 	default:
-		o.Reason = strings.Trim(str(body, "errorType")+" "+code, " ")
+		o.Reason = strings.Trim(vendors.Str(body, "errorType")+" "+code, " ")
 	}
 	return o
 }
 
 // Refusal implements Vendor: Adyen's ServiceError. A conflict is 422,
 // Adyen's status for a request that fails validation.
-func (Adyen) Refusal(status int, code, message string) Reply {
-	if code == RefusalConflict {
+func (Vendor) Refusal(status int, code, message string) vendors.Reply {
+	if code == vendors.RefusalConflict {
 		status = http.StatusUnprocessableEntity
 	}
-	return Reply{Status: status, Body: errorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})}
+	return vendors.Reply{Status: status, Body: vendors.ErrorJSON(map[string]any{"status": status, "errorCode": code, "message": message, "errorType": "validation"})}
 }
+
+// Tag implements Tagger: metadata.ratchet_key of a payment, which Adyen
+// echoes in additionalData["metadata.ratchet_key"] (tag.go).
+func (Vendor) Tag(e vendors.Effect, body []byte, key string) ([]byte, error) {
+	if e.Operation != "adyen.payments.create" {
+		return body, nil
+	}
+	return vendors.TagMetadata(body, key)
+}
+
+// StoredFailure implements Recoverable. Adyen returns "the response to the
+// first attempt" for a key it processed
+// (https://docs.adyen.com/development-resources/api-idempotency), and a
+// processed payment that did not go through is HTTP 200 with resultCode
+// Refused, Error or Cancelled
+// (https://docs.adyen.com/development-resources/response-handling). A 4xx
+// (validation, 401, 403, 422, 704 in progress, 703 store unavailable) is
+// never the first attempt's result.
+func (Vendor) StoredFailure(r *vendors.Response) bool { return r.Status >= 200 && r.Status < 300 }
+
+// RequestIDHeader implements Recoverable.
+func (Vendor) RequestIDHeader() string { return "Psp-Reference" }
+
+// Upstream implements Upstreamer: the test Checkout API; live hosts carry
+// the merchant's prefix ({prefix}-checkout-live.adyenpayments.com), set in
+// proxy.upstreams.adyen.
+func (Vendor) Upstream() string { return "https://checkout-test.adyen.com" }

@@ -1,13 +1,20 @@
-package proxy
+package vendors
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
-
-	"github.com/ratchet-mcp/ratchet/vendors"
 )
+
+// Tagger is a vendor whose events echo a field the caller fills: the proxy
+// has Tag write the vendor key there before it sends the request (a vendor
+// that is no Tagger is sent its request as it came).
+type Tagger interface {
+	// Tag returns body with key written as the webhook tag for e, or body
+	// unchanged; ErrForeignTag when the request must not be sent.
+	Tag(e Effect, body []byte, key string) ([]byte, error)
+}
 
 // Webhook tags. Stripe's events echo the idempotency key of the request
 // that caused them (request.idempotency_key), which is the vendor key
@@ -49,140 +56,119 @@ const TagMetadataKey = "ratchet_key"
 var ErrForeignTag = errors.New("metadata." + TagMetadataKey + " is Ratchet's webhook tag, which the proxy writes itself: " +
 	"leave it out (or send a body Ratchet can read: a JSON object with no member named twice)")
 
-// tagForWebhooks returns body with the vendor key written as the
-// vendor's webhook tag for e, or body unchanged; ErrForeignTag when the
-// request must not be sent (see above).
-func tagForWebhooks(e vendors.Effect, body []byte, key string) ([]byte, error) {
+// tagMetadata writes key as metadata.ratchet_key (Adyen, Checkout.com).
+func TagMetadata(body []byte, key string) ([]byte, error) {
 	val, _ := json.Marshal(key)
-	switch e.Operation {
-	case "square.payments.create":
-		return addMember(body, nil, "reference_id", val), nil
-	case "adyen.payments.create", "checkout.payments.create":
-		meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
-		top, ok := scanObject(body, 0)
-		if !ok {
+	meta, _ := json.Marshal(map[string]string{TagMetadataKey: key})
+	top, ok := ScanObject(body, 0)
+	if !ok {
+		return nil, ErrForeignTag
+	}
+	for name := range top.Members {
+		if name != "metadata" && strings.EqualFold(name, "metadata") {
+			return nil, ErrForeignTag // a vendor that matches names in any case reads two
+		}
+	}
+	m, has := top.Members["metadata"]
+	if !has {
+		return insert(body, top, "metadata", meta), nil
+	}
+	if bytes.Equal(bytes.TrimSpace(body[m.Start:m.End]), []byte("null")) {
+		return body, nil // no metadata: the vendor echoes no tag
+	}
+	inner, ok := ScanObject(body, m.Start)
+	if !ok {
+		return nil, ErrForeignTag
+	}
+	if v, has := inner.Members[TagMetadataKey]; has {
+		var theirs string
+		if json.Unmarshal(body[v.Start:v.End], &theirs) != nil || theirs != key {
 			return nil, ErrForeignTag
 		}
-		for name := range top.members {
-			if name != "metadata" && strings.EqualFold(name, "metadata") {
-				return nil, ErrForeignTag // a vendor that matches names in any case reads two
-			}
-		}
-		m, has := top.members["metadata"]
-		if !has {
-			return insert(body, top, "metadata", meta), nil
-		}
-		if bytes.Equal(bytes.TrimSpace(body[m.start:m.end]), []byte("null")) {
-			return body, nil // no metadata: the vendor echoes no tag
-		}
-		inner, ok := scanObject(body, m.start)
-		if !ok {
-			return nil, ErrForeignTag
-		}
-		if v, has := inner.members[TagMetadataKey]; has {
-			var theirs string
-			if json.Unmarshal(body[v.start:v.end], &theirs) != nil || theirs != key {
-				return nil, ErrForeignTag
-			}
-			return body, nil
-		}
-		// Adyen allows 20 metadata entries; a full one is left alone.
-		if len(inner.members) < 20 {
-			return insert(body, inner, TagMetadataKey, val), nil
-		}
-	case "paypal.orders.create":
-		top, ok := scanObject(body, 0)
-		if !ok {
-			return body, nil
-		}
-		pu, has := top.members["purchase_units"]
-		if !has {
-			return body, nil
-		}
-		elems, ok := scanArray(body, pu.start)
-		if !ok || len(elems) != 1 {
-			return body, nil
-		}
-		return addMember(body, []int{elems[0]}, "custom_id", val), nil
+		return body, nil
+	}
+	// Adyen allows 20 metadata entries; a full one is left alone.
+	if len(inner.Members) < 20 {
+		return insert(body, inner, TagMetadataKey, val), nil
 	}
 	return body, nil
 }
 
 // span is where a JSON value starts and ends in a body.
-type span struct{ start, end int }
+type Span struct{ Start, End int }
 
 // object is a scanned JSON object: where its first member would go (just
 // after its '{'), and its members' values.
-type object struct {
-	open    int
-	members map[string]span
+type Object struct {
+	Open    int
+	Members map[string]Span
 }
 
 // addMember adds name: val to the object at offset at (the top-level one
 // when at is empty) unless it has a member of that name already.
-func addMember(body []byte, at []int, name string, val []byte) []byte {
+func AddMember(body []byte, at []int, name string, val []byte) []byte {
 	off := 0
 	if len(at) > 0 {
 		off = at[0]
 	}
-	obj, ok := scanObject(body, off)
+	obj, ok := ScanObject(body, off)
 	if !ok {
 		return body
 	}
-	if _, has := obj.members[name]; has {
+	if _, has := obj.Members[name]; has {
 		return body
 	}
 	return insert(body, obj, name, val)
 }
 
 // insert writes "name":val as the first member of obj.
-func insert(body []byte, obj object, name string, val []byte) []byte {
+func insert(body []byte, obj Object, name string, val []byte) []byte {
 	k, _ := json.Marshal(name)
 	var out bytes.Buffer
-	out.Write(body[:obj.open])
+	out.Write(body[:obj.Open])
 	out.Write(k)
 	out.WriteByte(':')
 	out.Write(val)
-	if len(obj.members) > 0 {
+	if len(obj.Members) > 0 {
 		out.WriteByte(',')
 	}
-	out.Write(body[obj.open:])
+	out.Write(body[obj.Open:])
 	return out.Bytes()
 }
 
 // scanObject reads the JSON object starting at off (after any
 // whitespace). It refuses anything else, and an object with a repeated
 // member name (which the vendor and Ratchet could read differently).
-func scanObject(body []byte, off int) (object, bool) {
+func ScanObject(body []byte, off int) (Object, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body[off:]))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return object{}, false
+		return Object{}, false
 	}
-	obj := object{open: off + int(dec.InputOffset()), members: map[string]span{}}
+	obj := Object{Open: off + int(dec.InputOffset()), Members: map[string]Span{}}
 	for dec.More() {
 		tok, err := dec.Token()
 		name, isName := tok.(string)
 		if err != nil || !isName {
-			return object{}, false
+			return Object{}, false
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return object{}, false
+			return Object{}, false
 		}
 		end := off + int(dec.InputOffset())
-		if _, dup := obj.members[name]; dup {
-			return object{}, false
+		if _, dup := obj.Members[name]; dup {
+			return Object{}, false
 		}
-		obj.members[name] = span{end - len(raw), end}
+		obj.Members[name] = Span{end - len(raw), end}
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return object{}, false
+		return Object{}, false
 	}
 	return obj, true
 }
 
 // scanArray returns the offsets of the elements of the JSON array at off.
-func scanArray(body []byte, off int) ([]int, bool) {
+func ScanArray(body []byte, off int) ([]int, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body[off:]))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		return nil, false
