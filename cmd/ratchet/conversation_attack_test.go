@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -202,5 +203,57 @@ func TestARequestStateFromAnOlderClientIsIgnoredAsBefore(t *testing.T) {
 		if got := structured(t, res)["decision"]; got != "execute" {
 			t.Errorf("%s: %v, want execute", v, got)
 		}
+	}
+}
+
+// TestAConfirmationStateIsSpentOnceAndApprovesNothing: under a rule that
+// asks the user from $50 and an operator from $100, a 2026-07-28 client's
+// retry with the confirmation's state and an accept for both the
+// confirmation and an approval it was never asked is approval_required,
+// not execute; the same state again is refused invalid_argument on
+// requestState; once the operator approved, the plain retry executes
+// without asking the user again.
+func TestAConfirmationStateIsSpentOnceAndApprovesNothing(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+
+		"policies:\n  - match: 'payment.*'\n    confirm_with: user\n    confirm_threshold_micros: 50000000\n    approval_threshold_micros: 100000000\n")
+	ctx := t.Context()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-host", Version: "1"}, &sdk.ClientOptions{
+		Capabilities:   &sdk.ClientCapabilities{Elicitation: &sdk.ElicitationCapabilities{Form: &sdk.FormElicitationCapabilities{}, URL: &sdk.URLElicitationCapabilities{}}},
+		MultiRoundTrip: &sdk.MultiRoundTripOptions{Disabled: true}, // it answers by hand, below
+	}).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: s.mcp, HTTPClient: &http.Client{Transport: agentBearer{"agent-tok"}}},
+		&sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	pay := map[string]any{"idempotency_key": "both", "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+	first, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: pay})
+	if err != nil || !first.NeedsInput() {
+		t.Fatalf("begin: %v %+v, want input_required", err, first)
+	}
+	if _, ok := first.InputRequests["ratchet_confirm"]; !ok {
+		t.Fatalf("input requests %+v, want ratchet_confirm", first.InputRequests)
+	}
+	both := sdk.InputResponseMap{"ratchet_confirm": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}},
+		"ratchet_approval": &sdk.ElicitResult{Action: "accept"}}
+	retry := func(state string) *sdk.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: pay, RequestState: state, InputResponses: both})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	got := structured(t, retry(first.RequestState))
+	if got["decision"] != "approval_required" {
+		t.Fatalf("confirmed, with an accept for an approval: %v, want approval_required", got)
+	}
+	if le := mcp.ErrorOf(retry(first.RequestState)); le == nil || le.Code != "invalid_argument" || le.Field != "requestState" {
+		t.Errorf("the confirmation's state again: %+v, want invalid_argument on requestState", le)
+	}
+	approve(t, s, got["approval_id"].(string))
+	if got := structured(t, callResult(t, connect(t, s.mcp, "agent-tok"), pay)); got["decision"] != "execute" {
+		t.Errorf("after the operator approved: %v, want execute without a new confirmation", got)
 	}
 }
