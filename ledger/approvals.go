@@ -203,6 +203,7 @@ func (e *Engine) approvalRequested(t *opTxn, rec *effectRec, prior *Approval) er
 	if prior != nil && prior.State == ApprovalPending {
 		e.emitExpired(t, rec, prior)
 	}
+	e.dueAt(rec.Approval.ExpiresAt)
 	return t.Set(timeKey(kindApprovalDue, rec.Approval.ExpiresAt, rec.EffectID), nil)
 }
 
@@ -219,6 +220,13 @@ func (e *Engine) emitExpired(t *opTxn, rec *effectRec, a *Approval) {
 // background reaper calls it. An agent's begin after the expiry asks again
 // whether or not the sweep ran.
 func (e *Engine) ExpireApprovals(ctx context.Context) (int, error) {
+	n, _, err := e.expireApprovals(ctx)
+	return n, err
+}
+
+// expireApprovals is ExpireApprovals, also returning when the next pending
+// request it saw lapses (zero when none does).
+func (e *Engine) expireApprovals(ctx context.Context) (int, time.Time, error) {
 	return e.sweep(ctx, kindApprovalDue, func(now time.Time) time.Time { return now },
 		func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 			a := rec.Approval

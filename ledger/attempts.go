@@ -63,11 +63,11 @@ func (e *Engine) attemptKeys(rec *effectRec) []vendors.Key {
 // who knows a value (a counterparty) find its row; the value is hashed and
 // dropped, never stored.
 func (e *Engine) DimensionScope(name, value string) (string, error) {
-	if !dimNameRe.MatchString(name) {
+	if !isDimName(name) {
 		return "", invalidArg("dimension", "name %q must be lowercase letters, digits and _ (at most 63)", truncate(name, 64))
 	}
 	if err := checkText("value", value, MaxDimValueLen, true); err != nil {
 		return "", err
 	}
-	return keyedHash(e.secret, "dimension", name, value), nil
+	return e.macs.keyedHash("dimension", name, value), nil
 }

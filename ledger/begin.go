@@ -710,6 +710,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	if err := t.Set(timeKey(kindLease, lease, rec.EffectID), nil); err != nil {
 		return nil, err
 	}
+	e.dueAt(lease)
 	if err := e.putEffect(t, rec, now); err != nil {
 		return nil, err
 	}
@@ -741,7 +742,7 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 // for past attempts, so a change to the derivation must keep the old one
 // for attempts granted before it.
 func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
-	digest := keyedSum(e.secret, "vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
+	digest := e.macs.keyedSum("vendor-key", rec.Namespace, rec.IdempotencyKey, fmt.Sprint(rec.Attempt), rec.Vendor)
 	return e.vendors.ShapeKey(rec.Vendor, digest)
 }
 

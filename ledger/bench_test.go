@@ -46,3 +46,36 @@ func BenchmarkBeginReport(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkBeginReportSerial is BenchmarkBeginReport from one caller with
+// syncing off: every batch holds one op, whatever the machine's load, so
+// the instructions a pair executes repeat from run to run. It is the A/B
+// figure for changes to what one op costs (docs/design.md):
+//
+//	go test -c -o /tmp/ledger.test ./ledger
+//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/ledger.test -test.run XXX -test.bench BenchmarkBeginReportSerial -test.benchtime 2000x
+//
+// once with 2000x and once with 4000x; the difference over 2000 is one pair.
+func BenchmarkBeginReportSerial(b *testing.B) {
+	rules := []ledger.Rule{{Match: "bench.*", Ceilings: []ledger.Ceiling{
+		{Name: "global-spend", LimitMicros: i64(1 << 60), Window: "24h", Per: "global"},
+		{Name: "per-counterparty", LimitMicros: i64(1 << 60), Window: "24h", Per: "dimension:counterparty"},
+	}}}
+	h := newHarness(b, rules)
+	h.opts.NoSync = true
+	h.reopen()
+	ctx := context.Background()
+	cost := int64(1000)
+	b.ResetTimer()
+	for k := range b.N {
+		res, err := h.eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprint("bench:", k), EffectType: "bench.charge",
+			AgentID: "bench", EstimatedCostMicros: &cost, Payload: []byte(`{"amount":1000,"currency":"usd"}`),
+			Dimensions: map[string]string{"counterparty": fmt.Sprint("acct_", k%50)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := h.eng.Report(ctx, ledger.ReportRequest{EffectID: res.EffectID, Outcome: ledger.OutcomeSucceeded, Result: []byte(`{"id":"pi_1"}`)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,10 +1,18 @@
 package ledger
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -122,4 +130,109 @@ func FuzzCanonFastAgrees(f *testing.F) {
 			t.Fatalf("%q: fast path gave %q, canonicalTokens %q", in, got, want)
 		}
 	})
+}
+
+// writeStringByEncoder is writeString as it was: a json.Encoder without
+// HTML escaping, the spelling every stored fingerprint was made with.
+func writeStringByEncoder(s string) string {
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// A string writeString writes by its fast path is spelt as the encoder
+// spells it, so fingerprints stay what they were.
+func TestWriteStringSpellsAsTheEncoder(t *testing.T) {
+	for _, s := range []string{"", "payment.charge", "stripe", "a b~", `q"uote`, `back\slash`, "<&>", "tab\t", "\x7f", "é", "\u2028", "\x00", "\xff"} {
+		var buf bytes.Buffer
+		writeString(&buf, s)
+		if got, want := buf.String(), writeStringByEncoder(s); got != want {
+			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func FuzzWriteStringSpellsAsTheEncoder(f *testing.F) {
+	f.Add("payment.charge")
+	f.Add(`a"\<`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var buf bytes.Buffer
+		writeString(&buf, s)
+		if got, want := buf.String(), writeStringByEncoder(s); got != want {
+			t.Errorf("writeString(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
+
+// A reused HMAC state gives the sum a new one gives, from many goroutines.
+func TestPooledKeyedSumsAreHMACs(t *testing.T) {
+	secret := bytes.Repeat([]byte{7}, 32)
+	m := newMACs(secret)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				parts := []string{"dimension", "counterparty", fmt.Sprint("acct_", g, "_", i)}
+				want := hmac.New(sha256.New, secret)
+				want.Write([]byte(strings.Join(parts, "\x00")))
+				if got := m.keyedSum(parts...); !bytes.Equal(got, want.Sum(nil)) {
+					t.Errorf("keyedSum(%q) = %x, want %x", parts, got, want.Sum(nil))
+					return
+				}
+				if got, want := m.keyedHash(parts...), hex.EncodeToString(m.keyedSum(parts...)); got != want {
+					t.Errorf("keyedHash(%q) = %s, want %s", parts, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkText's fast path for printable ASCII answers as the rune-by-rune
+// checks do, for every ASCII character and at the length limit.
+func TestCheckTextASCIIAgreesWithRunes(t *testing.T) {
+	var cases []string
+	for c := range 0x80 {
+		cases = append(cases, string(rune(c)), "key:"+string(rune(c))+"x")
+	}
+	cases = append(cases, strings.Repeat("a", 10), strings.Repeat("a", 11), "é", "a\u200bb")
+	for _, s := range cases {
+		want := checkRunes("f", s, 10)
+		if diff := cmp.Diff(want, checkText("f", s, 10, true)); diff != "" {
+			t.Errorf("checkText(%q) (-runes +fast):\n%s", s, diff)
+		}
+	}
+}
+
+func checkNameMatchers(t *testing.T, s string) {
+	t.Helper()
+	if got, want := isLowerName(s), namespaceRe.MatchString(s); got != want {
+		t.Errorf("isLowerName(%q) = %v, namespaceRe says %v", s, got, want)
+	}
+	if got, want := isLowerName(s), vendorRe.MatchString(s); got != want {
+		t.Errorf("isLowerName(%q) = %v, vendorRe says %v", s, got, want)
+	}
+	if got, want := isEffectType(s), effectTypeRe.MatchString(s); got != want {
+		t.Errorf("isEffectType(%q) = %v, effectTypeRe says %v", s, got, want)
+	}
+	if got, want := isDimName(s), dimNameRe.MatchString(s); got != want {
+		t.Errorf("isDimName(%q) = %v, dimNameRe says %v", s, got, want)
+	}
+}
+
+// The hand-written name matchers accept exactly what the expressions do.
+func TestNameMatchersAreTheExpressions(t *testing.T) {
+	for _, s := range []string{"", "a", "A", "0", "_", ".", "-", "a.b", "a.b.c.d.e.f", "a.b.c.d.e.f.g", "a..b", ".a", "a.", "a._b", "a.b_-c",
+		"payment.charge", "Payment.charge", "a\n", "a.b\n", "é", "default", "my-ns.x_1", "x_" + strings.Repeat("a", 61), "x_" + strings.Repeat("a", 62), "a b", "a/b"} {
+		checkNameMatchers(t, s)
+	}
+}
+
+func FuzzNameMatchersAreTheExpressions(f *testing.F) {
+	f.Add("payment.charge")
+	f.Add("a_b.c-d.0")
+	f.Fuzz(func(t *testing.T, s string) { checkNameMatchers(t, s) })
 }

@@ -82,8 +82,11 @@ type Options struct {
 	// Logger gets one line per decision and the background loops' errors;
 	// nil discards. Payloads and dimension values are never logged.
 	Logger *slog.Logger
-	// ReapInterval is how often expired leases are swept; zero means one
-	// second, negative turns the background reaper off (call Reap instead).
+	// ReapInterval is the longest the background reaper sleeps between
+	// sweeps; it also sweeps as each lease and approval request it knows
+	// of ends. Zero means a minute on a store only this engine writes and a
+	// second on a shared one (exclusiveReapSleep, sharedReapSleep); negative turns the
+	// background reaper off (call Reap instead).
 	ReapInterval time.Duration
 	// PurgeInterval is how often finished effects older than the retention
 	// are purged; zero means one hour, negative turns it off (call Purge).
@@ -146,6 +149,7 @@ func (nopObserver) WriteFailed(string, int)               {}
 type Engine struct {
 	store    Store
 	secret   []byte
+	macs     *macs // HMAC-SHA256 under secret
 	vendors  *vendors.Registry
 	policy   *policy
 	defaults Defaults
@@ -176,6 +180,11 @@ type Engine struct {
 	fired          firedMemory        // thresholds seen fired (thresholds.go); writer only
 	storeCtx       context.Context    // the writer's store calls (see New)
 	stopStore      context.CancelFunc // ends storeCtx: Close
+
+	// reapAt is when the background reaper next sweeps (UnixNano by the
+	// engine's clock); the writer lowers it through reapWake (dueAt).
+	reapAt   atomic.Int64
+	reapWake chan struct{} // nil when the background reaper is off
 
 	ops     chan *op
 	stop    chan struct{}
@@ -231,6 +240,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		store:    opts.Store,
 		secret:   opts.Secret,
+		macs:     newMACs(opts.Secret),
 		vendors:  cmp.Or(opts.Vendors, all.Registry()),
 		policy:   pol,
 		defaults: opts.Defaults.withZeroesFilled(),
@@ -286,7 +296,18 @@ func New(opts Options) (*Engine, error) {
 		e.wg.Wait()
 		return nil, err
 	}
-	e.every(opts.ReapInterval, time.Second, "reap", e.Reap)
+	if opts.ReapInterval >= 0 {
+		maxSleep := opts.ReapInterval
+		if maxSleep == 0 {
+			maxSleep = exclusiveReapSleep
+			if e.replica != "" {
+				maxSleep = sharedReapSleep
+			}
+		}
+		e.reapWake = make(chan struct{}, 1)
+		e.wg.Add(1)
+		go e.reaper(maxSleep)
+	}
 	e.every(opts.PurgeInterval, time.Hour, "purge", e.Purge)
 	return e, nil
 }
@@ -760,7 +781,7 @@ func (e *Engine) view(ctx context.Context, fn func(r Reader) error) error {
 // several replicas opening an empty shared ledger at once with different
 // secrets, one records its value and the others are refused.
 func (e *Engine) checkSecret() error {
-	want := []byte(keyedHash(e.secret, "ratchet-ledger-secret-check"))
+	want := []byte(e.macs.keyedHash("ratchet-ledger-secret-check"))
 	_, err := submit(context.Background(), e, func(t *opTxn, _ time.Time) (any, error) {
 		got, err := t.Get(secretCheckKey)
 		if errors.Is(err, ErrNotFound) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,5 +442,86 @@ func TestBackgroundReaperAndClose(t *testing.T) {
 	}
 	if _, err := eng.Get(context.Background(), "", a.EffectID, ""); err != ledger.ErrClosed {
 		t.Fatalf("get after close: %v", err)
+	}
+}
+
+// expiries counts the expiries an engine reports (Observer.Expired).
+type expiries struct {
+	n atomic.Int64
+}
+
+func (o *expiries) Begin(string, ledger.Decision, time.Duration) {}
+func (o *expiries) Report(ledger.Outcome, time.Duration)         {}
+func (o *expiries) Expired(n int)                                { o.n.Add(int64(n)) }
+func (o *expiries) WriteFailed(string, int)                      {}
+
+// The background reaper sleeps until the lease it knows of ends, not for
+// its whole interval: a lease of one second handed out to an engine whose
+// reaper would otherwise sweep once an hour is expired about a second
+// later (on the real clock, which the reaper's timer follows).
+func TestTheReaperWakesWhenALeaseEnds(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.eng.Close(context.Background())
+	obs := &expiries{}
+	eng, err := ledger.New(ledger.Options{Store: h.openStore(), Secret: h.secret, Policies: h.rules, Observer: obs,
+		ReapInterval: time.Hour, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	time.Sleep(50 * time.Millisecond) // the sweep at start has found nothing
+	req := email("short", "bot")
+	req.LeaseSeconds = 1
+	h.beginWant(req, ledger.DecisionExecute)
+	deadline := time.Now().Add(10 * time.Second)
+	for obs.n.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper had not expired a one-second lease 10 s later (it slept for its interval)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := obs.n.Load(); got != 1 {
+		t.Errorf("expiries = %d, want 1", got)
+	}
+}
+
+// viewCounter counts a store's read transactions.
+type viewCounter struct {
+	ledger.Store
+	views atomic.Int64
+}
+
+func (s *viewCounter) View(ctx context.Context, fn func(ledger.Reader) error) error {
+	s.views.Add(1)
+	return s.Store.View(ctx, fn)
+}
+
+func (s *viewCounter) Exclusive() bool {
+	x, ok := s.Store.(ledger.Exclusive)
+	return ok && x.Exclusive()
+}
+
+// An idle engine on a store only it writes does not sweep: with nothing
+// due, the default reaper reads the store once at start and then not for
+// a minute (it used to scan twice a second). On a shared store another
+// replica's lease may need reaping at any time, so there it still sweeps
+// every second.
+func TestAnIdleReaperDoesNotSweep(t *testing.T) {
+	if testBackend == "postgres" {
+		t.Skip("a shared store is swept every second by design")
+	}
+	h := newHarness(t, testRules())
+	h.eng.Close(context.Background())
+	st := &viewCounter{Store: h.openStore()}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	time.Sleep(200 * time.Millisecond)
+	atStart := st.views.Load()
+	time.Sleep(2500 * time.Millisecond)
+	if got := st.views.Load() - atStart; got != 0 {
+		t.Errorf("an idle engine read the store %d times in 2.5 s after its first sweep, want 0", got)
 	}
 }

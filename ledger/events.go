@@ -186,15 +186,22 @@ type auditHead struct {
 func (r *AuditRecord) computeHash() (string, error) {
 	c := *r
 	c.Hash = ""
-	b, err := json.Marshal(&c)
+	b, _, err := appendAuditRecord(nil, &c)
 	if err != nil {
-		return "", fmt.Errorf("encoding audit record: %w", err)
+		return "", err
 	}
+	return auditHash(r.Prev, b), nil
+}
+
+// auditHash is the hash of a record whose JSON with its hash empty is b
+// and whose chain's previous hash is prev.
+func auditHash(prev string, b []byte) string {
 	h := sha256.New()
-	h.Write([]byte(r.Prev))
+	h.Write([]byte(prev))
 	h.Write([]byte{'\n'})
 	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // auditChainName is this engine's chain.
@@ -257,25 +264,33 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 	// A batch's records are one block under the seq of its first: one key
 	// a batch, not one a decision (on PostgreSQL each key is a lock and a
 	// row: a key a record cost the fleet a third of its throughput).
-	block := make([]AuditRecord, 0, len(events))
-	for _, ev := range events {
+	// Each record is encoded once, its hash empty, hashed, and copied into
+	// the block (the JSON array of the records) with its hash written in.
+	first := head.Seq + 1
+	block := make([]byte, 0, 512*len(events))
+	block = append(block, '[')
+	rec := make([]byte, 0, 512)
+	for i, ev := range events {
 		if ev.At.Before(head.At) {
 			ev.At = head.At
 		}
 		r := AuditRecord{Chain: chain, Seq: head.Seq + 1, Prev: head.Hash, Event: ev}
-		h, err := r.computeHash()
-		if err != nil {
+		var at int
+		var err error
+		if rec, at, err = appendAuditRecord(rec[:0], &r); err != nil {
 			return err
 		}
-		r.Hash = h
-		block = append(block, r)
-		head = auditHead{Seq: r.Seq, Hash: r.Hash, At: ev.At}
+		h := auditHash(r.Prev, rec)
+		if i > 0 {
+			block = append(block, ',')
+		}
+		block = append(block, rec[:at]...)
+		block = append(block, h...)
+		block = append(block, rec[at:]...)
+		head = auditHead{Seq: r.Seq, Hash: h, At: ev.At}
 	}
-	b, err := json.Marshal(block)
-	if err != nil {
-		return fmt.Errorf("encoding audit records: %w", err)
-	}
-	if err := tx.Set(auditKey(chain, block[0].Seq), b); err != nil {
+	block = append(block, ']')
+	if err := tx.Set(auditKey(chain, first), block); err != nil {
 		return err
 	}
 	return setJSON(tx, hk, &head)

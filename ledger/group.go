@@ -163,7 +163,7 @@ func (e *Engine) undoKey(t *opTxn, target *effectRec) (string, error) {
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return "", err
 	}
-	sum := keyedSum(e.secret, "undo-key", target.Namespace, target.EffectID)
+	sum := e.macs.keyedSum("undo-key", target.Namespace, target.EffectID)
 	return "undo:" + hex.EncodeToString(sum[:16]), nil
 }
 

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"time"
 )
@@ -19,7 +20,14 @@ const sweepBatch = 256
 // Options.ReapInterval. It then expires lapsed approval requests
 // (ExpireApprovals).
 func (e *Engine) Reap(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
+	n, _, err := e.reap(ctx)
+	return n, err
+}
+
+// reap is Reap, also returning when the next lease or approval request it
+// saw ends (zero when none does): the background reaper sleeps until then.
+func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
+	n, next, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 			return false, nil
 		}
@@ -31,9 +39,102 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 		e.obs.Expired(n)
 	}
 	if err == nil { // approval requests that lapsed, likewise
-		_, err = e.ExpireApprovals(ctx)
+		var due time.Time
+		_, due, err = e.expireApprovals(ctx)
+		if next.IsZero() || !due.IsZero() && due.Before(next) {
+			next = due
+		}
 	}
-	return n, err
+	return n, next, err
+}
+
+// Reaper timing. The reaper used to sweep every ReapInterval whether or
+// not anything was due: an idle ledger's two scans a second. It now sleeps
+// until the first lease or approval request it knows of ends, and the
+// writer wakes it when it hands out one that ends sooner (dueAt), so an
+// empty ledger sweeps only every maxReapSleep. That cap stands for what
+// the reaper cannot know: a wall clock stepped forward (its timer runs on
+// the monotonic clock) and, on a shared store, leases other replicas
+// handed out after its last scan (one whose replica stopped is reaped
+// only by the others' sweeps), so there it is the old interval, a second.
+const (
+	exclusiveReapSleep = time.Minute
+	sharedReapSleep    = time.Second
+	// minReapGap keeps a sweep whose entries stay due by the scan's clock
+	// but not yet by the writer's (a clock stepping back) from spinning.
+	minReapGap = 10 * time.Millisecond
+)
+
+// reapNever is reapAt's value while a sweep runs: any lease handed out
+// meanwhile wakes the reaper, since its scan may not have seen it.
+const reapNever = int64(math.MaxInt64)
+
+// dueAt tells the background reaper that a lease or an approval request
+// ends at at, waking it when that is before it meant to sweep. It is
+// called by the writer as it writes the index entry; an op that then
+// fails costs only an early sweep.
+func (e *Engine) dueAt(at time.Time) {
+	if e.reapWake == nil {
+		return
+	}
+	n := at.UnixNano()
+	for {
+		cur := e.reapAt.Load()
+		if n >= cur {
+			return
+		}
+		if e.reapAt.CompareAndSwap(cur, n) {
+			select {
+			case e.reapWake <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// reaper runs Reap until Close: at once (leases left from before a
+// restart), then whenever the first lease or approval request it knows of
+// ends, and at least every maxSleep.
+func (e *Engine) reaper(maxSleep time.Duration) {
+	defer e.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.reapWake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+		now := e.clock.Now()
+		if at := e.reapAt.Load(); at <= now.UnixNano() {
+			e.reapAt.Store(reapNever)
+			_, next, err := e.reap(context.Background())
+			if err != nil && !errors.Is(err, ErrClosed) {
+				e.log.Error("background reap failed", "err", err)
+			}
+			now = e.clock.Now()
+			limit := now.Add(maxSleep)
+			if next.IsZero() || next.After(limit) {
+				next = limit
+			}
+			for n := next.UnixNano(); ; { // leases handed out meanwhile may be sooner
+				cur := e.reapAt.Load()
+				if cur <= n || e.reapAt.CompareAndSwap(cur, n) {
+					break
+				}
+			}
+		}
+		wait := max(time.Duration(e.reapAt.Load()-now.UnixNano()), minReapGap)
+		timer.Reset(min(wait, maxSleep))
+	}
 }
 
 // Purge deletes, with their indexes, finished effects (succeeded, failed,
@@ -43,7 +144,7 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // need someone's attention. A purged key is forgotten, so a later begin
 // with it is new. It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
-	n, err := e.sweep(ctx, kindRetention, func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
+	n, _, err := e.sweep(ctx, kindRetention, func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
 		func(rec *effectRec, at time.Time) bool { return rec.RetainedAt.Equal(at) })
 	if err == nil {
 		err = e.purgeCounters(ctx)
@@ -70,16 +171,23 @@ func (e *Engine) Purge(ctx context.Context) (int, error) {
 // itself remove the index entry when it acts. An entry fn declined is
 // dropped if the effect no longer owns it (owns says which), and kept if it
 // does: it was due by the scan's clock but not by the writer's (the clock
-// stepped back), and the next sweep will see it again.
+// stepped back), and the next sweep will see it again. It also returns the
+// time of the first entry the last scan left for later (that entry's
+// cutoff, not its own time, for a retention sweep; zero when there is
+// none): entries kept because the writer's clock had not reached them
+// count as due then.
 func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) time.Time,
-	fn func(t *opTxn, rec *effectRec, now time.Time) (bool, error), owns func(rec *effectRec, at time.Time) bool) (int, error) {
+	fn func(t *opTxn, rec *effectRec, now time.Time) (bool, error), owns func(rec *effectRec, at time.Time) bool) (int, time.Time, error) {
 	total := 0
 	for {
 		until := cutoff(e.clock.Now())
 		var keys [][]byte
+		var next time.Time
 		err := e.view(ctx, func(r Reader) error {
 			return r.Scan(prefix(kind), nil, func(k, _ []byte) (bool, error) {
-				if at, _, _ := timeKeyParts(k); at.After(until) || len(keys) == sweepBatch {
+				at, _, _ := timeKeyParts(k)
+				if at.After(until) || len(keys) == sweepBatch {
+					next = at
 					return false, nil
 				}
 				keys = append(keys, k)
@@ -87,7 +195,7 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 			})
 		})
 		if err != nil || len(keys) == 0 {
-			return total, err
+			return total, next, err
 		}
 		kept := 0
 		swept, err := submit(ctx, e, func(t *opTxn, now time.Time) (int, error) {
@@ -125,14 +233,16 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 			return n, nil
 		})
 		if err != nil {
-			return total, err
+			return total, time.Time{}, err
 		}
 		total += swept
 		if kept == len(keys) {
-			return total, nil // nothing here is due by the writer's clock yet
+			// Nothing here is due by the writer's clock yet.
+			at, _, _ := timeKeyParts(keys[0])
+			return total, at, nil
 		}
 		if len(keys) < sweepBatch {
-			return total, nil
+			return total, next, nil
 		}
 	}
 }

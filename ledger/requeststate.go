@@ -20,7 +20,7 @@ import (
 // (e.g. "mcp-request-state"): the same on every replica that shares the
 // secret, and telling nothing of the secret or of another purpose's key.
 func (e *Engine) StateKey(purpose string) []byte {
-	return keyedSum(e.secret, "ratchet-state-key", purpose)
+	return e.macs.keyedSum("ratchet-state-key", purpose)
 }
 
 // ErrStateExpired is RedeemState's answer for a state past its expiry,

@@ -232,7 +232,7 @@ func (p *Proxy) serveIntercepted(conn net.Conn, v vendors.Vendor, leaf *tls.Cert
 	tconn := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.vendor(w, r, v, r.URL.Path)
+			p.gateRequest(w, r, v, r.URL.Path)
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,

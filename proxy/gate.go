@@ -35,8 +35,10 @@ type call struct {
 	owner    string // ownerOf the request: whose its stored answer is
 }
 
-// vendor handles a request for vendor v whose API path is path.
-func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
+// gateRequest handles a request for vendor v whose API path is path: a
+// read passes through; an effect is classified, decided by the ledger and
+// stamped and sent, or refused in the vendor's shape.
+func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string) {
 	r, span := startSpan(r, v.Name()) // trace.go
 	defer span.End()
 	if !standardMethod(r.Method) {
@@ -77,6 +79,13 @@ func (p *Proxy) vendor(w http.ResponseWriter, r *http.Request, v vendors.Vendor,
 		p.log.Warn("proxy request refused as ambiguous", "vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation)
 		p.opts.Observer.Request(v.Name(), "refused")
 		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: "+e.Refuse+"; nothing was sent or recorded")
+		return
+	}
+	if e.Money != nil && !e.FollowUp && e.Money.TooLarge(p.opts.CurrencyMicros) {
+		// Micros declares no cost for it, and a money ceiling would let
+		// the largest amounts through uncounted.
+		p.opts.Observer.Request(v.Name(), "refused")
+		p.write(w, v, http.StatusBadRequest, "ratchet_bad_request", "Ratchet: the amount is too large to count in micro-USD; nothing was sent or recorded")
 		return
 	}
 	owner := ownerOf(e)

@@ -363,7 +363,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.IsAbs(): // forward mode, plain HTTP
 		host := r.URL.Hostname()
 		if v, ok := p.vendorFor(host); ok {
-			p.vendor(w, r, v, r.URL.Path)
+			p.gateRequest(w, r, v, r.URL.Path)
 			return
 		}
 		addrs, ok := p.allowed(r.Context(), host, r.URL.Port(), "80")
@@ -383,7 +383,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(w, http.StatusNotFound, "ratchet: no vendor at /"+name+"/ (configured: "+p.names()+")")
 			return
 		}
-		p.vendor(w, r, v, "/"+rest)
+		p.gateRequest(w, r, v, "/"+rest)
 	}
 }
 

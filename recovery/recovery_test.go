@@ -22,6 +22,8 @@ import (
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/recovery"
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -335,7 +337,7 @@ func TestAWebhookALateReportAndARecoveryRaceOnOneEffect(t *testing.T) {
 	for round := range 3 {
 		e := newEnv(t)
 		const secret = "whsec_race"
-		hooks := httptest.NewServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{secret}}, Hold: -1}))
+		hooks := httptest.NewServer(webhooks.New(e.eng, webhooks.Options{Receivers: map[string]vendors.Receiver{"stripe": &stripe.Webhook{Secrets: []string{secret}}}, Hold: -1}))
 		key := fmt.Sprintf("order:race:%d", round)
 		id := e.lost(t, key, "after")
 		reqs, _, _ := e.store.List()

@@ -1,8 +1,10 @@
 package vendors
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -225,6 +227,9 @@ func (v *Declared) compileKey(add func(path, format string, args ...any)) {
 		v.rule.Location = InHeader
 		if !headerTokenRe.MatchString(k.Name) {
 			add("key.name", "%q is not a header name", k.Name)
+		} else if reservedHeader(k.Name) {
+			add("key.name", "%q cannot carry the key: the proxy strips it (hop-by-hop or Ratchet's own) or it carries the credentials or the body's framing, "+
+				"so the vendor would get the call without Ratchet's key", k.Name)
 		}
 	case "body":
 		v.rule.Location = InBody
@@ -256,6 +261,19 @@ func (v *Declared) compileKey(add func(path, format string, args ...any)) {
 			v.rule.RetentionHours = int(d / time.Hour)
 		}
 	}
+}
+
+// reservedHeader reports whether a header cannot carry a key: the
+// hop-by-hop ones (RFC 9110 7.6.1, which httputil.ReverseProxy drops after
+// the stamp), Ratchet's own (never forwarded), and those whose value is
+// the request's credentials, host or framing.
+func reservedHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding",
+		"Upgrade", "Authorization", "Host", "Content-Length", "Content-Type", "Content-Encoding", "Cookie":
+		return true
+	}
+	return strings.HasPrefix(http.CanonicalHeaderKey(name), "Ratchet-")
 }
 
 // alphabet is a set of ASCII characters; nil allows every character.
@@ -324,7 +342,7 @@ func (v *Declared) compileRoutes(add func(path, format string, args ...any)) {
 			}
 		}
 		// A bad path (cut short at its bad segment) is no route to compare.
-		if sig := rt.method + " " + strings.Join(rt.parts, "/"); !badPath {
+		if sig := rt.method + " " + strings.ToLower(strings.Join(rt.parts, "/")); !badPath { // paths match in any case
 			if j, dup := seen[sig]; dup {
 				add(p+".path", "%s %s is routes[%d]'s already", rt.method, r.Path, j)
 			}
@@ -411,6 +429,13 @@ func (v *Declared) compileOutcome(add func(path, format string, args ...any)) {
 			}
 			if w, dup := where[s]; dup {
 				add(p, "%q is listed under %s already", s, w)
+				continue
+			}
+			if l.r == Failed && s[0] == '5' {
+				// failed frees the key for a new attempt, which a vendor
+				// that acted before its 5xx would perform again.
+				add(p, "%q cannot be failed: a 5xx answer may come after the vendor acted, and a failed call is one a retry performs again; "+
+					"list it under unknown (or succeeded, where the vendor documents it as done)", s)
 				continue
 			}
 			where[s], v.status[s] = l.name, l.r
@@ -515,6 +540,12 @@ func (v *Declared) Classify(r *Request) (Effect, bool) {
 		}
 	}
 	if e.Refuse == "" {
+		e.Refuse = SingleHeaders(r.Header, "Content-Type")
+	}
+	if e.Refuse == "" {
+		e.Refuse = jsonTyped(r.Header.Get("Content-Type"), r.Body)
+	}
+	if e.Refuse == "" {
 		e.Refuse = StrictJSON(r.Body)
 	}
 	body := JSONObject(r.Body)
@@ -522,11 +553,19 @@ func (v *Declared) Classify(r *Request) (Effect, bool) {
 		e.CallerKey = r.Header.Get(v.rule.Name)
 	} else {
 		e.CallerKey = Str(body, v.rule.Name)
+		if name, ok := foldMember(body, v.rule.Name); ok && name != v.rule.Name && e.Refuse == "" {
+			// A vendor whose decoder matches names in any case reads it
+			// as its key, after the one Ratchet stamps.
+			e.Refuse = fmt.Sprintf("the body names its idempotency key %q; send it as %q", name, v.rule.Name)
+		}
 	}
 	if a := v.def.Account; a != nil && a.Field != "" {
-		e.Merchant = Str(body, strings.Split(a.Field, ".")...)
+		e.Merchant = fieldString(body, a.Field)
 	}
 	rt, ok := v.match(r.Method, parts)
+	if e.Refuse == "" {
+		e.Refuse = queryNamesBodyField(r.Query, v.bodyFields(rt, ok))
+	}
 	if !ok {
 		e.Operation = RestType(v.def.Name, r.Method, unversioned(parts))
 		e.EffectType = e.Operation
@@ -564,6 +603,12 @@ func unversioned(parts []string) []string {
 	return parts
 }
 
+// match finds the first route for method and path. A literal segment
+// matches in any case, and the last one with a format suffix too
+// (/payments.json): servers that read paths so (Express by default; Rails
+// takes .json as the format) would otherwise act on a call Ratchet types
+// by its path only, outside the route's effect type and its ceilings. A
+// server that does not only answers 404 to what Ratchet counted.
 func (v *Declared) match(method string, parts []string) (route, bool) {
 	for _, rt := range v.routes {
 		if rt.method != method || len(rt.parts) != len(parts) {
@@ -571,7 +616,7 @@ func (v *Declared) match(method string, parts []string) (route, bool) {
 		}
 		ok := true
 		for i, s := range rt.parts {
-			if s != "" && s != parts[i] {
+			if s != "" && !segmentMatches(s, parts[i], i == len(parts)-1) {
 				ok = false
 				break
 			}
@@ -583,9 +628,138 @@ func (v *Declared) match(method string, parts []string) (route, bool) {
 	return route{}, false
 }
 
+func segmentMatches(literal, seg string, last bool) bool {
+	if strings.EqualFold(literal, seg) {
+		return true
+	}
+	return last && len(seg) > len(literal)+1 && seg[len(literal)] == '.' && strings.EqualFold(seg[:len(literal)], literal)
+}
+
+// jsonTyped returns why a body is refused for its Content-Type: a
+// declared vendor's routes read JSON, and a body sent as a form, or with
+// no type (Rack reads an untyped POST as a form), can be JSON to Ratchet
+// (a JSON string "x&amount=1500&y", or an object with such a string in it)
+// and a form naming an amount to the vendor's server.
+func jsonTyped(ctype string, body []byte) string {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return ""
+	}
+	if ctype == "" {
+		return "the body comes without a Content-Type; send it as application/json"
+	}
+	mt, _, err := mime.ParseMediaType(ctype)
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return "the body is sent as " + strconv.Quote(printableType(ctype)) + "; this vendor's calls are read as JSON: send application/json"
+	}
+	return ""
+}
+
+// printableType shortens a caller's Content-Type for a message.
+func printableType(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// bodyFields are the top-level body fields Ratchet reads for a call: the
+// key (in the body), the account field, and the matched route's amount,
+// currency and counterparty.
+func (v *Declared) bodyFields(rt route, matched bool) []string {
+	var out []string
+	top := func(path string) {
+		if path != "" {
+			out = append(out, strings.Split(path, ".")[0])
+		}
+	}
+	if v.rule.Location == InBody {
+		top(v.rule.Name)
+	}
+	if a := v.def.Account; a != nil {
+		top(a.Field)
+	}
+	if matched {
+		if rt.Amount != nil {
+			top(rt.Amount.Field)
+		}
+		for _, f := range []*Field{rt.Currency, rt.Counterparty} {
+			if f != nil {
+				top(f.Field)
+			}
+		}
+	}
+	return out
+}
+
+// queryNamesBodyField returns why a request is refused when its query
+// string names a field Ratchet reads from the body (amount, amount[value],
+// amount.value, in any case): Rack and Laravel merge a POST's query
+// parameters into its body's, so the vendor would act on an amount,
+// account or key Ratchet never read.
+func queryNamesBodyField(query string, fields []string) string {
+	if query == "" || len(fields) == 0 {
+		return ""
+	}
+	for _, pair := range strings.FieldsFunc(query, func(r rune) bool { return r == '&' || r == ';' }) {
+		name, _, _ := strings.Cut(pair, "=")
+		if u, err := url.QueryUnescape(name); err == nil {
+			name = u
+		}
+		if i := strings.IndexAny(name, "[."); i >= 0 {
+			name = name[:i]
+		}
+		for _, f := range fields {
+			if foldKey(name) == foldKey(f) {
+				return "the query string names " + strconv.Quote(f) + ", which Ratchet reads from the body; send it in the body only"
+			}
+		}
+	}
+	return ""
+}
+
+// foldMember returns the name of m's member that equals name in any case
+// (StrictJSON has refused a body with two).
+func foldMember(m map[string]any, name string) (string, bool) {
+	if _, ok := m[name]; ok {
+		return name, true
+	}
+	f := foldKey(name)
+	for k := range m {
+		if foldKey(k) == f {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// getField walks a dotted path as Get does, matching each object member's
+// name in any case when no member has it exactly: a vendor whose decoder
+// matches names in any case (Go's, ASP.NET's) reads {"Amount": ...} as
+// the amount, which would otherwise pass uncounted.
+func getField(body any, path string) any {
+	v := body
+	for _, p := range strings.Split(path, ".") {
+		if m, ok := v.(map[string]any); ok {
+			name, found := foldMember(m, p)
+			if !found {
+				return nil
+			}
+			v = m[name]
+			continue
+		}
+		v = Get(v, p)
+	}
+	return v
+}
+
 // fieldString reads a dotted path as a string (a number as its text).
 func fieldString(body any, path string) string {
-	switch x := Get(body, strings.Split(path, ".")...).(type) {
+	switch x := getField(body, path).(type) {
 	case string:
 		return x
 	case json.Number:
@@ -628,7 +802,7 @@ func declaredMoney(body any, a *AmountField, c *Field) *Money {
 // Increase's ACH transfers take) are not refused: they declare no cost, as
 // before. The message names the field, never its value.
 func amountProblem(body any, a *AmountField, c *Field) string {
-	if Get(body, strings.Split(a.Field, ".")...) == nil {
+	if getField(body, a.Field) == nil {
 		return ""
 	}
 	amt := fieldString(body, a.Field)

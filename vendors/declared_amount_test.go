@@ -56,7 +56,7 @@ func TestADeclaredAmountRatchetCannotReadIsRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e, ok := v.Classify(&Request{Method: "POST", Path: c.path, Header: http.Header{}, Body: []byte(c.body)})
+			e, ok := v.Classify(&Request{Method: "POST", Path: c.path, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(c.body)})
 			if !ok {
 				t.Fatal("not an effect")
 			}

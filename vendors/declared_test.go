@@ -62,7 +62,7 @@ func TestADeclaredVendorsKeyFitsItsAlphabet(t *testing.T) {
 // refused.
 func TestADeclaredVendorClassifiesByItsRoutes(t *testing.T) {
 	v := compiled(t, acme(vendors.DefinedKey{In: "body", Name: "idempotency_key", MaxLength: 64}))
-	e, ok := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Authorization": {"Bearer k"}},
+	e, ok := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Header: http.Header{"Authorization": {"Bearer k"}, "Content-Type": {"application/json"}},
 		Body: []byte(`{"amount": 1250, "to": {"id": "acct_9"}, "idempotency_key": "order-7"}`)})
 	if !ok {
 		t.Fatal("a charge is not an effect")
@@ -72,7 +72,7 @@ func TestADeclaredVendorClassifiesByItsRoutes(t *testing.T) {
 	if diff := cmp.Diff(want, e); diff != "" {
 		t.Errorf("the charge (-want +got):\n%s", diff)
 	}
-	mail, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/mails", Header: http.Header{}, Body: []byte(`{}`)})
+	mail, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/mails", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
 	if mail.EffectType != "email.send" || mail.CostMicros == nil || *mail.CostMicros != 1000 {
 		t.Errorf("a mail: type %q cost %v, want email.send at 1000 micros", mail.EffectType, mail.CostMicros)
 	}
@@ -146,5 +146,84 @@ func TestARegistryRefusesANameOrHostTwice(t *testing.T) {
 	}
 	if v, ok := all.Registry().Lookup("stripe"); !ok || v.Name() != "stripe" {
 		t.Errorf("the built-in registry's stripe: %v %v", v, ok)
+	}
+}
+
+// TestADefinitionThatLosesTheKeyOrRepeatsACallIsRefused: a careless
+// definition is refused when it compiles, with the field at fault, rather
+// than let the proxy forward a call without Ratchet's key (a key header
+// that the proxy strips as hop-by-hop or as Ratchet's own, or one that
+// replaces the credentials or the body's framing) or let a retry act
+// again (a 5xx under failed: the vendor may have acted, and a failed
+// attempt is one a new key may repeat).
+func TestADefinitionThatLosesTheKeyOrRepeatsACallIsRefused(t *testing.T) {
+	base := func() vendors.Definition {
+		return acme(vendors.DefinedKey{In: "header", Name: "Idempotency-Key", MaxLength: 64})
+	}
+	cases := []struct {
+		name, path string
+		edit       func(d *vendors.Definition)
+	}{
+		{"5xx failed", "outcome.failed[1]", func(d *vendors.Definition) {
+			d.Outcome = vendors.OutcomeRules{Unknown: []string{"408"}, Failed: []string{"4xx", "5xx"}}
+		}},
+		{"500 failed", "outcome.failed[0]", func(d *vendors.Definition) { d.Outcome = vendors.OutcomeRules{Failed: []string{"500"}} }},
+		{"503 failed, in upper case", "outcome.failed[0]", func(d *vendors.Definition) { d.Outcome = vendors.OutcomeRules{Failed: []string{"5XX"}} }},
+	}
+	for _, h := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Upgrade", "Proxy-Authorization", "Trailer",
+		"Ratchet-Idempotency-Key", "ratchet-group-key", "Authorization", "Host", "Content-Length", "Content-Type"} {
+		cases = append(cases, struct {
+			name, path string
+			edit       func(d *vendors.Definition)
+		}{"key header " + h, "key.name", func(d *vendors.Definition) { d.Key.Name = h }})
+	}
+	for _, c := range cases {
+		d := base()
+		c.edit(&d)
+		_, errs := vendors.Compile(d, nil)
+		var paths []string
+		for _, e := range errs {
+			paths = append(paths, e.Path)
+		}
+		if diff := cmp.Diff([]string{c.path}, paths); diff != "" {
+			t.Errorf("%s: the errors' fields (-want +got):\n%s", c.name, diff)
+		}
+	}
+	ok := base()
+	ok.Outcome = vendors.OutcomeRules{Succeeded: []string{"2xx", "503"}, Unknown: []string{"5xx"}}
+	if _, errs := vendors.Compile(ok, nil); errs != nil {
+		t.Errorf("a 503 the vendor documents as done, under succeeded: %+v", errs)
+	}
+}
+
+// TestADeclaredVendorsBodyKeyAndAccountAreReadAsTheVendorWould: the body
+// key in another case is refused (a vendor matching names in any case
+// would take it, after the key Ratchet stamps: the caller's raw key would
+// reach it), as is the key or the account in the query string (merged
+// into the body by some servers); a numeric account field scopes the key
+// as its text.
+func TestADeclaredVendorsBodyKeyAndAccountAreReadAsTheVendorWould(t *testing.T) {
+	d := acme(vendors.DefinedKey{In: "body", Name: "idempotency_key", MaxLength: 64})
+	d.Account = &vendors.Account{Field: "profile.id"}
+	v := compiled(t, d)
+	classify := func(query, body string) vendors.Effect {
+		e, _ := v.Classify(&vendors.Request{Method: "POST", Path: "/v1/charges", Query: query,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)})
+		return e
+	}
+	if e := classify("", `{"amount": 100, "IDEMPOTENCY_KEY": "mine"}`); e.Refuse == "" {
+		t.Error("a body key in upper case is not refused")
+	}
+	if e := classify("idempotency_key=mine", `{"amount": 100}`); e.Refuse == "" {
+		t.Error("the key in the query string is not refused")
+	}
+	if e := classify("Profile%5Bid%5D=p_2", `{"amount": 100, "profile": {"id": "p_1"}}`); e.Refuse == "" {
+		t.Error("the account in the query string is not refused")
+	}
+	if e := classify("expand=customer", `{"amount": 100}`); e.Refuse != "" {
+		t.Errorf("a query naming no field Ratchet reads is refused: %s", e.Refuse)
+	}
+	if e := classify("", `{"amount": 100, "profile": {"id": 123}}`); e.Merchant != "123" {
+		t.Errorf("a numeric account field scopes as %q, want 123", e.Merchant)
 	}
 }

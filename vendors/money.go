@@ -45,6 +45,18 @@ func (m Money) Micros(rates map[string]int64) (int64, bool) {
 	return v.Int64(), true
 }
 
+// TooLarge reports whether m has a rate in rates but its micro-USD value
+// does not fit in an int64, so Micros declares no cost for it: such an
+// amount must not pass a money ceiling uncounted.
+func (m Money) TooLarge(rates map[string]int64) bool {
+	rate, ok := rates[strings.ToLower(m.Currency)]
+	if !ok || rate <= 0 || m.Minor < 0 {
+		return false
+	}
+	_, fits := m.Micros(rates)
+	return !fits
+}
+
 // ParseDecimal reads a decimal string amount ("10.00", "1234", "0.5") as
 // minor units of currency, as PayPal sends amounts. It refuses signs,
 // exponents, more fraction digits than the currency has, and values that do

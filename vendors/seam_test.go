@@ -109,3 +109,28 @@ func TestAdaptersDoNotImportOneAnother(t *testing.T) {
 		}
 	}
 }
+
+// TestTheWebhooksAdapterImportsNoVendor: each vendor's receiver is in its
+// own package (vendors.Receiver), so the webhooks adapter imports package
+// vendors and no vendor's package.
+func TestTheWebhooksAdapterImportsNoVendor(t *testing.T) {
+	fset := token.NewFileSet()
+	files, _ := filepath.Glob("../webhooks/*.go")
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(p, "github.com/ratchet-mcp/ratchet/vendors/") {
+				t.Errorf("%s imports %s", path, p)
+			}
+		}
+	}
+	if len(files) == 0 {
+		t.Fatal("no files in ../webhooks")
+	}
+}

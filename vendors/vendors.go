@@ -10,8 +10,10 @@
 // and joins them in a Registry, which the ledger, the proxy and recovery
 // are given. This package holds what they share: the Vendor interface and
 // the optional ones adapters ask (Tagger, Recoverable, Upstreamer,
-// KeyShaper), the request and answer types, the taxonomy, and the helpers
-// vendor packages read requests with (request.go, tag.go).
+// KeyShaper), what the webhooks adapter asks of a vendor's webhooks
+// (webhook.go: WebhookConfig, Receiver, Event), the request and answer
+// types, the taxonomy, and the helpers vendor packages read requests with
+// (request.go, tag.go).
 //
 // Outcomes. "failed" means the vendor definitely did not act, so a new
 // attempt with a new key is safe; "unknown" means it may have. Every vendor
@@ -23,8 +25,8 @@
 // "custom") built from a digest the caller derives from the server secret, the
 // namespace, the idempotency key, the attempt number and the vendor. One format
 // fits every documented limit of the built-in vendors (Square's 45
-// characters for payments is the tightest of the five; Razorpay's 36 is
-// the tightest known anywhere), uses
+// characters for payments is the tightest; Checkout.com documents none),
+// and Razorpay's 36, the tightest known anywhere; it uses
 // only [0-9a-f-], and carries no personal data even when the agent's own key
 // does (Stripe advises against personal identifiers in keys). A new attempt
 // gets a new digest and so a new key, because vendors such as Stripe replay

@@ -21,6 +21,12 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -141,11 +147,13 @@ func newEnvHold(t *testing.T, hold time.Duration) *env {
 	key, cert := paypalCert(t)
 	e := &env{eng: eng, proxyURL: ps.URL, vendor: fv, obs: &counts{}, paypal: key}
 	h := webhooks.New(eng, webhooks.Options{
-		Stripe:         &webhooks.Stripe{Secrets: []string{stripeSecret}},
-		Square:         &webhooks.Square{SignatureKey: squareKey, NotificationURL: squareURL},
-		Adyen:          &webhooks.Adyen{HMACKeys: [][]byte{adyenKey}, BasicUser: "adyen", BasicPassword: adyenPassword},
-		Checkout:       &webhooks.Checkout{Secrets: []string{checkoutSecret}},
-		PayPal:         &webhooks.PayPal{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}},
+		Receivers: map[string]vendors.Receiver{
+			"stripe":   &stripe.Webhook{Secrets: []string{stripeSecret}},
+			"square":   &square.Webhook{SignatureKey: squareKey, NotificationURL: squareURL},
+			"adyen":    &adyen.Webhook{HMACKeys: [][]byte{adyenKey}, BasicUser: "adyen", BasicPassword: adyenPassword},
+			"checkout": &checkout.Webhook{Secrets: []string{checkoutSecret}},
+			"paypal":   &paypal.Webhook{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}},
+		},
 		CurrencyMicros: rates, Observer: e.obs, Hold: hold,
 	})
 	hs := httptest.NewServer(h)

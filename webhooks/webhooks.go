@@ -11,12 +11,16 @@
 // A verified event that says an action succeeded or failed is matched to
 // the attempt that performed it by the vendor key Ratchet handed out for
 // that attempt (echoed by Stripe, written as a tag by the proxy for the
-// others: proxy/tag.go), and given to ledger.Engine.Settle, which applies
+// others: vendors.Tagger, proxy/gate.go), and given to ledger.Engine.Settle, which applies
 // it, agrees with it, or flags a contradiction. Settle is idempotent, so
 // a replayed event (vendors retry until they get a 2xx) is harmless.
 //
-// Matching, per vendor (the one table; README "Unknown outcomes settle
-// themselves" repeats it):
+// The package is the adapter and knows no vendor: each vendor's package
+// holds its receiver (vendors.Receiver: the signature check and how its
+// events read, in vendors/<vendor>/webhook.go) and its config block
+// (vendors.WebhookConfig), and this package routes, holds, settles and
+// counts. Matching, per vendor (the one table; README "Unknown outcomes
+// settle themselves" repeats it):
 //
 //	vendor        signature                                  events used                                  matched by
 //	Stripe        Stripe-Signature (stripe-go webhook)       payment_intent.succeeded, .amount_capturable_ request.idempotency_key
@@ -33,14 +37,14 @@
 //	                                                         succeeded; payment_declined: failed          data.reference
 //	PayPal        PAYPAL-TRANSMISSION-SIG, offline with a    PAYMENT.CAPTURE.COMPLETED,                   resource.custom_id, else
 //	              configured certificate                     CHECKOUT.ORDER.APPROVED, .COMPLETED:         resource.purchase_units[0].custom_id
-//	                                                         succeeded (never failed: see paypal.go)
+//	                                                         succeeded (never failed: see vendors/paypal)
 //
 // A failure frees the key, so it settles an effect only through a field
 // that carries nothing but the request's own vendor key: Stripe's echoed
 // idempotency key, and metadata.ratchet_key, which the proxy always writes
-// itself (proxy/tag.go). The fields a caller may fill with any reference
+// itself (vendors.Tagger). The fields a caller may fill with any reference
 // (Square reference_id, Adyen merchantReference, Checkout.com reference,
-// PayPal custom_id) settle an effect succeeded only (record.shared).
+// PayPal custom_id) settle an effect succeeded only (vendors.Event.Shared).
 //
 // Every other event type is counted as ignored and answered 200, so the
 // vendor does not retry it. The amount an event reports becomes the
@@ -50,9 +54,7 @@ package webhooks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -64,11 +66,6 @@ import (
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
-	"github.com/ratchet-mcp/ratchet/vendors/adyen"
-	"github.com/ratchet-mcp/ratchet/vendors/checkout"
-	"github.com/ratchet-mcp/ratchet/vendors/paypal"
-	"github.com/ratchet-mcp/ratchet/vendors/square"
-	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // Defaults.
@@ -106,14 +103,12 @@ type Observer interface {
 	Webhook(vendor, stage string)
 }
 
-// Options configure the receivers. A vendor whose field is nil has no
-// receiver (its path answers 404).
+// Options configure the receivers.
 type Options struct {
-	Stripe   *Stripe
-	Square   *Square
-	Adyen    *Adyen
-	Checkout *Checkout
-	PayPal   *PayPal
+	// Receivers are the vendors' receivers by vendor name (each vendor's
+	// package has one: stripe.Webhook, …); a vendor without one has no
+	// path (it answers 404).
+	Receivers map[string]vendors.Receiver
 	// Tolerance is how old a signed timestamp may be (default
 	// DefaultTolerance); Square, Adyen and Checkout.com sign none.
 	Tolerance time.Duration
@@ -143,54 +138,45 @@ type Options struct {
 	Observer Observer
 }
 
-// record is what a verified event says about one action.
-type record struct {
-	eventID   string
-	eventType string
-	// keys are the values the event carries that may be a vendor key
-	// Ratchet handed out, best first, from fields only Ratchet (or the
-	// vendor's key check) fills: the echoed idempotency key, Ratchet's own
-	// metadata.ratchet_key, which the proxy refuses to send with another
-	// value (proxy/tag.go). shared are those from fields the caller may
-	// fill with anything, another effect's vendor key included (Square
-	// reference_id, PayPal custom_id, Adyen merchantReference, Checkout.com
-	// reference): they settle an effect succeeded, never failed, since a
-	// caller's own declined payment must not free another effect's key.
-	// None of either: the event is ignored.
-	keys, shared []string
-	outcome      ledger.Outcome // "" when the type says nothing: ignored
-	ref          string
-	money        *vendors.Money
-	// answer is the vendor's object as the request that caused the event
-	// answered it, when the event carries that object (kept for replay).
-	answer json.RawMessage
+// SinkStore is the ledger's durable map (ledger.Engine's sink
+// references), in which a receiver that must remember something
+// (vendors.StoreUser) keeps it under the sink "webhooks.<vendor>".
+type SinkStore interface {
+	SinkRef(ctx context.Context, sink, ref string) ([]byte, error)
+	PutSinkRef(ctx context.Context, sink, ref string, value []byte) error
 }
 
-// receiver verifies and reads one vendor's events.
-type receiver interface {
-	read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error)
+// sinkStore is one vendor's part of a SinkStore, as a vendors.WebhookStore.
+type sinkStore struct {
+	s    SinkStore
+	sink string
 }
 
-// acknowledger is a receiver whose vendor expects a body in the answer to
-// an event it delivered.
-type acknowledger interface {
-	ack() []byte
+func (s sinkStore) Get(ctx context.Context, ref string) ([]byte, bool, error) {
+	if !storable(ref) {
+		return nil, false, vendors.ErrUnstorable
+	}
+	v, err := s.s.SinkRef(ctx, s.sink, ref)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
 }
 
-// The ways a request is refused.
-var (
-	errSignature = errors.New("the signature does not verify")
-	errStale     = errors.New("the signed timestamp is outside the tolerance")
-	errMalformed = errors.New("the body is not an event")
-	// errUnavailable: what the receiver must remember could not be read
-	// or written (503: the vendor retries).
-	errUnavailable = errors.New("the ledger is unavailable")
-)
+func (s sinkStore) Put(ctx context.Context, ref string, value []byte) error {
+	if !storable(ref) {
+		return vendors.ErrUnstorable
+	}
+	return s.s.PutSinkRef(ctx, s.sink, ref, value)
+}
+
+// storable is a ref the ledger keeps: text no longer than its ids.
+func storable(ref string) bool { return len(ref) <= ledger.MaxIDLen && ref == printable(ref) }
 
 type handler struct {
 	s         Settler
 	opts      Options
-	receivers map[string]receiver
+	receivers map[string]vendors.Receiver
 	log       *slog.Logger
 }
 
@@ -214,27 +200,16 @@ func New(s Settler, opts Options) http.Handler {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	h := &handler{s: s, opts: opts, receivers: map[string]receiver{}, log: opts.Logger}
+	h := &handler{s: s, opts: opts, receivers: opts.Receivers, log: opts.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Stripe != nil {
-		h.receivers[stripe.Vendor{}.Name()] = opts.Stripe
-	}
-	if opts.Square != nil {
-		h.receivers[square.Vendor{}.Name()] = opts.Square
-	}
-	if opts.Adyen != nil {
-		h.receivers[adyen.Vendor{}.Name()] = opts.Adyen
-	}
-	if opts.Checkout != nil {
-		h.receivers[checkout.Vendor{}.Name()] = opts.Checkout
-	}
-	if opts.PayPal != nil {
-		if ts, ok := s.(TransmissionStore); ok && opts.PayPal.Store == nil {
-			opts.PayPal.Store = ts
+	if ss, ok := s.(SinkStore); ok {
+		for name, rv := range h.receivers {
+			if u, ok := rv.(vendors.StoreUser); ok {
+				u.UseStore(sinkStore{s: ss, sink: "webhooks." + name})
+			}
 		}
-		h.receivers[paypal.Vendor{}.Name()] = opts.PayPal
 	}
 	return h
 }
@@ -272,16 +247,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
 		return
 	}
-	recs, err := rv.read(r.Context(), r.Header, body, h.opts.Clock(), h.opts.Tolerance)
+	recs, err := rv.Read(r.Context(), r.Header, body, h.opts.Clock(), h.opts.Tolerance)
 	if err != nil {
 		status := http.StatusUnauthorized
 		switch {
-		case errors.Is(err, errUnavailable):
+		case errors.Is(err, vendors.ErrUnavailable):
 			obs.Webhook(name, "failed")
 			h.log.Error("webhook not checked; the vendor will retry", "vendor", name, "err", err)
 			http.Error(w, "the ledger could not record the event; retry", http.StatusServiceUnavailable)
 			return
-		case errors.Is(err, errMalformed):
+		case errors.Is(err, vendors.ErrMalformed):
 			status = http.StatusBadRequest
 		}
 		obs.Webhook(name, "refused")
@@ -299,7 +274,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	failed := false
 	for i := range recs {
 		obs.Webhook(name, "verified")
-		if !h.settle(r.Context(), name, &recs[i]) {
+		if !h.settleEvent(r.Context(), name, &recs[i]) {
 			failed = true
 		}
 	}
@@ -308,20 +283,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the ledger could not record the event; retry", http.StatusServiceUnavailable)
 		return
 	}
-	if a, ok := rv.(acknowledger); ok {
-		w.Write(a.ack()) // the answer the vendor expects (Adyen's: adyen.go)
+	if a, ok := rv.(vendors.Acknowledger); ok {
+		w.Write(a.Ack()) // the answer the vendor expects (Adyen's "[accepted]")
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-// settle gives one record to the engine; false when the engine could not
+// outcomes are the ledger's outcomes of what events say.
+var outcomes = map[vendors.EventOutcome]ledger.Outcome{
+	vendors.EventSucceeded: ledger.OutcomeSucceeded,
+	vendors.EventFailed:    ledger.OutcomeFailed,
+}
+
+// settleEvent gives one event to the engine (Engine.Settle); false when the engine could not
 // record it and the vendor must retry.
-func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
+func (h *handler) settleEvent(ctx context.Context, vendor string, rec *vendors.Event) bool {
 	obs := h.opts.Observer
-	candidates := rec.keys
-	if rec.outcome == ledger.OutcomeSucceeded {
-		candidates = append(candidates[:len(candidates):len(candidates)], rec.shared...)
+	outcome := outcomes[rec.Outcome]
+	candidates := rec.Keys
+	if outcome == ledger.OutcomeSucceeded {
+		candidates = append(candidates[:len(candidates):len(candidates)], rec.Shared...)
 	}
 	keys := candidates[:0:0]
 	for _, k := range candidates {
@@ -329,14 +311,14 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 			keys = append(keys, k)
 		}
 	}
-	if rec.outcome == "" || len(keys) == 0 {
+	if outcome == "" || len(keys) == 0 {
 		obs.Webhook(vendor, "ignored")
-		if rec.outcome == ledger.OutcomeFailed && slices.ContainsFunc(rec.shared, func(k string) bool { return k != "" }) {
+		if outcome == ledger.OutcomeFailed && slices.ContainsFunc(rec.Shared, func(k string) bool { return k != "" }) {
 			h.log.Info("webhook ignored: a failure matched only by a field the caller may fill is not trusted", "vendor", vendor,
-				"type", rec.eventType, "event_id", rec.eventID)
+				"type", rec.Type, "event_id", rec.ID)
 			return true
 		}
-		h.log.Debug("webhook ignored", "vendor", vendor, "type", rec.eventType, "event_id", rec.eventID)
+		h.log.Debug("webhook ignored", "vendor", vendor, "type", rec.Type, "event_id", rec.ID)
 		return true
 	}
 	// No namespace: the vendor key index is global, and that is safe. A
@@ -348,22 +330,22 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 	// settles by are filled only with the request's own key: the
 	// idempotency key the proxy stamps over the caller's, and
 	// metadata.ratchet_key, which the proxy refuses to send with any other
-	// value (proxy/tag.go). So a failure settles the effect whose request
+	// value (vendors.Tagger). So a failure settles the effect whose request
 	// the vendor declined, whatever its namespace, and nothing else. A
 	// shared field (rec.shared) may name another effect's key, of another
 	// tenant too, if its caller learned it: it settles only succeeded,
 	// which can never cause a second execution (at worst a retry is
 	// answered as a duplicate; a contradicting report is flagged).
-	req := ledger.SettleRequest{Vendor: vendor, Outcome: rec.outcome, Source: "webhook:" + vendor,
-		EventID: clip(printable(rec.eventID), ledger.MaxIDLen)}
-	if ref := rec.ref; ref == printable(ref) && len(ref) <= ledger.MaxIDLen {
+	req := ledger.SettleRequest{Vendor: vendor, Outcome: outcome, Source: "webhook:" + vendor,
+		EventID: clip(printable(rec.ID), ledger.MaxIDLen)}
+	if ref := rec.Ref; storable(ref) {
 		req.VendorReference = ref
 	}
-	if rec.answer != nil && rec.outcome == ledger.OutcomeSucceeded {
-		req.Result = outbound.StoredAnswer(http.StatusOK, "application/json", rec.answer, req.VendorReference)
+	if rec.Answer != nil && outcome == ledger.OutcomeSucceeded {
+		req.Result = outbound.StoredAnswer(http.StatusOK, "application/json", rec.Answer, req.VendorReference)
 	}
-	if rec.money != nil && rec.outcome == ledger.OutcomeSucceeded {
-		if micros, ok := rec.money.Micros(h.opts.CurrencyMicros); ok {
+	if rec.Money != nil && outcome == ledger.OutcomeSucceeded {
+		if micros, ok := rec.Money.Micros(h.opts.CurrencyMicros); ok {
 			req.ActualCostMicros = &micros
 		}
 	}
@@ -379,7 +361,7 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 	case err == nil:
 	case code == ledger.CodeEffectNotFound:
 		obs.Webhook(vendor, "unknown")
-		h.log.Info("webhook for no known effect", "vendor", vendor, "type", rec.eventType, "event_id", req.EventID)
+		h.log.Info("webhook for no known effect", "vendor", vendor, "type", rec.Type, "event_id", req.EventID)
 		return true
 	case code == ledger.CodeUnavailable || code == ledger.CodeInternal:
 		obs.Webhook(vendor, "failed")
@@ -405,8 +387,8 @@ func (h *handler) settle(ctx context.Context, vendor string, rec *record) bool {
 	if res.Contradicts {
 		lvl = slog.LevelWarn
 	}
-	h.log.Log(ctx, lvl, "webhook "+stage, "vendor", vendor, "type", rec.eventType, "event_id", req.EventID,
-		"effect_id", res.Effect.EffectID, "attempt", res.Effect.Attempt, "outcome", rec.outcome, "state", res.Effect.State)
+	h.log.Log(ctx, lvl, "webhook "+stage, "vendor", vendor, "type", rec.Type, "event_id", req.EventID,
+		"effect_id", res.Effect.EffectID, "attempt", res.Effect.Attempt, "outcome", outcome, "state", res.Effect.State)
 	return true
 }
 
@@ -427,14 +409,3 @@ func clip(s string, n int) string {
 	}
 	return s
 }
-
-// minor is an amount in minor units, if the currency is named.
-func minor(value int64, currency string) *vendors.Money {
-	if currency == "" {
-		return nil
-	}
-	return &vendors.Money{Minor: value, Currency: strings.ToUpper(currency)}
-}
-
-// malformed wraps a decoding error.
-func malformed(err error) error { return fmt.Errorf("%w: %v", errMalformed, err) }

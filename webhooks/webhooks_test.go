@@ -24,6 +24,12 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -114,7 +120,7 @@ func vendorCases() []vendorCase {
 				if sign == forged {
 					key = "another-key"
 				}
-				return http.Header{"X-Square-Hmacsha256-Signature": {webhooks.SquareSignature(key, squareURL, body)}}, body
+				return http.Header{"X-Square-Hmacsha256-Signature": {square.Signature(key, squareURL, body)}}, body
 			},
 			// FAILED matches only by reference_id, which the caller may fill:
 			// never trusted (TestACallersTagNeverSettlesAnotherEffect).
@@ -134,7 +140,7 @@ func vendorCases() []vendorCase {
 				if sign == forged {
 					key = []byte("another key entirely, 32 bytes!")
 				}
-				sig := webhooks.AdyenSignature(key, "YOUR_PSP_REFERENCE", "", "YOUR_MERCHANT_ACCOUNT", "YOUR_MERCHANT_REFERENCE",
+				sig := adyen.Signature(key, "YOUR_PSP_REFERENCE", "", "YOUR_MERCHANT_ACCOUNT", "YOUR_MERCHANT_REFERENCE",
 					1000, "EUR", "AUTHORISATION", success)
 				h := http.Header{}
 				(&http.Request{Header: h}).SetBasicAuth("adyen", adyenPassword)
@@ -161,7 +167,7 @@ func vendorCases() []vendorCase {
 				if sign == forged {
 					secret = "another-secret"
 				}
-				return http.Header{"Cko-Signature": {webhooks.CheckoutSignature(secret, body)}}, body
+				return http.Header{"Cko-Signature": {checkout.Signature(secret, body)}}, body
 			},
 			canFail: true, cost: 20_000_000, ref: "pay_griq7wyqkggu7mnk7ecm6ysrl4",
 		},
@@ -181,7 +187,7 @@ func vendorCases() []vendorCase {
 				if sign == forged {
 					key, _ = rsa.GenerateKey(rand.Reader, 2048)
 				}
-				digest := sha256.Sum256([]byte(webhooks.PayPalSigned(id, when, paypalWebhookID, body)))
+				digest := sha256.Sum256([]byte(paypal.Signed(id, when, paypalWebhookID, body)))
 				sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
 				if err != nil {
 					t.Fatal(err)
@@ -389,7 +395,7 @@ func TestAdyensUnsignedTagNeedsBasicAuthentication(t *testing.T) {
 	if s := e.post(t, "adyen", h, b); s != http.StatusUnauthorized {
 		t.Fatalf("a wrong password: %d", s)
 	}
-	open := webhooks.New(e.eng, webhooks.Options{Adyen: &webhooks.Adyen{HMACKeys: [][]byte{adyenKey}}, Observer: e.obs})
+	open := webhooks.New(e.eng, webhooks.Options{Receivers: map[string]vendors.Receiver{"adyen": &adyen.Webhook{HMACKeys: [][]byte{adyenKey}}}, Observer: e.obs})
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"adyen", bytes.NewReader(b))
 	open.ServeHTTP(rec, req)
@@ -401,7 +407,7 @@ func TestAdyensUnsignedTagNeedsBasicAuthentication(t *testing.T) {
 	}
 	// The signed merchantReference, when an agent made it the vendor key,
 	// matches without Basic authentication.
-	sig := webhooks.AdyenSignature(adyenKey, "PSP2", "", "YOUR_MERCHANT_ACCOUNT", tag, 1000, "EUR", "AUTHORISATION", "true")
+	sig := adyen.Signature(adyenKey, "PSP2", "", "YOUR_MERCHANT_ACCOUNT", tag, 1000, "EUR", "AUTHORISATION", "true")
 	b = fixture(t, "adyen_authorisation.json", "__TAG__", "", "__SUCCESS__", "true", "__HMAC__", sig,
 		`"merchantReference": "YOUR_MERCHANT_REFERENCE"`, `"merchantReference": "`+tag+`"`, `"YOUR_PSP_REFERENCE"`, `"PSP2"`)
 	rec = httptest.NewRecorder()
@@ -533,7 +539,7 @@ func TestACallersTagNeverSettlesAnotherEffect(t *testing.T) {
 		// The vendor's decline of B: Ratchet's tag is B's (or missing), the
 		// caller's reference is A's key.
 		b := fixture(t, "checkout_payment_declined.json", `"ratchet_key": "__TAG__"`, `"other": "x"`, "ORD-5023-4E89", tagA)
-		h := http.Header{"Cko-Signature": {webhooks.CheckoutSignature(checkoutSecret, b)}}
+		h := http.Header{"Cko-Signature": {checkout.Signature(checkoutSecret, b)}}
 		if s := e.post(t, "checkout", h, b); s != http.StatusOK || e.effect(t, idA).State != ledger.StateIndeterminate {
 			t.Fatalf("a decline naming A by its reference: %d, A %s", s, e.effect(t, idA).State)
 		}
@@ -542,7 +548,7 @@ func TestACallersTagNeverSettlesAnotherEffect(t *testing.T) {
 		e := newEnv(t)
 		c := vendorCases()[2]
 		idA, tagA := hung(t, e, c, "adyen:A")
-		sig := webhooks.AdyenSignature(adyenKey, "PSP_B", "", "YOUR_MERCHANT_ACCOUNT", tagA, 1000, "EUR", "AUTHORISATION", "false")
+		sig := adyen.Signature(adyenKey, "PSP_B", "", "YOUR_MERCHANT_ACCOUNT", tagA, 1000, "EUR", "AUTHORISATION", "false")
 		b := fixture(t, "adyen_authorisation.json", "__TAG__", "", "__SUCCESS__", "false", "__HMAC__", sig,
 			`"merchantReference": "YOUR_MERCHANT_REFERENCE"`, `"merchantReference": "`+tagA+`"`, `"YOUR_PSP_REFERENCE"`, `"PSP_B"`)
 		h := http.Header{}
@@ -604,13 +610,13 @@ func TestAnAlteredPayPalBodyIsRefusedAfterARestart(t *testing.T) {
 	key, cert := paypalCert(t)
 	genuine := fixture(t, "paypal_payment_capture_completed.json", "__TAG__", "not-a-ratchet-order-0000000000000000")
 	id, when := "8d0d5ee0-3d5e-11ef-8a3c-review000001", time.Now().UTC().Format(time.RFC3339)
-	digest := sha256.Sum256([]byte(webhooks.PayPalSigned(id, when, paypalWebhookID, genuine)))
+	digest := sha256.Sum256([]byte(paypal.Signed(id, when, paypalWebhookID, genuine)))
 	sig, _ := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
 	hdr := http.Header{"Paypal-Transmission-Id": {id}, "Paypal-Transmission-Time": {when}, "Content-Type": {"application/json"},
 		"Paypal-Transmission-Sig": {base64.StdEncoding.EncodeToString(sig)}, "Paypal-Auth-Algo": {"SHA256withRSA"}}
 	receiver := func() http.Handler {
 		return webhooks.New(e.eng, webhooks.Options{Hold: -1,
-			PayPal: &webhooks.PayPal{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}}})
+			Receivers: map[string]vendors.Receiver{"paypal": &paypal.Webhook{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}}}})
 	}
 	post := func(h http.Handler, b []byte) int {
 		rec := httptest.NewRecorder()
@@ -655,7 +661,7 @@ func TestAnAlteredPayPalBodyIsRefusedAfterARestart(t *testing.T) {
 // short server ReadTimeout) during the hold: the event is still settled.
 func TestATrickledBodyDoesNotHoldTheListener(t *testing.T) {
 	e := newEnv(t)
-	srv := &http.Server{Handler: webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}}}),
+	srv := &http.Server{Handler: webhooks.New(e.eng, webhooks.Options{Receivers: map[string]vendors.Receiver{"stripe": &stripe.Webhook{Secrets: []string{stripeSecret}}}}),
 		ReadHeaderTimeout: 200 * time.Millisecond}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -690,7 +696,7 @@ func TestATrickledBodyDoesNotHoldTheListener(t *testing.T) {
 func TestTheBodyDeadlineEndsWithTheBody(t *testing.T) {
 	e := newEnv(t)
 	obs := &counts{}
-	srv := httptest.NewUnstartedServer(webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}},
+	srv := httptest.NewUnstartedServer(webhooks.New(e.eng, webhooks.Options{Receivers: map[string]vendors.Receiver{"stripe": &stripe.Webhook{Secrets: []string{stripeSecret}}},
 		Hold: 600 * time.Millisecond, BodyTimeout: 200 * time.Millisecond, Observer: obs}))
 	srv.Config.ReadTimeout = 200 * time.Millisecond
 	srv.Start()
@@ -719,7 +725,7 @@ func TestAStripeEventOfTheOtherModeSettlesNothing(t *testing.T) {
 	id, tag := hung(t, e, c, "stripe:mode")
 	h, b := c.event(t, e, tag, false, good) // livemode false
 	for _, live := range []bool{true, false} {
-		rv := webhooks.New(e.eng, webhooks.Options{Stripe: &webhooks.Stripe{Secrets: []string{stripeSecret}, Livemode: &live}, Hold: -1})
+		rv := webhooks.New(e.eng, webhooks.Options{Receivers: map[string]vendors.Receiver{"stripe": &stripe.Webhook{Secrets: []string{stripeSecret}, Livemode: &live}}, Hold: -1})
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"stripe", bytes.NewReader(b))
 		req.Header = h.Clone()
@@ -728,5 +734,41 @@ func TestAStripeEventOfTheOtherModeSettlesNothing(t *testing.T) {
 		if eff := e.effect(t, id); rec.Code != http.StatusOK || eff.State != want {
 			t.Fatalf("a test-mode event at a receiver with livemode %v: %d, effect %s", live, rec.Code, eff.State)
 		}
+	}
+}
+
+// TestAPayPalTransmissionIdTheLedgerCannotKeepIsRefused: PayPal's
+// receiver binds each transmission id to its body in the ledger, through
+// the adapter's store; a genuinely signed delivery whose id is longer
+// than the ledger's ids (or not text) cannot be bound and is refused
+// (401), while one of the longest id the ledger keeps is accepted.
+func TestAPayPalTransmissionIdTheLedgerCannotKeepIsRefused(t *testing.T) {
+	e := newEnv(t)
+	key, cert := paypalCert(t)
+	h := webhooks.New(e.eng, webhooks.Options{Hold: -1,
+		Receivers: map[string]vendors.Receiver{"paypal": &paypal.Webhook{WebhookID: paypalWebhookID, Certs: []*x509.Certificate{cert}}}})
+	body := fixture(t, "paypal_payment_capture_completed.json", "__TAG__", "not-a-ratchet-order-0000000000000000")
+	post := func(id string) int {
+		when := time.Now().UTC().Format(time.RFC3339)
+		digest := sha256.Sum256([]byte(paypal.Signed(id, when, paypalWebhookID, body)))
+		sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, webhooks.PathPrefix+"paypal", bytes.NewReader(body))
+		req.Header = http.Header{"Paypal-Transmission-Id": {id}, "Paypal-Transmission-Time": {when}, "Content-Type": {"application/json"},
+			"Paypal-Transmission-Sig": {base64.StdEncoding.EncodeToString(sig)}, "Paypal-Auth-Algo": {"SHA256withRSA"}}
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if got := post(strings.Repeat("a", ledger.MaxIDLen+1)); got != http.StatusUnauthorized {
+		t.Errorf("an id longer than the ledger's: %d, want 401", got)
+	}
+	if got := post("id-with-a-\x7f-control"); got != http.StatusUnauthorized {
+		t.Errorf("an id that is not text: %d, want 401", got)
+	}
+	if got := post(strings.Repeat("b", ledger.MaxIDLen)); got != http.StatusOK {
+		t.Errorf("an id of the ledger's longest: %d, want 200", got)
 	}
 }

@@ -113,11 +113,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return err
 	}
 	defer flushTraces()
-	settle, err := startSettlement(cfg, eng, log, m) // settlement.go: webhooks and same-key recovery
+	settlers, err := startSettlers(cfg, eng, log, m) // settlers.go: webhooks and same-key recovery
 	if err != nil {
 		return err
 	}
-	outbound, err := newProxy(cfg, traced, log, m, settle.transport)
+	outbound, err := newProxy(cfg, traced, log, m, settlers.transport)
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	notifier.stop(cctx) // deliveries in progress are recorded before the ledger closes
-	settle.stop(cctx)   // webhooks in progress are recorded before the ledger closes
+	settlers.stop(cctx) // webhooks in progress are recorded before the ledger closes
 	if err := eng.Close(cctx); err != nil {
 		return fmt.Errorf("closing ledger: %w", err)
 	}

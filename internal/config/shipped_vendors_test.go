@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
 // TestTheShippedVendorDefinitionsAreValid: every file in configs/vendors/
@@ -96,5 +98,27 @@ func TestARuleForADeclaredVendorsPaymentsIsNoPolicyGap(t *testing.T) {
 				t.Errorf("warned that no rule matches proxied money = %v, want %v (%+v)", warned, c.warned, cfg.Warnings())
 			}
 		})
+	}
+}
+
+// TestModernTreasurysConflictIsAnUnknownOutcome: Modern Treasury answers
+// 409 to a request whose key it is still storing
+// (https://docs.moderntreasury.com/reference/idempotent-requests), and
+// Ratchet's key is new for every attempt, so that request is this attempt
+// arriving twice (a transport's resend) while the first may be moving the
+// money: the outcome is unknown, never failed, which would let a retry
+// with a new key pay again.
+func TestModernTreasurysConflictIsAnUnknownOutcome(t *testing.T) {
+	b, err := os.ReadFile("../../configs/vendors/moderntreasury.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(strings.NewReader(string(b)), "moderntreasury.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := cfg.Registry().Lookup("moderntreasury")
+	if got := v.Outcome(&vendors.Response{Status: 409, Body: []byte(`{"errors": {"code": "conflict"}}`)}).Result; got != vendors.Unknown {
+		t.Errorf("a 409 reads %s, want unknown", got)
 	}
 }

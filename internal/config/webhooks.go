@@ -2,12 +2,17 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/recovery"
+	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/adyen"
 	"github.com/ratchet-mcp/ratchet/vendors/all"
+	"github.com/ratchet-mcp/ratchet/vendors/checkout"
+	"github.com/ratchet-mcp/ratchet/vendors/paypal"
+	"github.com/ratchet-mcp/ratchet/vendors/square"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
@@ -23,60 +28,52 @@ type Webhooks struct {
 	Listen string `yaml:"listen"`
 	// Tolerance is how old a signed timestamp (Stripe, PayPal) may be
 	// (default 5m).
-	Tolerance Duration       `yaml:"tolerance"`
-	Stripe    *StripeWebhook `yaml:"stripe"`
-	Square    *SquareWebhook `yaml:"square"`
-	Adyen     *AdyenWebhook  `yaml:"adyen"`
-	Checkout  *WebhookSecret `yaml:"checkout"`
-	PayPal    *PayPalWebhook `yaml:"paypal"`
+	Tolerance Duration `yaml:"tolerance"`
+	// The vendors' blocks, each its package's type (Receivers lists
+	// them): adding a vendor's webhooks adds its field here.
+	Stripe   *stripe.WebhookConfig   `yaml:"stripe"`
+	Square   *square.WebhookConfig   `yaml:"square"`
+	Adyen    *adyen.WebhookConfig    `yaml:"adyen"`
+	Checkout *checkout.WebhookConfig `yaml:"checkout"`
+	PayPal   *paypal.WebhookConfig   `yaml:"paypal"`
 }
 
-// WebhookSecret names where a signing secret is (Stripe's whsec_…,
-// Checkout.com's secret key).
-type WebhookSecret struct {
-	SecretFile string `yaml:"secret_file"`
-	SecretEnv  string `yaml:"secret_env"`
+// The vendors' blocks are their packages' (vendors.WebhookConfig): each
+// checks itself and reads its own secrets. Their names here are the
+// config's, kept for the code that builds a config.
+type (
+	WebhookSecret = vendors.WebhookSecret
+	StripeWebhook = stripe.WebhookConfig
+	SquareWebhook = square.WebhookConfig
+	AdyenWebhook  = adyen.WebhookConfig
+	PayPalWebhook = paypal.WebhookConfig
+)
+
+// Receivers are the configured vendors' blocks by vendor name (in the
+// order their problems have always been reported).
+func (w *Webhooks) Receivers() []VendorWebhook {
+	var out []VendorWebhook
+	add := func(name string, c vendors.WebhookConfig, set bool) {
+		if set {
+			out = append(out, VendorWebhook{Vendor: name, Config: c})
+		}
+	}
+	add(stripe.Vendor{}.Name(), w.Stripe, w.Stripe != nil)
+	add(checkout.Vendor{}.Name(), w.Checkout, w.Checkout != nil)
+	add(square.Vendor{}.Name(), w.Square, w.Square != nil)
+	add(adyen.Vendor{}.Name(), w.Adyen, w.Adyen != nil)
+	add(paypal.Vendor{}.Name(), w.PayPal, w.PayPal != nil)
+	return out
 }
 
-// StripeWebhook is Stripe's endpoint secret(s) and, optionally, the mode
-// its endpoints are in: a whsec_ secret does not say, and with both test
-// and live secrets listed, an event of the other mode must settle nothing.
-type StripeWebhook struct {
-	WebhookSecret `yaml:",inline"`
-	// Livemode, when set, ignores verified events of the other mode.
-	Livemode *bool `yaml:"livemode"`
-}
-
-// SquareWebhook is Square's subscription: its signature key and its URL,
-// exactly as the subscription names it (Square signs the URL).
-type SquareWebhook struct {
-	SignatureKeyFile string `yaml:"signature_key_file"`
-	SignatureKeyEnv  string `yaml:"signature_key_env"`
-	NotificationURL  string `yaml:"notification_url"`
-}
-
-// AdyenWebhook is Adyen's webhook: its HMAC key (hex, as Adyen shows it)
-// and, optionally, its Basic authentication, without which the proxy's
-// metadata tag is not trusted (webhooks/adyen.go).
-type AdyenWebhook struct {
-	HMACKeyFile       string `yaml:"hmac_key_file"`
-	HMACKeyEnv        string `yaml:"hmac_key_env"`
-	BasicUser         string `yaml:"basic_user"`
-	BasicPasswordFile string `yaml:"basic_password_file"`
-	BasicPasswordEnv  string `yaml:"basic_password_env"`
-}
-
-// PayPalWebhook is PayPal's webhook: its id and the certificate PayPal
-// signs events with, in a PEM file (webhooks/paypal.go says why a file).
-type PayPalWebhook struct {
-	WebhookID string `yaml:"webhook_id"`
-	CertFile  string `yaml:"cert_file"`
+// VendorWebhook is one vendor's configured block.
+type VendorWebhook struct {
+	Vendor string
+	Config vendors.WebhookConfig
 }
 
 // Any reports whether a vendor is configured.
-func (w *Webhooks) Any() bool {
-	return w.Stripe != nil || w.Square != nil || w.Adyen != nil || w.Checkout != nil || w.PayPal != nil
-}
+func (w *Webhooks) Any() bool { return len(w.Receivers()) > 0 }
 
 // Recovery is the recovery block: same-key recovery of proxied effects
 // whose outcome is unknown (package recovery). Off unless vendors are
@@ -117,40 +114,14 @@ func (w *Webhooks) problems() []Problem {
 	add := func(p, format string, args ...any) {
 		probs = append(probs, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
 	}
-	oneSecret := func(p, what, file, env string) { secretSource(add, p, what, file, env) }
 	if w.Any() && w.Listen == "" {
 		add("webhooks.listen", "is required with a vendor: the address vendors' events arrive at (e.g. 127.0.0.1:8790 behind your ingress)")
 	}
 	if w.Tolerance.Value() <= 0 {
 		add("webhooks.tolerance", "%q is not a positive duration (e.g. 5m)", w.Tolerance.String())
 	}
-	if s := w.Stripe; s != nil {
-		oneSecret("webhooks.stripe", "secret", s.SecretFile, s.SecretEnv)
-	}
-	if s := w.Checkout; s != nil {
-		oneSecret("webhooks.checkout", "secret", s.SecretFile, s.SecretEnv)
-	}
-	if s := w.Square; s != nil {
-		oneSecret("webhooks.square", "signature_key", s.SignatureKeyFile, s.SignatureKeyEnv)
-		if u, err := url.Parse(s.NotificationURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			add("webhooks.square.notification_url", "%q must be the subscription's URL, exactly as Square has it (Square signs it)", s.NotificationURL)
-		}
-	}
-	if a := w.Adyen; a != nil {
-		oneSecret("webhooks.adyen", "hmac_key", a.HMACKeyFile, a.HMACKeyEnv)
-		if a.BasicUser != "" {
-			oneSecret("webhooks.adyen", "basic_password", a.BasicPasswordFile, a.BasicPasswordEnv)
-		} else if a.BasicPasswordFile != "" || a.BasicPasswordEnv != "" {
-			add("webhooks.adyen.basic_user", "is required with basic_password_*")
-		}
-	}
-	if p := w.PayPal; p != nil {
-		if p.WebhookID == "" {
-			add("webhooks.paypal.webhook_id", "is required: the id PayPal gave the webhook (it is signed with every event)")
-		}
-		if p.CertFile == "" {
-			add("webhooks.paypal.cert_file", "is required: PayPal's signing certificate (PEM); Ratchet never fetches it")
-		}
+	for _, r := range w.Receivers() {
+		r.Config.Check("webhooks."+r.Vendor, configCheck(add))
 	}
 	return probs
 }
@@ -194,18 +165,15 @@ func (r *Recovery) problems() []Problem {
 	return probs
 }
 
+// configCheck is a vendors.ConfigCheck reporting through add.
+type configCheck func(p, format string, args ...any)
+
+func (add configCheck) Problem(p, format string, args ...any) { add(p, format, args...) }
+
+func (add configCheck) SecretSource(p, what, file, env string) { secretSource(add, p, what, file, env) }
+
 // ReadSecrets reads a secret file (or variable) holding one or more
 // secrets, one a line.
 func ReadSecrets(file, env string) ([]string, error) {
-	v, err := ReadSecret(file, env)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, l := range strings.Split(v, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out, nil
+	return vendors.ReadSecret(ReadSecret).Lines(file, env)
 }

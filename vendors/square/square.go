@@ -1,6 +1,7 @@
 // Package square is what Ratchet knows about Square: where it takes an
 // idempotency key, which requests are effects and what they cost, how its
-// answers read, its error shape, and what the adapters ask of it.
+// answers read, its error shape, what the adapters ask of it, and how its
+// signed webhooks verify and read (webhook.go).
 package square
 
 import (

@@ -39,7 +39,7 @@ func TestServeWiresWebhooksAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close(context.Background())
-	s, err := startSettlement(cfg, eng, log, m)
+	s, err := startSettlers(cfg, eng, log, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package webhooks
+package paypal
 
 import (
 	"bytes"
@@ -9,19 +9,24 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
-	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// PayPal verifies a webhook offline. PayPal's documented check is an API
+// Webhook is PayPal's receiver (vendors.Receiver). It verifies a webhook
+// offline. PayPal's documented check is an API
 // call (POST /v1/notifications/verify-webhook-signature), which Ratchet
 // does not make: the receiver would need PayPal credentials and a call
 // out for every event. Its other scheme needs no call but a certificate:
@@ -44,8 +49,8 @@ import (
 // receiver binds each transmission id it accepts to the SHA-256 of its
 // body and refuses the same transmission with another body. The binding
 // is durable and shared: kept in the ledger (Store, by default the
-// engine the receiver settles with: ledger.Engine.PutSinkRef under the
-// sink "webhooks.paypal", purged with the effects' retention), so that a
+// webhooks adapter's: the engine's sink references under the sink
+// "webhooks.paypal", purged with the effects' retention), so that a
 // restart or another replica does not forget it, and in memory for as
 // long as the signed time is within the tolerance. A ledger that cannot
 // be read answers 503 (PayPal retries). What is left: an attacker who can
@@ -55,7 +60,7 @@ import (
 //
 // Matching: PayPal's events echo no PayPal-Request-Id. The proxy writes
 // the vendor key as the custom_id of the only purchase unit of a POST
-// /v2/checkout/orders (proxy/tag.go; custom_id at most 127 characters,
+// /v2/checkout/orders (Vendor.Tag; custom_id at most 127 characters,
 // developer.paypal.com/api/orders/v2/definitions/purchase_unit_request),
 // which a capture echoes as resource.custom_id
 // (PAYMENT.CAPTURE.COMPLETED) and an order as
@@ -63,28 +68,27 @@ import (
 // CHECKOUT.ORDER.COMPLETED). Any of them proves the order exists, so the
 // create succeeded. None settles it failed: a denied capture or a voided
 // order comes after a create that succeeded, and says nothing of it.
-type PayPal struct {
+type Webhook struct {
 	// WebhookID is the id PayPal gave the webhook (signed with each event).
 	WebhookID string
 	// Certs are the signing certificates accepted.
 	Certs []*x509.Certificate
 	// Store keeps the transmission ids accepted, with their bodies'
-	// SHA-256, durably (default: the Settler given to New, when it is
-	// one, as ledger.Engine is; nil: memory only).
-	Store TransmissionStore
+	// SHA-256, durably (default: the webhooks adapter's, UseStore; nil:
+	// memory only).
+	Store vendors.WebhookStore
 
 	mu   sync.Mutex
 	seen map[string]seenTransmission
 }
 
-// TransmissionStore is a durable map (ledger.Engine's sink references).
-type TransmissionStore interface {
-	SinkRef(ctx context.Context, sink, ref string) ([]byte, error)
-	PutSinkRef(ctx context.Context, sink, ref string, value []byte) error
+// UseStore implements vendors.StoreUser: the adapter's store, unless
+// Store is set.
+func (p *Webhook) UseStore(s vendors.WebhookStore) {
+	if p.Store == nil {
+		p.Store = s
+	}
 }
-
-// transmissionSink names PayPal's transmissions in the TransmissionStore.
-const transmissionSink = "webhooks.paypal"
 
 type seenTransmission struct {
 	body [32]byte
@@ -94,7 +98,7 @@ type seenTransmission struct {
 // remember records transmission id with body; false when that id was
 // accepted before with another body (here, after a restart, or by another
 // replica sharing the ledger); an error when the store cannot tell.
-func (p *PayPal) remember(ctx context.Context, id string, body []byte, sent time.Time, now time.Time, tolerance time.Duration) (bool, error) {
+func (p *Webhook) remember(ctx context.Context, id string, body []byte, sent time.Time, now time.Time, tolerance time.Duration) (bool, error) {
 	sum := sha256.Sum256(body)
 	p.mu.Lock()
 	if p.seen == nil {
@@ -113,14 +117,14 @@ func (p *PayPal) remember(ctx context.Context, id string, body []byte, sent time
 	if p.Store != nil {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		kept, err := p.Store.SinkRef(ctx, transmissionSink, id)
+		kept, found, err := p.Store.Get(ctx, id)
 		switch {
-		case err == nil:
-			return bytes.Equal(kept, sum[:]), nil
-		case !errors.Is(err, ledger.ErrNotFound):
+		case err != nil:
 			return false, err
+		case found:
+			return bytes.Equal(kept, sum[:]), nil
 		}
-		if err := p.Store.PutSinkRef(ctx, transmissionSink, id, sum[:]); err != nil {
+		if err := p.Store.Put(ctx, id, sum[:]); err != nil {
 			return false, err
 		}
 	}
@@ -133,7 +137,7 @@ func (p *PayPal) remember(ctx context.Context, id string, body []byte, sent time
 	return true, nil
 }
 
-var paypalSucceeded = map[string]bool{
+var succeeded = map[string]bool{
 	"PAYMENT.CAPTURE.COMPLETED": true,
 	"CHECKOUT.ORDER.APPROVED":   true,
 	"CHECKOUT.ORDER.COMPLETED":  true,
@@ -163,19 +167,20 @@ type paypalEvent struct {
 	} `json:"resource"`
 }
 
-// PayPalSigned is the string PayPal signs for an event (for tests and
+// Signed is the string PayPal signs for an event (for tests and
 // tools).
-func PayPalSigned(transmissionID, transmissionTime, webhookID string, body []byte) string {
+func Signed(transmissionID, transmissionTime, webhookID string, body []byte) string {
 	return transmissionID + "|" + transmissionTime + "|" + webhookID + "|" + strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)
 }
 
-func (p *PayPal) read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]record, error) {
+// Read implements vendors.Receiver.
+func (p *Webhook) Read(ctx context.Context, h http.Header, body []byte, now time.Time, tolerance time.Duration) ([]vendors.Event, error) {
 	id, at := h.Get("Paypal-Transmission-Id"), h.Get("Paypal-Transmission-Time")
 	sig, err := base64.StdEncoding.DecodeString(h.Get("Paypal-Transmission-Sig"))
 	if err != nil || id == "" || at == "" || p.WebhookID == "" || h.Get("Paypal-Auth-Algo") != "SHA256withRSA" {
-		return nil, errSignature
+		return nil, vendors.ErrSignature
 	}
-	digest := sha256.Sum256([]byte(PayPalSigned(id, at, p.WebhookID, body)))
+	digest := sha256.Sum256([]byte(Signed(id, at, p.WebhookID, body)))
 	ok := false
 	for _, c := range p.Certs {
 		pub, isRSA := c.PublicKey.(*rsa.PublicKey)
@@ -183,43 +188,89 @@ func (p *PayPal) read(ctx context.Context, h http.Header, body []byte, now time.
 			rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig) == nil)
 	}
 	if !ok {
-		return nil, errSignature
+		return nil, vendors.ErrSignature
 	}
 	sent, err := time.Parse(time.RFC3339, at)
 	if err != nil || now.Sub(sent) > tolerance || sent.Sub(now) > tolerance {
-		return nil, errStale
+		return nil, vendors.ErrStale
 	}
-	if len(id) > ledger.MaxIDLen || id != printable(id) {
-		return nil, errSignature
+	// An id the store cannot keep (longer than the ledger's ids, or not
+	// text) is no genuine transmission's.
+	if !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl) {
+		return nil, vendors.ErrSignature
 	}
 	switch fresh, err := p.remember(ctx, id, body, sent, now, tolerance); {
+	case errors.Is(err, vendors.ErrUnstorable):
+		return nil, vendors.ErrSignature
 	case err != nil:
-		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", vendors.ErrUnavailable, err)
 	case !fresh:
-		return nil, errSignature
+		return nil, vendors.ErrSignature
 	}
 	var ev paypalEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, malformed(err)
+		return nil, vendors.Malformed(err)
 	}
 	r := ev.Resource
 	// The effect is the order's create: its reference is the order's id,
 	// which a capture names as its related order.
-	rec := record{eventID: ev.ID, eventType: ev.EventType, ref: r.ID}
+	rec := vendors.Event{ID: ev.ID, Type: ev.EventType, Ref: r.ID}
 	if o := r.Supplementary.RelatedIDs.OrderID; o != "" {
-		rec.ref = o
+		rec.Ref = o
 	}
 	amount, tag := r.Amount, r.CustomID
 	if len(r.PurchaseUnits) == 1 && tag == "" {
 		amount, tag = r.PurchaseUnits[0].Amount, r.PurchaseUnits[0].CustomID
 	}
-	if paypalSucceeded[ev.EventType] {
-		rec.outcome, rec.shared = ledger.OutcomeSucceeded, []string{tag}
+	if succeeded[ev.EventType] {
+		rec.Outcome, rec.Shared = vendors.EventSucceeded, []string{tag}
 		if amount != nil {
 			if m, err := vendors.ParseDecimal(amount.Value, amount.CurrencyCode); err == nil {
-				rec.money = &m
+				rec.Money = &m
 			}
 		}
 	}
-	return []record{rec}, nil
+	return []vendors.Event{rec}, nil
+}
+
+// WebhookConfig is the webhooks.paypal block: the webhook's id and the
+// certificate PayPal signs events with, in a PEM file (Webhook says why
+// a file).
+type WebhookConfig struct {
+	WebhookID string `yaml:"webhook_id"`
+	CertFile  string `yaml:"cert_file"`
+}
+
+// Check implements vendors.WebhookConfig.
+func (c *WebhookConfig) Check(p string, ck vendors.ConfigCheck) {
+	if c.WebhookID == "" {
+		ck.Problem(p+".webhook_id", "is required: the id PayPal gave the webhook (it is signed with every event)")
+	}
+	if c.CertFile == "" {
+		ck.Problem(p+".cert_file", "is required: PayPal's signing certificate (PEM); Ratchet never fetches it")
+	}
+}
+
+// Receiver implements vendors.WebhookConfig: the certificate is read
+// from its file, which is no secret.
+func (c *WebhookConfig) Receiver(vendors.ReadSecret) (vendors.Receiver, error) {
+	b, err := os.ReadFile(c.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	p := &Webhook{WebhookID: strings.TrimSpace(c.WebhookID)}
+	for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.CertFile, err)
+		}
+		p.Certs = append(p.Certs, cert)
+	}
+	if len(p.Certs) == 0 {
+		return nil, fmt.Errorf("%s holds no PEM certificate", c.CertFile)
+	}
+	return p, nil
 }

@@ -2,31 +2,27 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/proxy"
 	"github.com/ratchet-mcp/ratchet/recovery"
+	"github.com/ratchet-mcp/ratchet/vendors"
 	"github.com/ratchet-mcp/ratchet/webhooks"
 )
 
-// settlement is what settles unknown outcomes without a human while serve
+// settlers are what settle unknown outcomes without a human while serve
 // runs: the vendors' webhook receivers on their own listener
 // (webhooks.listen) and same-key recovery of proxied calls (recovery).
 // stop ends both before the ledger closes.
-type settlement struct {
+type settlers struct {
 	// transport is the proxy's Transport: recording when recovery is on,
 	// nil (the proxy's default) otherwise.
 	transport http.RoundTripper
@@ -37,17 +33,17 @@ type settlement struct {
 	log       *slog.Logger
 }
 
-// settlementObserver counts webhook events and recoveries (metrics).
-type settlementObserver interface {
+// settlersObserver counts webhook events and recoveries (metrics).
+type settlersObserver interface {
 	webhooks.Observer
 	recovery.Observer
 }
 
-// startSettlement reads the webhook secrets and the recovery key, listens
+// startSettlers reads the webhook secrets and the recovery key, listens
 // for webhooks and starts the recovery loop, as cfg asks; with neither
 // configured it starts nothing.
-func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs settlementObserver) (*settlement, error) {
-	s := &settlement{log: log, done: make(chan struct{})}
+func startSettlers(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, obs settlersObserver) (*settlers, error) {
+	s := &settlers{log: log, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	if vs := cfg.Recovery.Vendors; len(vs) > 0 {
@@ -108,74 +104,17 @@ func startSettlement(cfg *config.Config, eng *ledger.Engine, log *slog.Logger, o
 	return s, nil
 }
 
-// webhookOptions reads each configured vendor's secrets.
+// webhookOptions reads each configured vendor's secrets and builds its
+// receiver (vendors.WebhookConfig).
 func webhookOptions(cfg *config.Config) (webhooks.Options, error) {
 	w := cfg.Webhooks
-	opts := webhooks.Options{Tolerance: w.Tolerance.Value()}
-	fail := func(vendor string, err error) (webhooks.Options, error) {
-		return webhooks.Options{}, fmt.Errorf("webhooks.%s: %w", vendor, err)
-	}
-	if c := w.Stripe; c != nil {
-		secrets, err := config.ReadSecrets(c.SecretFile, c.SecretEnv)
+	opts := webhooks.Options{Tolerance: w.Tolerance.Value(), Receivers: map[string]vendors.Receiver{}}
+	for _, r := range w.Receivers() {
+		rv, err := r.Config.Receiver(config.ReadSecret)
 		if err != nil {
-			return fail("stripe", err)
+			return webhooks.Options{}, fmt.Errorf("webhooks.%s: %w", r.Vendor, err)
 		}
-		opts.Stripe = &webhooks.Stripe{Secrets: secrets, Livemode: c.Livemode}
-	}
-	if c := w.Checkout; c != nil {
-		secrets, err := config.ReadSecrets(c.SecretFile, c.SecretEnv)
-		if err != nil {
-			return fail("checkout", err)
-		}
-		opts.Checkout = &webhooks.Checkout{Secrets: secrets}
-	}
-	if c := w.Square; c != nil {
-		key, err := config.ReadSecret(c.SignatureKeyFile, c.SignatureKeyEnv)
-		if err != nil {
-			return fail("square", err)
-		}
-		opts.Square = &webhooks.Square{SignatureKey: key, NotificationURL: c.NotificationURL}
-	}
-	if c := w.Adyen; c != nil {
-		hexKeys, err := config.ReadSecrets(c.HMACKeyFile, c.HMACKeyEnv)
-		if err != nil {
-			return fail("adyen", err)
-		}
-		a := &webhooks.Adyen{BasicUser: c.BasicUser}
-		for _, h := range hexKeys {
-			k, err := hex.DecodeString(h)
-			if err != nil || len(k) == 0 {
-				return fail("adyen", errors.New("the HMAC key is not hex (copy it as Adyen shows it)"))
-			}
-			a.HMACKeys = append(a.HMACKeys, k)
-		}
-		if c.BasicUser != "" {
-			if a.BasicPassword, err = config.ReadSecret(c.BasicPasswordFile, c.BasicPasswordEnv); err != nil {
-				return fail("adyen", err)
-			}
-		}
-		opts.Adyen = a
-	}
-	if c := w.PayPal; c != nil {
-		b, err := os.ReadFile(c.CertFile)
-		if err != nil {
-			return fail("paypal", err)
-		}
-		p := &webhooks.PayPal{WebhookID: strings.TrimSpace(c.WebhookID)}
-		for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
-			if blk.Type != "CERTIFICATE" {
-				continue
-			}
-			cert, err := x509.ParseCertificate(blk.Bytes)
-			if err != nil {
-				return fail("paypal", fmt.Errorf("%s: %w", c.CertFile, err))
-			}
-			p.Certs = append(p.Certs, cert)
-		}
-		if len(p.Certs) == 0 {
-			return fail("paypal", fmt.Errorf("%s holds no PEM certificate", c.CertFile))
-		}
-		opts.PayPal = p
+		opts.Receivers[r.Vendor] = rv
 	}
 	return opts, nil
 }
@@ -183,7 +122,7 @@ func webhookOptions(cfg *config.Config) (webhooks.Options, error) {
 // stop ends the webhook listener (events in progress finish) and the
 // recovery loop (a resend in progress is settled or left kept), within
 // ctx.
-func (s *settlement) stop(ctx context.Context) {
+func (s *settlers) stop(ctx context.Context) {
 	if s == nil {
 		return
 	}

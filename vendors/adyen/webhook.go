@@ -1,4 +1,4 @@
-package webhooks
+package adyen
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Adyen verifies the HMAC signature of each item of a standard webhook:
+// Webhook is Adyen's receiver (vendors.Receiver). It verifies the HMAC signature of each item of a standard webhook:
 // base64 of HMAC-SHA256, keyed by the hex-decoded HMAC key of the webhook,
 // of pspReference:originalReference:merchantAccountCode:merchantReference:
 // value:currency:eventCode:success (empty for an absent field), in
@@ -31,7 +32,7 @@ import (
 // AUTHORISATION item carries the merchantReference of the payment (the
 // caller's reference, required on /payments), and the request's metadata
 // in additionalData as "metadata.<key>". The proxy writes the vendor key
-// as metadata.ratchet_key (proxy/tag.go; /payments metadata: at most 20
+// as metadata.ratchet_key (Vendor.Tag; /payments metadata: at most 20
 // entries, keys up to 20 and values up to 80 characters). But the HMAC
 // covers only the eight fields above, not additionalData: anyone holding
 // one genuine signed item could rewrite its metadata to name another
@@ -46,14 +47,14 @@ import (
 // effect's vendor key included: it settles an effect succeeded, never
 // failed (a caller's declined payment must not free another effect's
 // key); metadata.ratchet_key is Ratchet's own, which the proxy refuses to
-// send with any value but the request's vendor key (proxy/tag.go). That the metadata
+// send with any value but the request's vendor key (Vendor.Tag). That the metadata
 // comes back in the AUTHORISATION item is from Adyen's API reference,
 // not seen in a stored sample (unconfirmed). AUTHORISATION with success
 // "true" settles the payment succeeded, "false" failed (Adyen answered
 // the request Refused: vendors/adyen classifies that failed too).
 // Modifications (CAPTURE, REFUND, …) are their own requests with their
 // own references, ignored.
-type Adyen struct {
+type Webhook struct {
 	// HMACKeys are the webhook's HMAC keys, hex-decoded; any verifies.
 	HMACKeys [][]byte
 	// BasicUser and BasicPassword, when set, are required of every
@@ -86,9 +87,9 @@ type adyenAmount struct {
 	Value    int64  `json:"value"`
 }
 
-// AdyenSignature is the hmacSignature of an item with these fields (for
+// Signature is the hmacSignature of an item with these fields (for
 // tests and tools).
-func AdyenSignature(key []byte, pspReference, originalReference, merchantAccount, merchantReference string,
+func Signature(key []byte, pspReference, originalReference, merchantAccount, merchantReference string,
 	value int64, currency, eventCode, success string) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(strings.Join([]string{pspReference, originalReference, merchantAccount, merchantReference,
@@ -96,56 +97,100 @@ func AdyenSignature(key []byte, pspReference, originalReference, merchantAccount
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-// ack implements acknowledger: Adyen waits for "[accepted]".
-func (*Adyen) ack() []byte { return []byte("[accepted]") }
+// Ack implements vendors.Acknowledger: Adyen waits for "[accepted]".
+func (*Webhook) Ack() []byte { return []byte("[accepted]") }
 
-func (a *Adyen) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
+// Read implements vendors.Receiver.
+func (a *Webhook) Read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]vendors.Event, error) {
 	authed := false
 	if a.BasicUser != "" {
 		r := http.Request{Header: h}
 		u, p, ok := r.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(a.BasicUser)) != 1 ||
 			subtle.ConstantTimeCompare([]byte(p), []byte(a.BasicPassword)) != 1 {
-			return nil, errSignature
+			return nil, vendors.ErrSignature
 		}
 		authed = true
 	}
 	var n adyenNotification
 	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, malformed(err)
+		return nil, vendors.Malformed(err)
 	}
-	recs := make([]record, 0, len(n.NotificationItems))
+	recs := make([]vendors.Event, 0, len(n.NotificationItems))
 	for _, ni := range n.NotificationItems {
 		it := ni.Item
 		sig, _ := it.AdditionalData["hmacSignature"].(string)
 		got, err := base64.StdEncoding.DecodeString(sig)
 		ok := false
 		for _, k := range a.HMACKeys {
-			want, _ := base64.StdEncoding.DecodeString(AdyenSignature(k, it.PSPReference, it.OriginalReference,
+			want, _ := base64.StdEncoding.DecodeString(Signature(k, it.PSPReference, it.OriginalReference,
 				it.MerchantAccount, it.MerchantReference, it.Amount.Value, it.Amount.Currency, it.EventCode, it.Success))
 			ok = ok || (err == nil && hmac.Equal(got, want))
 		}
 		if !ok {
-			return nil, errSignature
+			return nil, vendors.ErrSignature
 		}
-		rec := record{eventID: it.PSPReference + ":" + it.EventCode + ":" + it.Success, eventType: it.EventCode, ref: it.PSPReference}
+		rec := vendors.Event{ID: it.PSPReference + ":" + it.EventCode + ":" + it.Success, Type: it.EventCode, Ref: it.PSPReference}
 		if it.EventCode == "AUTHORISATION" {
-			rec.shared = []string{it.MerchantReference}
+			rec.Shared = []string{it.MerchantReference}
 			if tag, _ := it.AdditionalData["metadata.ratchet_key"].(string); authed {
-				rec.keys = []string{tag}
+				rec.Keys = []string{tag}
 			}
 			switch it.Success {
 			case "true":
-				rec.outcome = ledger.OutcomeSucceeded
-				rec.money = minor(it.Amount.Value, it.Amount.Currency)
+				rec.Outcome = vendors.EventSucceeded
+				rec.Money = vendors.Minor(it.Amount.Value, it.Amount.Currency)
 			case "false":
-				rec.outcome = ledger.OutcomeFailed
+				rec.Outcome = vendors.EventFailed
 			}
 		}
 		recs = append(recs, rec)
 	}
 	if len(recs) == 0 {
-		return nil, malformed(errEmpty)
+		return nil, vendors.Malformed(errEmpty)
 	}
 	return recs, nil
+}
+
+// WebhookConfig is the webhooks.adyen block: the webhook's HMAC key (hex,
+// as Adyen shows it) and, optionally, its Basic authentication, without
+// which the proxy's metadata tag is not trusted (Webhook).
+type WebhookConfig struct {
+	HMACKeyFile       string `yaml:"hmac_key_file"`
+	HMACKeyEnv        string `yaml:"hmac_key_env"`
+	BasicUser         string `yaml:"basic_user"`
+	BasicPasswordFile string `yaml:"basic_password_file"`
+	BasicPasswordEnv  string `yaml:"basic_password_env"`
+}
+
+// Check implements vendors.WebhookConfig.
+func (c *WebhookConfig) Check(p string, ck vendors.ConfigCheck) {
+	ck.SecretSource(p, "hmac_key", c.HMACKeyFile, c.HMACKeyEnv)
+	if c.BasicUser != "" {
+		ck.SecretSource(p, "basic_password", c.BasicPasswordFile, c.BasicPasswordEnv)
+	} else if c.BasicPasswordFile != "" || c.BasicPasswordEnv != "" {
+		ck.Problem(p+".basic_user", "is required with basic_password_*")
+	}
+}
+
+// Receiver implements vendors.WebhookConfig.
+func (c *WebhookConfig) Receiver(read vendors.ReadSecret) (vendors.Receiver, error) {
+	hexKeys, err := read.Lines(c.HMACKeyFile, c.HMACKeyEnv)
+	if err != nil {
+		return nil, err
+	}
+	a := &Webhook{BasicUser: c.BasicUser}
+	for _, h := range hexKeys {
+		k, err := hex.DecodeString(h)
+		if err != nil || len(k) == 0 {
+			return nil, errors.New("the HMAC key is not hex (copy it as Adyen shows it)")
+		}
+		a.HMACKeys = append(a.HMACKeys, k)
+	}
+	if c.BasicUser != "" {
+		if a.BasicPassword, err = read(c.BasicPasswordFile, c.BasicPasswordEnv); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

@@ -1,4 +1,4 @@
-package webhooks
+package stripe
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 
 	"github.com/stripe/stripe-go/v79/webhook"
 
-	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Stripe verifies Stripe-Signature with stripe-go's webhook package:
+// Webhook is Stripe's receiver (vendors.Receiver). It verifies Stripe-Signature with stripe-go's webhook package:
 // "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" with the endpoint's
 // signing secret (whsec_…), refused when t is older than the tolerance
 // (https://docs.stripe.com/webhooks#verify-events; stripe-go
@@ -33,7 +33,7 @@ import (
 // lists secrets of both kinds lets a test-mode event, which anyone with a
 // test key can cause, name a live effect's vendor key; Livemode, when
 // set, ignores (200, logged) every event of the other mode.
-type Stripe struct {
+type Webhook struct {
 	// Secrets are the endpoint's signing secrets (whsec_…); any verifies.
 	Secrets []string
 	// Livemode, when set, is the mode of the endpoint(s) whose secrets
@@ -41,14 +41,14 @@ type Stripe struct {
 	Livemode *bool
 }
 
-var stripeOutcomes = map[string]ledger.Outcome{
-	"payment_intent.succeeded":                 ledger.OutcomeSucceeded,
-	"payment_intent.amount_capturable_updated": ledger.OutcomeSucceeded, // authorised, capture_method=manual
-	"payment_intent.canceled":                  ledger.OutcomeSucceeded, // a cancel request did it
-	"charge.succeeded":                         ledger.OutcomeSucceeded,
-	"refund.created":                           ledger.OutcomeSucceeded,
-	"payment_intent.payment_failed":            ledger.OutcomeFailed, // the confirm was declined: Stripe answered 402
-	"charge.failed":                            ledger.OutcomeFailed,
+var stripeOutcomes = map[string]vendors.EventOutcome{
+	"payment_intent.succeeded":                 vendors.EventSucceeded,
+	"payment_intent.amount_capturable_updated": vendors.EventSucceeded, // authorised, capture_method=manual
+	"payment_intent.canceled":                  vendors.EventSucceeded, // a cancel request did it
+	"charge.succeeded":                         vendors.EventSucceeded,
+	"refund.created":                           vendors.EventSucceeded,
+	"payment_intent.payment_failed":            vendors.EventFailed, // the confirm was declined: Stripe answered 402
+	"charge.failed":                            vendors.EventFailed,
 }
 
 type stripeEvent struct {
@@ -69,7 +69,8 @@ type stripeObject struct {
 	Currency       string `json:"currency"`
 }
 
-func (s *Stripe) read(_ context.Context, h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]record, error) {
+// Read implements vendors.Receiver.
+func (s *Webhook) Read(_ context.Context, h http.Header, body []byte, _ time.Time, tolerance time.Duration) ([]vendors.Event, error) {
 	sig := h.Get("Stripe-Signature")
 	var err error
 	for _, secret := range s.Secrets {
@@ -79,41 +80,65 @@ func (s *Stripe) read(_ context.Context, h http.Header, body []byte, _ time.Time
 	}
 	switch {
 	case errors.Is(err, webhook.ErrTooOld):
-		return nil, errStale
+		return nil, vendors.ErrStale
 	case err != nil || len(s.Secrets) == 0:
-		return nil, errSignature
+		return nil, vendors.ErrSignature
 	}
 	var ev stripeEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, malformed(err)
+		return nil, vendors.Malformed(err)
 	}
 	if s.Livemode != nil && (ev.Livemode == nil || *ev.Livemode != *s.Livemode) {
 		// Another mode's endpoint: ignored, whatever it says.
-		return []record{{eventID: ev.ID, eventType: ev.Type + " (other mode)"}}, nil
+		return []vendors.Event{{ID: ev.ID, Type: ev.Type + " (other mode)"}}, nil
 	}
 	var o stripeObject
 	json.Unmarshal(ev.Data.Object, &o) // a missing or odd object: no reference, no amount
-	rec := record{eventID: ev.ID, eventType: ev.Type, outcome: stripeOutcomes[ev.Type], ref: o.ID}
+	rec := vendors.Event{ID: ev.ID, Type: ev.Type, Outcome: stripeOutcomes[ev.Type], Ref: o.ID}
 	// The requests that cause payment_intent.* events (create, confirm,
 	// capture, cancel) answer with the PaymentIntent, and a refund's
 	// create with the Refund: that object is their answer, for replay.
 	// A charge.* event's Charge is not the answer of the PaymentIntent
 	// request that caused it.
 	if o.Object == "payment_intent" || o.Object == "refund" {
-		rec.answer = ev.Data.Object
+		rec.Answer = ev.Data.Object
 	}
 	var req struct {
 		IdempotencyKey string `json:"idempotency_key"`
 	}
 	if json.Unmarshal(ev.Request, &req) == nil && req.IdempotencyKey != "" {
-		rec.keys = []string{req.IdempotencyKey}
+		rec.Keys = []string{req.IdempotencyKey}
 	}
 	amount := o.Amount
 	if o.AmountReceived > 0 {
 		amount = o.AmountReceived
 	}
 	if ev.Type != "payment_intent.canceled" { // a cancel costs nothing of its own
-		rec.money = minor(amount, o.Currency)
+		rec.Money = vendors.Minor(amount, o.Currency)
 	}
-	return []record{rec}, nil
+	return []vendors.Event{rec}, nil
+}
+
+// WebhookConfig is the webhooks.stripe block: the endpoint's secret(s)
+// and, optionally, the mode its endpoints are in: a whsec_ secret does
+// not say, and with both test and live secrets listed, an event of the
+// other mode must settle nothing.
+type WebhookConfig struct {
+	vendors.WebhookSecret `yaml:",inline"`
+	// Livemode, when set, ignores verified events of the other mode.
+	Livemode *bool `yaml:"livemode"`
+}
+
+// Check implements vendors.WebhookConfig.
+func (c *WebhookConfig) Check(p string, ck vendors.ConfigCheck) {
+	ck.SecretSource(p, "secret", c.SecretFile, c.SecretEnv)
+}
+
+// Receiver implements vendors.WebhookConfig.
+func (c *WebhookConfig) Receiver(read vendors.ReadSecret) (vendors.Receiver, error) {
+	secrets, err := read.Lines(c.SecretFile, c.SecretEnv)
+	if err != nil {
+		return nil, err
+	}
+	return &Webhook{Secrets: secrets, Livemode: c.Livemode}, nil
 }

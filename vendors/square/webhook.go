@@ -1,4 +1,4 @@
-package webhooks
+package square
 
 import (
 	"context"
@@ -7,12 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"time"
 
-	"github.com/ratchet-mcp/ratchet/ledger"
+	"github.com/ratchet-mcp/ratchet/vendors"
 )
 
-// Square verifies x-square-hmacsha256-signature: base64 of HMAC-SHA256,
+// Webhook is Square's receiver (vendors.Receiver). It verifies x-square-hmacsha256-signature: base64 of HMAC-SHA256,
 // keyed by the subscription's signature key, of the notification URL
 // followed by the raw body (https://developer.squareup.com/docs/webhooks/step3validate;
 // the URL must be exactly the one the subscription names). Square signs
@@ -23,7 +24,7 @@ import (
 // Matching: Square's events echo no idempotency key, so the proxy writes
 // the vendor key as the payment's reference_id (CreatePaymentRequest
 // reference_id, at most 40 characters: square/connect-api-specification
-// api.json) when the caller left it empty (proxy/tag.go), and
+// api.json) when the caller left it empty (Vendor.Tag), and
 // payment.created and payment.updated carry the Payment, reference_id
 // included, under data.object.payment
 // (https://developer.squareup.com/reference/square/payments-api/webhooks/payment.updated).
@@ -36,7 +37,7 @@ import (
 // settles by hand). PENDING and CANCELED (a later cancel) say nothing
 // about the create and are ignored. Refunds echo no
 // reference and are not matched.
-type Square struct {
+type Webhook struct {
 	SignatureKey string
 	// NotificationURL is the subscription's URL, as Square signs it.
 	NotificationURL string
@@ -60,37 +61,64 @@ type squareEvent struct {
 	} `json:"data"`
 }
 
-// SquareSignature is the x-square-hmacsha256-signature of body sent to
+// Signature is the x-square-hmacsha256-signature of body sent to
 // url (for tests and tools).
-func SquareSignature(key, url string, body []byte) string {
+func Signature(key, url string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(key))
 	m.Write([]byte(url))
 	m.Write(body)
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (s *Square) read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]record, error) {
+// Read implements vendors.Receiver.
+func (s *Webhook) Read(_ context.Context, h http.Header, body []byte, _ time.Time, _ time.Duration) ([]vendors.Event, error) {
 	got, err := base64.StdEncoding.DecodeString(h.Get("X-Square-Hmacsha256-Signature"))
-	want, _ := base64.StdEncoding.DecodeString(SquareSignature(s.SignatureKey, s.NotificationURL, body))
+	want, _ := base64.StdEncoding.DecodeString(Signature(s.SignatureKey, s.NotificationURL, body))
 	if err != nil || s.SignatureKey == "" || !hmac.Equal(got, want) {
-		return nil, errSignature
+		return nil, vendors.ErrSignature
 	}
 	var ev squareEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, malformed(err)
+		return nil, vendors.Malformed(err)
 	}
-	rec := record{eventID: ev.EventID, eventType: ev.Type}
+	rec := vendors.Event{ID: ev.EventID, Type: ev.Type}
 	p := ev.Data.Object.Payment
 	if p == nil || (ev.Type != "payment.created" && ev.Type != "payment.updated") {
-		return []record{rec}, nil
+		return []vendors.Event{rec}, nil
 	}
-	rec.shared, rec.ref = []string{p.ReferenceID}, p.ID
+	rec.Shared, rec.Ref = []string{p.ReferenceID}, p.ID
 	switch p.Status {
 	case "COMPLETED", "APPROVED":
-		rec.outcome = ledger.OutcomeSucceeded
-		rec.money = minor(p.AmountMoney.Amount, p.AmountMoney.Currency)
+		rec.Outcome = vendors.EventSucceeded
+		rec.Money = vendors.Minor(p.AmountMoney.Amount, p.AmountMoney.Currency)
 	case "FAILED":
-		rec.outcome = ledger.OutcomeFailed
+		rec.Outcome = vendors.EventFailed
 	}
-	return []record{rec}, nil
+	return []vendors.Event{rec}, nil
+}
+
+// WebhookConfig is the webhooks.square block: the subscription's
+// signature key and its URL, exactly as the subscription names it
+// (Square signs the URL).
+type WebhookConfig struct {
+	SignatureKeyFile string `yaml:"signature_key_file"`
+	SignatureKeyEnv  string `yaml:"signature_key_env"`
+	NotificationURL  string `yaml:"notification_url"`
+}
+
+// Check implements vendors.WebhookConfig.
+func (c *WebhookConfig) Check(p string, ck vendors.ConfigCheck) {
+	ck.SecretSource(p, "signature_key", c.SignatureKeyFile, c.SignatureKeyEnv)
+	if u, err := url.Parse(c.NotificationURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		ck.Problem(p+".notification_url", "%q must be the subscription's URL, exactly as Square has it (Square signs it)", c.NotificationURL)
+	}
+}
+
+// Receiver implements vendors.WebhookConfig.
+func (c *WebhookConfig) Receiver(read vendors.ReadSecret) (vendors.Receiver, error) {
+	key, err := read(c.SignatureKeyFile, c.SignatureKeyEnv)
+	if err != nil {
+		return nil, err
+	}
+	return &Webhook{SignatureKey: key, NotificationURL: c.NotificationURL}, nil
 }

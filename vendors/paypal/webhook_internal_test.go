@@ -1,4 +1,4 @@
-package webhooks
+package paypal
 
 import (
 	"context"
@@ -6,37 +6,32 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
-// mapStore is a TransmissionStore in memory, shared like a ledger.
+// mapStore is a vendors.WebhookStore in memory, shared like a ledger.
 type mapStore struct {
 	mu   sync.Mutex
 	m    map[string][]byte
 	fail error
 }
 
-func (s *mapStore) SinkRef(_ context.Context, sink, ref string) ([]byte, error) {
+func (s *mapStore) Get(_ context.Context, ref string) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
-		return nil, s.fail
+		return nil, false, s.fail
 	}
-	v, ok := s.m[sink+"/"+ref]
-	if !ok {
-		return nil, ledger.ErrNotFound
-	}
-	return v, nil
+	v, ok := s.m[ref]
+	return v, ok, nil
 }
 
-func (s *mapStore) PutSinkRef(_ context.Context, sink, ref string, v []byte) error {
+func (s *mapStore) Put(_ context.Context, ref string, v []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[string][]byte{}
 	}
-	s.m[sink+"/"+ref] = v
+	s.m[ref] = v
 	return nil
 }
 
@@ -49,7 +44,7 @@ func (s *mapStore) PutSinkRef(_ context.Context, sink, ref string, v []byte) err
 func TestAPayPalTransmissionIsAcceptedWithOneBodyOnly(t *testing.T) {
 	ctx := context.Background()
 	store := &mapStore{}
-	p := &PayPal{Store: store}
+	p := &Webhook{Store: store}
 	now, tol := time.Now(), 5*time.Minute
 	for range 2 {
 		if ok, err := p.remember(ctx, "t1", []byte("a"), now, now, tol); !ok || err != nil {
@@ -64,7 +59,7 @@ func TestAPayPalTransmissionIsAcceptedWithOneBodyOnly(t *testing.T) {
 	if _, kept := p.seen["t1"]; kept {
 		t.Fatal("a stale transmission id was kept in memory")
 	}
-	restarted := &PayPal{Store: store}
+	restarted := &Webhook{Store: store}
 	if ok, _ := restarted.remember(ctx, "t1", []byte("b"), now, now, tol); ok {
 		t.Fatal("after a restart, the same transmission with another body was accepted")
 	}
@@ -72,7 +67,7 @@ func TestAPayPalTransmissionIsAcceptedWithOneBodyOnly(t *testing.T) {
 		t.Fatal("after a restart, the same transmission again was refused")
 	}
 	store.fail = errors.New("ledger closed")
-	if ok, err := (&PayPal{Store: store}).remember(ctx, "t3", []byte("d"), now, now, tol); ok || err == nil {
+	if ok, err := (&Webhook{Store: store}).remember(ctx, "t3", []byte("d"), now, now, tol); ok || err == nil {
 		t.Fatalf("a store that cannot answer: %v %v", ok, err)
 	}
 }
