@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
 )
@@ -786,7 +788,16 @@ func confirmedBy(req *BeginRequest) string {
 	if req.Confirmation == nil {
 		return ""
 	}
-	return "user via client:" + truncate(req.Confirmation.Client, 128)
+	// The client names itself (MCP clientInfo): its control and invisible
+	// characters, which every other recorded text is refused, are shown as
+	// U+FFFD so that the name cannot start a forged line in a listing.
+	name := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || isInvisible(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(req.Confirmation.Client, "\uFFFD"))
+	return "user via client:" + truncate(name, 128)
 }
 
 // confirmNote says how soon the client answered: a host that accepts on

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -229,26 +230,45 @@ func clientName(req *sdk.CallToolRequest) string {
 	return "unnamed"
 }
 
+// confirmParams is the form the user confirms. The user decides on its
+// one sentence, so what the agent wrote freely (its name when no
+// credential fixes it, the dimensions' values) is quoted, after the cost,
+// and cannot pass for Ratchet's own words ("costs $0.01, pre-approved");
+// the effect type and vendor are the engine's restricted names. The cost is
+// shown to the micro (never rounded down to $0.00), and a begin declaring
+// none says so.
 func confirmParams(in *ledger.BeginRequest, agent string) *sdk.ElicitParams {
 	what := in.EffectType
 	if in.Vendor != "" {
 		what += " at " + in.Vendor
 	}
-	if in.EstimatedCostMicros != nil {
-		what += fmt.Sprintf(", costing $%.2f", float64(*in.EstimatedCostMicros)/1e6)
+	if c := in.EstimatedCostMicros; c != nil {
+		what += ", costing " + dollars(*c)
+	} else {
+		what += ", declaring no cost (it may cost anything)"
 	}
+	what += "."
 	if len(in.Dimensions) > 0 {
 		var ds []string
 		for k, v := range in.Dimensions {
-			ds = append(ds, k+" "+v)
+			ds = append(ds, k+" "+strconv.Quote(v))
 		}
 		slices.Sort(ds)
-		what += " (" + strings.Join(ds, ", ") + ")"
+		what += " Its dimensions, as the agent wrote them: " + strings.Join(ds, ", ") + "."
 	}
 	return &sdk.ElicitParams{Mode: "form",
-		Message: "Agent " + agent + " asks to perform " + what + ". This is what the agent declared to Ratchet. Confirm only if you want it done.",
+		Message: "Agent " + strconv.Quote(agent) + " asks to perform " + what + " This is what the agent declared to Ratchet. Confirm only if you want it done.",
 		RequestedSchema: map[string]any{"type": "object", "required": []string{"confirm"},
 			"properties": map[string]any{"confirm": map[string]any{"type": "boolean", "title": "I confirm this action"}}}}
+}
+
+// dollars shows micro-USD exactly: $60.00, $0.004999.
+func dollars(micros int64) string {
+	s := strings.TrimRight(fmt.Sprintf("%06d", micros%1_000_000), "0")
+	for len(s) < 2 {
+		s += "0"
+	}
+	return fmt.Sprintf("$%d.%s", micros/1_000_000, s)
 }
 
 func declined(action string) error {

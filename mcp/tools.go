@@ -306,7 +306,10 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		req, _ := ctx.Value(callKey{}).(*sdk.CallToolRequest)
 		var prior *sealed
-		if req != nil && req.Params.RequestState != "" { // a retry after input_required (conversation.go)
+		// A retry after input_required (conversation.go). States are issued
+		// only to 2026-07-28 clients; an older one's requestState (not a
+		// field of its protocol) is ignored, as before issue 37.
+		if req != nil && req.Params.RequestState != "" && statelessClient(req) {
 			if prior, err = t.redeem(ctx, req.Params.RequestState, id.Namespace, agent, fp, in); err != nil {
 				return nil, "", err
 			}

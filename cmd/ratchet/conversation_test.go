@@ -310,7 +310,7 @@ func TestAUserConfirmsThroughAFormElicitation(t *testing.T) {
 		if got["decision"] != "execute" {
 			t.Errorf("%s, confirmed: %v, want execute", v, got)
 		}
-		want := []string{"form: Agent bot asks to perform payment.charge at stripe, costing $60.00 (counterparty acct_9). This is what the agent declared to Ratchet. Confirm only if you want it done."}
+		want := []string{`form: Agent "bot" asks to perform payment.charge at stripe, costing $60.00. Its dimensions, as the agent wrote them: counterparty "acct_9". This is what the agent declared to Ratchet. Confirm only if you want it done.`}
 		if diff := cmp.Diff(want, asked); diff != "" {
 			t.Errorf("%s: prompts (-want +got):\n%s", v, diff)
 		}
