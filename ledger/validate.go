@@ -121,6 +121,19 @@ func checkNote(field, s string) *Error {
 // noteControl reports whether checkNote refuses r.
 func noteControl(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
 
+// CheckID says what is wrong with an id that names a principal (an
+// agent_id, an admin's name) read from outside the config, such as a
+// token's claim: "" when it is one the engine accepts (required, at most
+// MaxIDLen characters of valid NFC UTF-8 without control or invisible
+// characters), else what it must be ("must not contain control
+// characters").
+func CheckID(s string) string {
+	if err := checkText("id", s, MaxIDLen, true); err != nil {
+		return strings.TrimPrefix(err.Message, "id: ")
+	}
+	return ""
+}
+
 // CheckNamespace returns an invalid_argument *Error when ns is not a
 // namespace the engine accepts (empty means the default namespace), so that
 // configuration naming one is refused when it is loaded, not on every call.

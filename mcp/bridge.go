@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -166,10 +167,7 @@ func TokenFile(path string) (func() (string, error), error) {
 	var mu sync.Mutex
 	var last string
 	read := func() (string, error) {
-		b, err := os.ReadFile(path)
-		if err == nil && len(b) > 16<<10 {
-			err = fmt.Errorf("the token file %s is larger than 16 KiB", path)
-		}
+		b, err := readTokenFile(path)
 		tok := strings.TrimSpace(string(b))
 		if err == nil && tok == "" {
 			err = fmt.Errorf("the token file %s is empty", path)
@@ -189,4 +187,30 @@ func TokenFile(path string) (func() (string, error), error) {
 		return nil, err
 	}
 	return read, nil
+}
+
+// maxTokenFile bounds a token file.
+const maxTokenFile = 16 << 10
+
+// readTokenFile reads a regular file of at most maxTokenFile bytes. The
+// path is a symlink the kubelet swaps; one swapped to a FIFO or a device
+// (/dev/zero) is refused before it is opened, and at most maxTokenFile+1
+// bytes are read of any file (os.ReadFile read an endless one until memory
+// ran out).
+func readTokenFile(path string) ([]byte, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("the token file %s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err == nil && len(b) > maxTokenFile {
+		err = fmt.Errorf("the token file %s is larger than 16 KiB", path)
+	}
+	return b, err
 }

@@ -11,6 +11,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -839,6 +840,17 @@ func (c *Config) problems() []Problem {
 		if !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl) {
 			add(p+".name", "must be valid UTF-8 without control characters (it is recorded on every approval)")
 			continue
+		}
+		// An OAuth admin is recorded as "<issuer name>:<claim>"; a
+		// static admin named so would be the same person on an approval
+		// (where people are counted) and in the audit log.
+		if c.Auth.OAuth != nil {
+			for _, is := range c.Auth.OAuth.Issuers {
+				if is.Name != "" && strings.HasPrefix(ledger.DeciderKey(a.Name), ledger.DeciderKey(is.Name+":")) {
+					add(p+".name", "%q is named as issuer %s's admins are (%s:<%s>): name a static admin without the prefix %q",
+						a.Name, is.Name, is.Name, cmp.Or(is.AdminNameClaim, "sub"), is.Name+":")
+				}
+			}
 		}
 		k := ledger.DeciderKey(a.Name)
 		if j, ok := adminNames[k]; ok && c.Auth.Admins[j].Name != a.Name {

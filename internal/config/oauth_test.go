@@ -87,3 +87,29 @@ func TestTheExamplesOAuthBlockIsValid(t *testing.T) {
 		t.Errorf("the example's issuers (-want +got):\n%s", diff)
 	}
 }
+
+// TestAStaticAdminCannotBeNamedAsAnIssuersAdmin: an OAuth admin is
+// recorded as "<issuer name>:<claim>"; a static admin named "corp:alice"
+// beside issuer corp would be recorded as the same person as corp's
+// alice (on approvals, where people are counted, and in the audit log),
+// so the config refuses it at its line.
+func TestAStaticAdminCannotBeNamedAsAnIssuersAdmin(t *testing.T) {
+	cfg := func(name string) string {
+		return "auth:\n  admins:\n    - {name: '" + name + "', token_sha256: " + strings.Repeat("ab", 32) + "}\n" +
+			"  oauth:\n    resource: https://ratchet.example.com/mcp\n    issuers:\n" +
+			"      - {name: corp, issuer: https://idp.example.com, jwks_url: https://idp.example.com/jwks, namespace: payments}\n"
+	}
+	if probs := parseProblems(t, cfg("ops-oncall")); probs != nil {
+		t.Fatalf("a static admin of another name refused: %+v", probs)
+	}
+	probs := parseProblems(t, cfg("corp:alice"))
+	if len(probs) != 1 {
+		t.Fatalf("got %d problems, want 1: %+v", len(probs), probs)
+	}
+	if diff := cmp.Diff("3 auth.admins[0].name", fmt.Sprintf("%d %s", probs[0].Line, probs[0].Path)); diff != "" {
+		t.Errorf("line and path (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(probs[0].Message, "issuer corp's admins") {
+		t.Errorf("message %q does not say it is named as issuer corp's admins", probs[0].Message)
+	}
+}

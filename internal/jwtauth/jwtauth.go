@@ -43,6 +43,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 // Right is what a caller asks to do.
@@ -187,6 +189,10 @@ type issuerKeys struct {
 	lastError error
 
 	reviewed map[[32]byte]review // TokenReview answers, by the token's SHA-256
+	// reviewWindow is the start of the second in which reviewsInWindow
+	// new reviews were asked (at most MaxReviewsPerSecond).
+	reviewWindow    time.Time
+	reviewsInWindow int
 }
 
 // New returns a Verifier. It reads CA files now (an error names the file)
@@ -287,7 +293,9 @@ func (v *Verifier) Verify(ctx context.Context, token string, want Right) (*Princ
 	}
 	attrs := []any{"issuer", name, "right", rightName(want)}
 	if p != nil {
-		attrs = append(attrs, "subject", p.Subject, "kid", p.KeyID)
+		// The kid is the sender's text before any signature held, and a
+		// subject is an issuer's: the log gets bounded prefixes.
+		attrs = append(attrs, "subject", truncate(p.Subject, 200), "kid", truncate(p.KeyID, 100))
 	}
 	if e != nil {
 		v.log.Warn("token refused", append(attrs, "reason", e.Reason)...)
@@ -357,6 +365,14 @@ func (v *Verifier) verify(ctx context.Context, token string, want Right) (*Princ
 	if err != nil {
 		return &Principal{KeyID: kid}, k, err
 	}
+	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
+		// A key is used with the one algorithm its JWK names (RFC 7517
+		// section 4.4, RFC 8725 section 3.1): an RS256 key verifies no
+		// PS256 token, though the issuer is trusted for both and RSA
+		// verifies either.
+		return &Principal{KeyID: hdr.KeyID}, k, refuse("algorithm", "the token is signed with %q, but issuer %s's key %q is for %s only",
+			hdr.Algorithm, k.cfg.Name, truncate(hdr.KeyID, 100), truncate(key.Algorithm, 20))
+	}
 	var claims jwt.Claims
 	var extra map[string]any
 	if err := tok.Claims(key, &claims, &extra); err != nil {
@@ -416,11 +432,28 @@ func (v *Verifier) grant(p *Principal, k *issuerKeys, extra map[string]any, want
 		if name == "" {
 			return p, k, refuse("no_name", "the admin token has no %s claim to name the admin by", claim)
 		}
+		if msg := ledger.CheckID(name); msg != "" {
+			return p, k, refuse("bad_identity", "the admin token's %s claim cannot name an admin: it %s", claim, msg)
+		}
 		p.Admin = true
 		p.Name = k.cfg.Name + ":" + name
 		return p, k, nil
 	}
-	return v.agent(p, k, extra)
+	p, k, err := v.agent(p, k, extra)
+	if err != nil {
+		return p, k, err
+	}
+	// A namespace or agent_id read from claims is held to the rules the
+	// config holds a static token's to: refused here with what is wrong,
+	// not let in to fail on every call, nor to show in a listing as
+	// another agent (an invisible or decomposed character).
+	if err := ledger.CheckNamespace(p.Namespace); err != nil {
+		return p, k, refuse("bad_identity", "the token's namespace %q is not one Ratchet accepts: 1-63 lowercase letters, digits, '.', '_' or '-'", truncate(p.Namespace, 70))
+	}
+	if msg := ledger.CheckID(p.AgentID); msg != "" {
+		return p, k, refuse("bad_identity", "the token's agent_id cannot name an agent: it %s", msg)
+	}
+	return p, k, nil
 }
 
 // agent fixes an agent token's namespace and agent_id.
@@ -449,6 +482,13 @@ func (v *Verifier) agent(p *Principal, k *issuerKeys, extra map[string]any) (*Pr
 			p.Namespace = cfg.Namespace
 		}
 		return p, k, nil
+	}
+	if cfg.Namespace == "" && cfg.NamespaceClaim == "" {
+		// An issuer of subjects alone names its agents one by one (the
+		// config asks for namespace, namespace_claim or subjects): any
+		// other of its subjects is no agent, not one of the default
+		// namespace.
+		return p, k, refuse("unknown_subject", "the token's subject %q (and client_id, azp) is not one of issuer %s's subjects: only those act as agents", truncate(p.Subject, 100), cfg.Name)
 	}
 	p.Namespace = cfg.Namespace
 	if cfg.NamespaceClaim != "" {
@@ -550,10 +590,15 @@ func (k *issuerKeys) key(ctx context.Context, kid string, opts Options) (*jose.J
 	stale := k.keys == nil || now.Sub(k.loaded) >= opts.MaxAge
 	load := func() {
 		k.tried = now
-		keys, err := k.load(ctx)
+		// Not the caller's context: one who hangs up at once would leave
+		// the keys unread, and every good token refused, until the next
+		// load a minute later (get bounds the fetch to 10 s).
+		keys, err := k.load(context.WithoutCancel(ctx))
 		k.lastError = err
 		if err == nil {
 			k.keys, k.loaded = keys, now
+		} else if opts.Logger != nil {
+			opts.Logger.Warn("token issuer's keys not read", "issuer", k.cfg.Name, "err", err)
 		}
 	}
 	if stale && (k.tried.IsZero() || now.Sub(k.tried) >= opts.MinRefresh) {
@@ -573,7 +618,9 @@ func (k *issuerKeys) key(ctx context.Context, kid string, opts Options) (*jose.J
 	}
 	if k.keys == nil && k.lastError != nil {
 		return nil, &Error{Status: 401, Code: "invalid_token", Reason: "keys_unavailable",
-			Message: fmt.Sprintf("issuer %s's keys could not be read (%v), so the token cannot be verified: try again later", k.cfg.Name, k.lastError)}
+			// What failed (a URL inside the cluster, a file) is in the
+			// log, not told to whoever sent a token.
+			Message: fmt.Sprintf("issuer %s's keys could not be read, so the token cannot be verified: try again later", k.cfg.Name)}
 	}
 	return nil, refuse("unknown_kid", "issuer %s has no key %q (its key set was read again): the token was not signed by that issuer's current keys", k.cfg.Name, truncate(kid, 100))
 }

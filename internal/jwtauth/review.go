@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -33,6 +34,10 @@ import (
 // the system:auth-delegator role). An answer is kept for reviewTTL or until
 // the token's exp, whichever is first, so that an agent's calls do not each
 // cost a request to the API server.
+
+// MaxReviewsPerSecond bounds the TokenReviews of tokens not yet reviewed
+// that one issuer asks in a second.
+const MaxReviewsPerSecond = 20
 
 // reviewTTL bounds how long a TokenReview answer is used.
 const reviewTTL = 30 * time.Second
@@ -72,8 +77,36 @@ func (v *Verifier) review(ctx context.Context, token string, k *issuerKeys, kid 
 	r, ok := k.reviewed[sum]
 	k.mu.Unlock()
 	if !ok || !now.Before(r.until) {
+		// Whoever reaches /mcp may send any number of tokens with the
+		// cluster's iss, each a review. What the claims refuse (the
+		// cluster would say the same of a good token's) is refused here,
+		// and new reviews are bounded per second.
+		skew := v.opts.ClockSkew
+		switch {
+		case unverified.Expiry == nil:
+			return &Principal{KeyID: kid}, k, refuse("no_expiry", "the token has no exp claim: Ratchet accepts only tokens that expire")
+		case now.After(unverified.Expiry.Time().Add(skew)):
+			return &Principal{KeyID: kid}, k, refuse("expired", "the token expired at %s: the kubelet writes a new one before that; read the token file again",
+				unverified.Expiry.Time().UTC().Format(time.RFC3339))
+		case !slices.ContainsFunc(k.cfg.Audiences, func(a string) bool { return slices.Contains(unverified.Audience, a) }):
+			return &Principal{KeyID: kid}, k, refuse("audience", "the token's audience %q is not Ratchet's (%s): mount a projected service account token with audience %s",
+				truncate(strings.Join(unverified.Audience, " "), 200), strings.Join(k.cfg.Audiences, ", "), k.cfg.Audiences[0])
+		}
+		k.mu.Lock()
+		if now.Sub(k.reviewWindow) >= time.Second || now.Before(k.reviewWindow) {
+			k.reviewWindow, k.reviewsInWindow = now, 0
+		}
+		busy := k.reviewsInWindow >= MaxReviewsPerSecond
+		if !busy {
+			k.reviewsInWindow++
+		}
+		k.mu.Unlock()
+		if busy {
+			return &Principal{KeyID: kid}, k, &Error{Status: 401, Code: "invalid_token", Reason: "review_busy",
+				Message: fmt.Sprintf("issuer %s's tokens are reviewed by the cluster at most %d a second, and more came: try again in a second", k.cfg.Name, MaxReviewsPerSecond)}
+		}
 		var err error
-		if r, err = k.askReview(ctx, token); err != nil {
+		if r, err = k.askReview(ctx, token, v.opts.Logger); err != nil {
 			return &Principal{KeyID: kid}, k, err
 		}
 		r.until = now.Add(reviewTTL)
@@ -99,14 +132,19 @@ func (v *Verifier) review(ctx context.Context, token string, k *issuerKeys, kid 
 }
 
 // askReview posts one TokenReview.
-func (k *issuerKeys) askReview(ctx context.Context, token string) (review, error) {
+func (k *issuerKeys) askReview(ctx context.Context, token string, log *slog.Logger) (review, error) {
 	body, _ := json.Marshal(tokenReview{APIVersion: "authentication.k8s.io/v1", Kind: "TokenReview",
 		Spec: tokenReviewSpec{Token: token, Audiences: k.cfg.Audiences}})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	unavailable := func(err error) (review, error) {
+		// What failed (the API server's URL, Ratchet's own token file) is
+		// in the log, not told to whoever sent a token.
+		if log != nil {
+			log.Warn("token issuer's TokenReview did not answer", "issuer", k.cfg.Name, "err", err)
+		}
 		return review{}, &Error{Status: 401, Code: "invalid_token", Reason: "review_unavailable",
-			Message: fmt.Sprintf("the cluster's TokenReview for issuer %s did not answer (%v), so the token cannot be verified: try again later", k.cfg.Name, err)}
+			Message: fmt.Sprintf("the cluster's TokenReview for issuer %s did not answer, so the token cannot be verified: try again later", k.cfg.Name)}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, k.cfg.TokenReviewURL, bytes.NewReader(body))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -113,7 +114,7 @@ func TestTokenReviewDecidesWhereTheKeysCannotBeFetched(t *testing.T) {
 	}
 	for name, c := range map[string]struct{ token, reason string }{
 		"not authenticated by the cluster": {revoked, "review_refused"},
-		"the API server's audience":        {apiServer, "review_refused"},
+		"the API server's audience":        {apiServer, "audience"}, // refused on its claims, before a review
 		"signed by another key":            {jwtauthtest.New(t).Sign(t, is.ServiceAccount("payments", "checkout-agent", "ratchet", time.Hour)), "review_refused"},
 	} {
 		_, err := v.Verify(ctx, c.token, jwtauth.RightAgent)
@@ -124,5 +125,61 @@ func TestTokenReviewDecidesWhereTheKeysCannotBeFetched(t *testing.T) {
 	}
 	if _, err := v.Verify(ctx, good, jwtauth.RightAdmin); err == nil {
 		t.Error("a service account token opened the admin API")
+	}
+}
+
+// TestAFloodOfMadeUpTokensCostsTheAPIServerBoundedReviews: every token
+// Ratchet has not reviewed costs a TokenReview, and whoever reaches /mcp
+// may send any number of JWT-shaped tokens with the cluster's iss. An
+// expired one, or one for another audience, is refused here without a
+// review (a good token's claims say the same as the cluster would); past
+// maxReviewsPerSecond new reviews in a second, a token is refused (401,
+// try again) without one, and the next second reviews again.
+func TestAFloodOfMadeUpTokensCostsTheAPIServerBoundedReviews(t *testing.T) {
+	is := jwtauthtest.New(t)
+	forger := jwtauthtest.New(t)
+	good := is.Sign(t, is.ServiceAccount("payments", "checkout-agent", "ratchet", time.Hour))
+	fake := startTokenReview(t, "own", map[string][2]string{good: {"payments:checkout-agent", "ratchet"}})
+	own := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(own, []byte("own"), 0o600)
+	now := time.Now()
+	v, err := jwtauth.New(jwtauth.Options{
+		Issuers: []jwtauth.Issuer{{Name: "cluster", Issuer: is.URL, Kubernetes: true, Audiences: []string{"ratchet"}, Algorithms: []string{"RS256"},
+			TokenReviewURL: fake.URL + "/apis/authentication.k8s.io/v1/tokenreviews", BearerTokenFile: own}},
+		AgentScope: "ratchet:agent", AdminScope: "ratchet:admin", Now: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	forge := func(i int, ttl time.Duration, aud string) string {
+		c := is.ServiceAccount("payments", fmt.Sprintf("made-up-%d", i), aud, ttl)
+		return forger.Sign(t, c)
+	}
+	reasons := map[string]int{}
+	for i := range 5 {
+		_, err := v.Verify(ctx, forge(i, -time.Hour, "ratchet"), jwtauth.RightAgent)
+		reasons["expired: "+reasonOf(err)]++
+		_, err = v.Verify(ctx, forge(i, time.Hour, "https://kubernetes.default.svc"), jwtauth.RightAgent)
+		reasons["other audience: "+reasonOf(err)]++
+	}
+	if got := fake.reviews.Load(); got != 0 {
+		t.Errorf("reviews for expired tokens and tokens of another audience = %d, want 0", got)
+	}
+	for i := range 100 {
+		_, err := v.Verify(ctx, forge(i, time.Hour, "ratchet"), jwtauth.RightAgent)
+		reasons["forged: "+reasonOf(err)]++
+	}
+	if got := fake.reviews.Load(); got != jwtauth.MaxReviewsPerSecond {
+		t.Errorf("reviews for 100 forged tokens in one second = %d, want %d", got, jwtauth.MaxReviewsPerSecond)
+	}
+	want := map[string]int{"expired: expired": 5, "other audience: audience": 5,
+		"forged: review_refused": jwtauth.MaxReviewsPerSecond, "forged: review_busy": 100 - jwtauth.MaxReviewsPerSecond}
+	if diff := cmp.Diff(want, reasons); diff != "" {
+		t.Errorf("decisions (-want +got):\n%s", diff)
+	}
+	now = now.Add(time.Second)
+	if _, err := v.Verify(ctx, good, jwtauth.RightAgent); err != nil {
+		t.Errorf("the good token a second later: %v", err)
 	}
 }
