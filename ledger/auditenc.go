@@ -78,6 +78,7 @@ func appendEvent(b []byte, ev *Event) ([]byte, error) {
 		b = strconv.AppendInt(b, *ev.CostMicros, 10)
 	}
 	b = appendField(b, "actor", ev.Actor)
+	b = appendField(b, "principal", ev.Principal)
 	if ev.Count != 0 {
 		b = append(b, `,"count":`...)
 		b = strconv.AppendInt(b, int64(ev.Count), 10)

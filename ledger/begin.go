@@ -29,7 +29,10 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := submitReading(ctx, e, in.reads, func(t *opTxn, now time.Time) (*BeginResult, error) { return e.begin(t, in, now) })
+	res, err := submitReading(ctx, e, in.reads, func(t *opTxn, now time.Time) (*BeginResult, error) {
+		t.principal = req.Principal
+		return e.begin(t, in, now)
+	})
 	if err != nil {
 		return nil, err
 	}

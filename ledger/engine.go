@@ -674,6 +674,9 @@ type opTxn struct {
 	// dry: a dry run (explain.go), whose writes are dropped; it must
 	// touch nothing of the writer's own.
 	dry bool
+	// principal is the OAuth identity of the agent whose op this is
+	// (BeginRequest.Principal, …), stamped on each event it emits.
+	principal string
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

@@ -98,6 +98,12 @@ type Event struct {
 	CostMicros *int64 `json:"cost_micros,omitempty"`
 	// Actor is who caused it: "admin:<name>", "agent:<id>", "reaper", …
 	Actor string `json:"actor,omitempty"`
+	// Principal is the verified identity behind an agent's act, when its
+	// credential was an OAuth (or Kubernetes service account) token:
+	// "<issuer name>:<sub>". Empty for a static agent token, stdio and the
+	// proxy, whose records stay as they were; set on every event the act
+	// caused (a begin's begun and threshold events alike).
+	Principal string `json:"principal,omitempty"`
 	// Count is the agent's unreported expiries (integration warnings).
 	Count int `json:"count,omitempty"`
 	// Budget is the ceiling a budget.threshold event is about.
@@ -145,6 +151,9 @@ func (c *Compensation) withoutPayload() *Compensation {
 // emit records an event of this op; the writer journals it if the op
 // succeeds.
 func (t *opTxn) emit(ev Event) {
+	if ev.Principal == "" {
+		ev.Principal = t.principal
+	}
 	t.events = append(t.events, ev)
 }
 

@@ -196,6 +196,7 @@ func (e *Engine) Unwind(ctx context.Context, req UnwindRequest) (*UnwindResult, 
 		return nil, err
 	}
 	res, serr := submit(ctx, e, func(t *opTxn, now time.Time) (*UnwindResult, error) {
+		t.principal = req.Principal
 		if req.AgentID != "" {
 			if err := e.checkGroupOwner(t, req.Namespace, req.GroupKey, req.AgentID); err != nil {
 				return nil, err

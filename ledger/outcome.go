@@ -53,6 +53,7 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 	}
 	ek := key(kindEffect, req.EffectID)
 	eff, serr := submitReading(ctx, e, func(knownFunc) [][]byte { return [][]byte{ek} }, func(t *opTxn, now time.Time) (*Effect, error) {
+		t.principal = req.Principal
 		rec, err := e.effectByID(t, req.Namespace, req.EffectID)
 		if err != nil {
 			return nil, notFound(err, req.EffectID)
@@ -123,6 +124,7 @@ func (e *Engine) Resolve(ctx context.Context, req ResolveRequest) (*Effect, erro
 		return nil, err
 	}
 	eff, serr := submit(ctx, e, func(t *opTxn, now time.Time) (*Effect, error) {
+		t.principal = req.Principal
 		var rec *effectRec
 		var err error
 		if req.EffectID != "" {

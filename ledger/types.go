@@ -120,6 +120,10 @@ type BeginRequest struct {
 	// proxy gave it before the taxonomy is the same effect after it. It is
 	// an adapter's, never an MCP agent's argument.
 	Operation string `json:"-"`
+	// Principal, set by an adapter whose caller's credential was an OAuth
+	// token, is its "<issuer name>:<sub>": audited on the events the call
+	// causes (Event.Principal), never kept with the effect.
+	Principal string `json:"-"`
 	// SameAs, set by an adapter that derives keys from content in windows
 	// (the proxy's dedupe_window), are the keys the same content has in the
 	// neighbouring windows. When IdempotencyKey names no effect and one of
@@ -261,6 +265,10 @@ type ReportRequest struct {
 	// proxy's): the report is refused for an effect whose current attempt
 	// one of them began, which only its own credential settles.
 	NotAgents []string `json:"-"`
+	// Principal, set by an adapter whose caller's credential was an OAuth
+	// token, is its "<issuer name>:<sub>": audited on the events the call
+	// causes (Event.Principal), never kept with the effect.
+	Principal string `json:"-"`
 }
 
 // ResolveRequest settles an indeterminate effect after checking at the vendor.
@@ -289,6 +297,10 @@ type ResolveRequest struct {
 	// proxy's): the resolve is refused for an effect whose current attempt
 	// one of them began, which only its own credential settles.
 	NotAgents []string `json:"-"`
+	// Principal, set by an adapter whose caller's credential was an OAuth
+	// token, is its "<issuer name>:<sub>": audited on the events the call
+	// causes (Event.Principal), never kept with the effect.
+	Principal string `json:"-"`
 }
 
 // Approval is an operator's view of an approval request.
@@ -460,6 +472,10 @@ type UnwindRequest struct {
 	// AgentID, set by an adapter when the caller's credentials fix its
 	// agent, limits the unwind to groups whose steps that agent began.
 	AgentID string `json:"-"`
+	// Principal, set by an adapter whose caller's credential was an OAuth
+	// token, is its "<issuer name>:<sub>": audited on the events the call
+	// causes (Event.Principal), never kept with the effect.
+	Principal string `json:"-"`
 }
 
 // Budget is one live ceiling counter for the operator view.

@@ -63,7 +63,7 @@ func requireToken(agents Agents, oauth *jwtauth.Verifier, metadataURL string, ma
 			return nil, fmt.Errorf("no identity checked: %w", auth.ErrInvalidToken)
 		}
 		return &auth.TokenInfo{UserID: id.Namespace + "/" + id.AgentID,
-			Extra: map[string]any{"namespace": id.Namespace, "agent_id": id.AgentID}}, nil
+			Extra: map[string]any{"namespace": id.Namespace, "agent_id": id.AgentID, "principal": id.Principal}}, nil
 	}
 	inner := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(next)
 	meta := ""
@@ -98,7 +98,7 @@ func requireToken(agents Agents, oauth *jwtauth.Verifier, metadataURL string, ma
 				refuseToken(w, r, maxBody, e.Status, challenge, e.Message)
 				return
 			}
-			id, ok = Identity{Namespace: p.Namespace, AgentID: p.AgentID}, true
+			id, ok = Identity{Namespace: p.Namespace, AgentID: p.AgentID, Principal: p.IssuerName + ":" + p.Subject}, true
 		}
 		if !ok {
 			refuseToken(w, r, maxBody, http.StatusUnauthorized, `Bearer realm="ratchet", error="invalid_token", error_description="unknown token"`+meta, wrongToken)

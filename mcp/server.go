@@ -69,6 +69,9 @@ type Identity struct {
 	Namespace string
 	// AgentID, when set, is the only agent_id the caller may use.
 	AgentID string
+	// Principal is "<issuer name>:<sub>" of a verified OAuth token, audited
+	// on what the caller does; empty for a static token and stdio.
+	Principal string
 }
 
 // Options configures New. A nil *Options is valid.
@@ -244,7 +247,8 @@ func (t *tools) identity(req *sdk.CallToolRequest) Identity {
 	if req.Extra != nil && req.Extra.TokenInfo != nil {
 		ns, _ := req.Extra.TokenInfo.Extra["namespace"].(string)
 		agent, _ := req.Extra.TokenInfo.Extra["agent_id"].(string)
-		return Identity{Namespace: ns, AgentID: agent}
+		principal, _ := req.Extra.TokenInfo.Extra["principal"].(string)
+		return Identity{Namespace: ns, AgentID: agent, Principal: principal}
 	}
 	return t.fallback
 }

@@ -317,6 +317,7 @@ func (t *tools) register(s *sdk.Server) {
 		redeemed := prior != nil
 		in.Namespace, in.AgentID = id.Namespace, agent
 		in.AgentClaimed = id.AgentID == "" // a label, not a principal
+		in.Principal = id.Principal
 		res, err := t.eng.Begin(ctx, *in)
 		if le := (*ledger.Error)(nil); errors.As(err, &le) && le.Code == ledger.CodeConfirmationRequired && req != nil {
 			conf, ready, cerr := t.confirmation(ctx, req, prior, id.Namespace, agent, fp, in)
@@ -353,6 +354,7 @@ func (t *tools) register(s *sdk.Server) {
 	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
 		in.NotAgents = t.reservedIn(id)                     // and one that fixes none, no credential's
+		in.Principal = id.Principal
 		eff, err := t.eng.Report(ctx, *in)
 		return eff, effectSummary(eff), err
 	})
@@ -360,11 +362,12 @@ func (t *tools) register(s *sdk.Server) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
 		in.NotAgents = t.reservedIn(id)
 		in.ResolvedBy = resolvedBy(id)
+		in.Principal = id.Principal
 		eff, err := t.eng.Resolve(ctx, *in)
 		return eff, effectSummary(eff), err
 	})
 	addTool(s, t, unwindSpec, func(ctx context.Context, id Identity, in *ledger.UnwindRequest) (*ledger.UnwindResult, string, error) {
-		in.Namespace, in.AgentID = id.Namespace, id.AgentID
+		in.Namespace, in.AgentID, in.Principal = id.Namespace, id.AgentID, id.Principal
 		res, err := t.eng.Unwind(ctx, *in)
 		if err != nil {
 			return nil, "", err
