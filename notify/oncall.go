@@ -1,8 +1,11 @@
 package notify
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -148,6 +151,27 @@ func postError(vendor string, err error) error {
 		err = ue.Err
 	}
 	return fmt.Errorf("posting to %s: %w", vendor, err)
+}
+
+// postJSON POSTs body to u for an on-call sink named vendor (as its
+// errors name it) with its User-Agent, and says what the answer means for
+// the delivery (statusError; a 400 is a request no retry can fix, as
+// PagerDuty and Teams document). No error quotes u: a Workflows URL is a
+// secret.
+func postJSON(ctx context.Context, c *http.Client, u string, body []byte, vendor, agent string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%w: %s URL is not a URL", ErrPermanent, vendor)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", agent)
+	resp, err := clientOf(c).Do(req)
+	if err != nil {
+		return postError(vendor, err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return statusError(vendor, resp, http.StatusBadRequest)
 }
 
 // statusError is what a non-2xx answer means for a delivery: a redirect is

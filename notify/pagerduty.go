@@ -1,11 +1,9 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -177,19 +175,7 @@ func (p *PagerDuty) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 	if u == "" {
 		u = PagerDutyEventsURL
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPermanent, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "ratchet-pagerduty/1")
-	resp, err := clientOf(p.Client).Do(req)
-	if err != nil {
-		return postError("PagerDuty", err)
-	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if err := statusError("PagerDuty", resp, http.StatusBadRequest); err != nil {
+	if err := postJSON(ctx, p.Client, u, b, "PagerDuty", "ratchet-pagerduty/1"); err != nil {
 		return err
 	}
 	if action == "resolve" {

@@ -1,11 +1,9 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -100,19 +98,6 @@ func (t *Teams) Deliver(ctx context.Context, en ledger.OutboxEntry) error {
 	if err != nil {
 		return fmt.Errorf("%w: encoding the card: %v", ErrPermanent, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(b))
-	if err != nil {
-		// The error would quote the URL, which is a secret.
-		return fmt.Errorf("%w: the Teams webhook URL is not a URL", ErrPermanent)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "ratchet-teams/1")
-	resp, err := clientOf(t.Client).Do(req)
-	if err != nil {
-		return postError("the Teams webhook", err)
-	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	// A 400 is a card the flow cannot take: no retry changes it.
-	return statusError("the Teams webhook", resp, http.StatusBadRequest)
+	return postJSON(ctx, t.Client, t.URL, b, "the Teams webhook", "ratchet-teams/1")
 }
