@@ -48,16 +48,7 @@ func benchFlushNoSink(dir string) (flushFigures, error) {
 		return flushFigures{}, err
 	}
 	defer srv.stop()
-	return driveUntilFlush(srv, dir, 0, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
-			"idempotency_key": fmt.Sprint("flush:", k), "effect_type": "bench.charge"}})
-		if err != nil || res.IsError {
-			return fmt.Errorf("begin: %v %v", err, res)
-		}
-		_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
-			"effect_id": res.StructuredContent.(map[string]any)["effect_id"], "outcome": "succeeded"}})
-		return err
-	})
+	return driveUntilFlush(srv, dir, 0, beginReport("flush:"))
 }
 
 // benchFlushDeadSink queues events approval requests for a webhook sink

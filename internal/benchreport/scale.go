@@ -168,16 +168,7 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 	}
 	defer srv.stop()
 	cmd, url, admin := srv.cmd, srv.mcp, srv.admin
-	_, err = mcpPairs(url, 16, d, func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
-			"idempotency_key": fmt.Sprint("rss:", k), "effect_type": "bench.charge"}})
-		if err != nil || res.IsError {
-			return fmt.Errorf("begin: %v %v", err, res)
-		}
-		_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
-			"effect_id": res.StructuredContent.(map[string]any)["effect_id"], "outcome": "succeeded"}})
-		return err
-	})
+	_, err = mcpPairs(url, 16, d, beginReport("rss:"))
 	if err != nil {
 		return out, err
 	}
@@ -268,4 +259,20 @@ func procFigures(pid int) (time.Duration, int64, int, error) {
 		}
 	}
 	return statCPU(b), sw, len(tasks), nil
+}
+
+// beginReport is one MCP begin+report pair of a distinct key (prefix and
+// the pair's number) through Ratchet's tools: the load of the scale and
+// flush sections.
+func beginReport(prefix string) func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
+	return func(ctx context.Context, cs *sdk.ClientSession, k int64) error {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_begin_effect", Arguments: map[string]any{
+			"idempotency_key": fmt.Sprint(prefix, k), "effect_type": "bench.charge"}})
+		if err != nil || res.IsError {
+			return fmt.Errorf("begin: %v %v", err, res)
+		}
+		_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "ratchet_report_effect", Arguments: map[string]any{
+			"effect_id": res.StructuredContent.(map[string]any)["effect_id"], "outcome": "succeeded"}})
+		return err
+	}
 }
