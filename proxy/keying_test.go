@@ -655,7 +655,10 @@ func TestAStripeGoKeyKeepsItsCallPastTheWindow(t *testing.T) {
 // forwarded, so two requests naming different second accounts were one
 // call); a JSON key twice (Adyen's merchantAccount A then B, and B alone,
 // were one call); a repeated Stripe form amount (costed at the first,
-// charged at the last: $60,000 under a $50 ceiling).
+// charged at the last: $60,000 under a $50 ceiling); an amount written in
+// a form Ratchet does not read (a fraction or an exponent for minor units,
+// a string, a currency that is not a code: uncounted, it passed every
+// ceiling).
 func TestAmbiguousRequestsAreRefused(t *testing.T) {
 	cases := []struct {
 		name, vendor, path, body, want string
@@ -672,6 +675,27 @@ func TestAmbiguousRequestsAreRefused(t *testing.T) {
 			`"status":400`, http.Header{"X-Api-Key": {"AQE-key"}, "Idempotency-Key": {"order-1001"}}},
 		{"a trailing comma", "checkout", "/payments", `{"amount":6000000,"currency":"USD",}`, `"error_type":"ratchet_bad_request"`,
 			http.Header{"Authorization": {"Bearer sk_sbox_1"}}},
+		// An amount written so that Ratchet cannot read it would pass every
+		// ceiling uncounted, where the vendor (or a lenient parser before
+		// it) may read 6000000.0 as 6000000.
+		{"a Stripe form amount with a fraction", "stripe", "/v1/payment_intents", "amount=6000000.0&currency=usd", `not a whole number of minor units`,
+			http.Header{"Authorization": {"Bearer sk_test_123"}, "Content-Type": {"application/x-www-form-urlencoded"}}},
+		{"a Square amount as a float", "square", "/v2/payments",
+			`{"idempotency_key":"k-1","source_id":"cnon:x","amount_money":{"amount":6000000.0,"currency":"USD"}}`, `not a whole number of minor units`,
+			http.Header{"Authorization": {"Bearer EAAA-token"}}},
+		{"an Adyen amount with an exponent", "adyen", "/v71/payments",
+			`{"merchantAccount":"MerchantA","amount":{"currency":"EUR","value":6e6},"reference":"n","paymentMethod":{"type":"scheme"}}`,
+			`not a whole number of minor units`, http.Header{"X-Api-Key": {"AQE-key"}, "Idempotency-Key": {"order-1002"}}},
+		{"a Checkout amount in words", "checkout", "/payments", `{"amount":"six million","currency":"USD"}`, `not a whole number`,
+			http.Header{"Authorization": {"Bearer sk_sbox_1"}}},
+		{"a Checkout currency that is not a code", "checkout", "/payments", `{"amount":6000000,"currency":"DOLLARS"}`, `three-letter`,
+			http.Header{"Authorization": {"Bearer sk_sbox_1"}}},
+		{"a PayPal amount with an exponent", "paypal", "/v2/checkout/orders",
+			`{"intent":"CAPTURE","purchase_units":[{"amount":{"currency_code":"USD","value":"6e4"}}]}`, `plain decimal`,
+			http.Header{"Authorization": {"Bearer A21AA"}}},
+		{"a PayPal amount without its currency", "paypal", "/v2/checkout/orders",
+			`{"intent":"CAPTURE","purchase_units":[{"amount":{"value":"60000.00"}}]}`, `three-letter`,
+			http.Header{"Authorization": {"Bearer A21AA"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

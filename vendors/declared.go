@@ -759,13 +759,7 @@ func getField(body any, path string) any {
 
 // fieldString reads a dotted path as a string (a number as its text).
 func fieldString(body any, path string) string {
-	switch x := getField(body, path).(type) {
-	case string:
-		return x
-	case json.Number:
-		return x.String()
-	}
-	return ""
+	return scalarText(getField(body, path))
 }
 
 // declaredMoney reads an amount in its unit; nil when it is absent or not

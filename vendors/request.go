@@ -233,6 +233,67 @@ func MinorMoney(v any, amount, currency []string) *Money {
 	return &Money{Minor: n, Currency: strings.ToUpper(c)}
 }
 
+// MinorAmount reads an integer minor-unit amount and its currency, as
+// MinorMoney does, and says why the request is refused when the amount is
+// there but not a whole number (1000.0, 1e3, "ten", true, an object), or
+// its currency is there but not a three-letter code: the vendor may read it
+// all the same, and the money would pass every ceiling uncounted (a
+// declared vendor's routes refuse the same, declared.go). An absent or null
+// amount is no cost, as before; so is an absent currency (a refund or a
+// capture names an amount in its payment's currency), and a negative
+// amount, which the vendor refuses. The message names the field, never its
+// value.
+func MinorAmount(v any, amount, currency []string) (*Money, string) {
+	val := Get(v, amount...)
+	if val == nil {
+		return nil, ""
+	}
+	field := strings.Join(amount, ".")
+	amt := scalarText(val)
+	if amt == "" {
+		return nil, "the " + field + " field is not an amount; send a whole number of minor units"
+	}
+	if _, err := strconv.ParseInt(amt, 10, 64); err != nil {
+		return nil, "the " + field + " field is not a whole number of minor units (e.g. 1000)"
+	}
+	if c := Get(v, currency...); c != nil && !currencyCodeRe.MatchString(scalarText(c)) {
+		return nil, "the amount in " + field + " comes with a currency that is not a three-letter code"
+	}
+	return MinorMoney(v, amount, currency), ""
+}
+
+// DecimalAmount reads a major-unit decimal amount object ({"value":
+// "10.00", "currency_code": "USD"}, PayPal's) and says why the request is
+// refused when its value is there but not a plain decimal with the
+// currency's digits, or comes without a three-letter currency code, as
+// MinorAmount does for minor units.
+func DecimalAmount(v any, value, currency string) (*Money, string) {
+	val := Get(v, value)
+	if val == nil {
+		return nil, ""
+	}
+	cur := scalarText(Get(v, currency))
+	if !currencyCodeRe.MatchString(cur) {
+		return nil, "the amount comes without a three-letter " + currency
+	}
+	m, err := ParseDecimal(scalarText(val), cur)
+	if err != nil {
+		return nil, "the amount's " + value + " field is not a plain decimal in major units with the currency's digits (e.g. 10.00)"
+	}
+	return &m, ""
+}
+
+// scalarText is a JSON string or number as text, else "".
+func scalarText(val any) string {
+	switch x := val.(type) {
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	}
+	return ""
+}
+
 // firstString returns the first non-empty string among paths.
 func FirstString(v any, paths ...[]string) string {
 	for _, p := range paths {

@@ -488,7 +488,7 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		refused bool
 	}{
 		{``, false},
-		{`{"merchantAccount":"A","amount":{"value":1,"currency":"EUR"}}`, false},
+		{`{"merchantAccount":"A","total":{"value":1,"currency":"EUR"}}`, false},
 		{`[{"op":"replace","path":"/a"},{"op":"add","path":"/a"}]`, false}, // PayPal's PATCH: the same keys in two objects
 		{`{"merchantAccount":"A","x":1,"merchantAccount":"B"}`, true},
 		{`{"amount":{"value":1,"currency":"EUR","value":6000000}}`, true},

@@ -85,12 +85,16 @@ func (a Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	}
 	body := vendors.JSONObject(r.Body)
 	e := vendors.Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
-		Money:        vendors.MinorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"}),
 		Counterparty: vendors.FirstString(body, []string{"shopperReference"}),
 	}
+	var refuse string
+	e.Money, refuse = vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
 	e.Refuse = vendors.SingleHeaders(r.Header, "X-API-Key", "Authorization", "Idempotency-Key")
 	if e.Refuse == "" {
 		e.Refuse = vendors.StrictJSON(r.Body)
+	}
+	if e.Refuse == "" {
+		e.Refuse = refuse
 	}
 	if m := vendors.Str(body, "merchantAccount"); m != "" {
 		e.Merchant = "merchantAccount=" + m

@@ -58,12 +58,16 @@ func (c Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	}
 	body := vendors.JSONObject(r.Body)
 	e := vendors.Effect{Operation: vendors.RestType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
-		Money:        vendors.MinorMoney(body, []string{"amount"}, []string{"currency"}),
 		Counterparty: vendors.FirstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
 	}
+	var refuse string
+	e.Money, refuse = vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
 	e.Refuse = vendors.SingleHeaders(r.Header, "Authorization", "Cko-Idempotency-Key")
 	if e.Refuse == "" {
 		e.Refuse = vendors.StrictJSON(r.Body)
+	}
+	if e.Refuse == "" {
+		e.Refuse = refuse
 	}
 	if pc := vendors.Str(body, "processing_channel_id"); pc != "" {
 		e.Merchant = "processing_channel_id=" + pc

@@ -88,28 +88,29 @@ func (p Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	// segment is a namespace.
 	res := append([]string{parts[1] + "_" + parts[2]}, parts[3:]...)
 	e.Operation = vendors.RestType("paypal", r.Method, res)
+	var refuse string
 	switch {
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[1] == "checkout" && parts[2] == "orders":
 		e.Operation = "paypal.orders.create"
-		e.Money = paypalMoney(vendors.Get(body, "purchase_units", "0", "amount"))
+		e.Money, refuse = paypalMoney(vendors.Get(body, "purchase_units", "0", "amount"))
 		e.Counterparty = vendors.FirstString(body, []string{"purchase_units", "0", "payee", "merchant_id"},
 			[]string{"purchase_units", "0", "payee", "email_address"})
 	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "checkout" && parts[2] == "orders":
 		e.Operation = "paypal.orders." + vendors.Part(parts[4])
 	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "payments":
 		e.Operation = "paypal." + vendors.Part(strings.TrimSuffix(parts[2], "s")) + "s." + vendors.Part(parts[4])
-		e.Money = paypalMoney(vendors.Get(body, "amount"))
+		e.Money, refuse = paypalMoney(vendors.Get(body, "amount"))
+	}
+	if e.Refuse == "" {
+		e.Refuse = refuse
 	}
 	return e, true
 }
 
-// paypalMoney reads {"currency_code": "USD", "value": "10.00"}.
-func paypalMoney(v any) *vendors.Money {
-	m, err := vendors.ParseDecimal(vendors.Str(v, "value"), vendors.Str(v, "currency_code"))
-	if err != nil || len(m.Currency) != 3 {
-		return nil
-	}
-	return &m
+// paypalMoney reads {"currency_code": "USD", "value": "10.00"}, and why
+// the request is refused when the value is there but unreadable.
+func paypalMoney(v any) (*vendors.Money, string) {
+	return vendors.DecimalAmount(v, "value", "currency_code")
 }
 
 // Outcome implements Vendor.

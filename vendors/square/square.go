@@ -120,7 +120,12 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 			e.CallerKey = vendors.Str(body, "idempotency_key")
 		}
 		if ep.money != nil {
-			e.Money = vendors.MinorMoney(body, append(ep.money, "amount"), append(ep.money, "currency"))
+			var refuse string
+			e.Money, refuse = vendors.MinorAmount(body, append(ep.money[:len(ep.money):len(ep.money)], "amount"),
+				append(ep.money[:len(ep.money):len(ep.money)], "currency"))
+			if e.Refuse == "" {
+				e.Refuse = refuse
+			}
 		}
 		return e, true
 	}

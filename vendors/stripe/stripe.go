@@ -136,7 +136,11 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 			e.Refuse = vendors.StrictJSON(r.Body)
 		}
 		body = vendors.JSONObject(r.Body)
-		e.Money = vendors.MinorMoney(body, []string{"amount", "value"}, []string{"amount", "currency"})
+		var refuse string
+		e.Money, refuse = vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
+		if e.Refuse == "" {
+			e.Refuse = refuse
+		}
 		e.Counterparty = vendors.FirstString(body, []string{"to", "recipient"}, []string{"customer"})
 		return e, true
 	}
@@ -156,7 +160,11 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 		e.Refuse = "a POST carries its parameters in the body, not the query string"
 	}
 	body = formMap(form)
-	e.Money = vendors.MinorMoney(body, []string{"amount"}, []string{"currency"})
+	var refuse string
+	e.Money, refuse = vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
+	if e.Refuse == "" {
+		e.Refuse = refuse
+	}
 	e.Counterparty = vendors.FirstString(body, []string{"transfer_data[destination]"}, []string{"destination"},
 		[]string{"customer"}, []string{"on_behalf_of"})
 	return e, true
