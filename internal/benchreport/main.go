@@ -155,8 +155,8 @@ func main() {
 		if pgr, err := benchPG(*dur); err != nil {
 			w("Skipped: %v\n\n", err)
 		} else {
-			w("| design | pairs/s | begin p99 | batches re-run per pair (a key lock busy) |\n|---|---|---|---|\n| Ratchet, one engine | %.0f | %s | %.3f |\n| Ratchet, three processes | %.0f | %s | %.3f |\n| naive: a transaction per call | %.0f | %s | none (it waits on the budget row's lock) |\n\n",
-				pgr.one.perSec, ms(pgr.one.p99), pgr.oneRetries, pgr.three.perSec, ms(pgr.three.p99), pgr.threeRetries, pgr.naive.perSec, ms(pgr.naive.p99))
+			w("| design | pairs/s | begin p99 | batches re-run per pair (a key lock busy) | round trips per pair | statements per pair | pairs per commit |\n|---|---|---|---|---|---|---|\n| Ratchet, one engine | %.0f | %s | %.3f | %s |\n| Ratchet, three processes | %.0f | %s | %.3f | %s |\n| naive: a transaction per call | %.0f | %s | none (it waits on the budget row's lock) | not counted | not counted | 0.5 (a transaction per call) |\n\n",
+				pgr.one.perSec, ms(pgr.one.p99), pgr.oneRetries, pgr.perPair(pgr.oneStats, pgr.one.ops), pgr.three.perSec, ms(pgr.three.p99), pgr.threeRetries, pgr.perPair(pgr.threeStats, pgr.three.ops), pgr.naive.perSec, ms(pgr.naive.p99))
 			w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 8).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
 		}
 	}

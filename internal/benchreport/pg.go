@@ -24,12 +24,13 @@ import (
 
 // openPG starts an engine on the PostgreSQL ledger in schema of the server
 // the tests use (pgtest.DSNOrDefault).
-func openPG(schema string) (*ledger.Engine, error) {
+func openPG(schema string) (*ledger.Engine, *pgstore.Store, error) {
 	st, err := pgstore.Open(context.Background(), pgtest.DSNOrDefault(), &pgstore.Options{Schema: schema})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return startEngine(st, make([]byte, 32))
+	eng, err := startEngine(st, make([]byte, 32))
+	return eng, st, err
 }
 
 type pgResults struct {
@@ -37,6 +38,16 @@ type pgResults struct {
 	// batches re-run per pair (Ratchet: a key lock was busy; the naive
 	// design re-runs nothing, it waits on row locks)
 	oneRetries, threeRetries float64
+	// what the store's batches sent, from pgstore's Stats (load-insensitive
+	// where rates are not)
+	oneStats, threeStats pgstore.Stats
+}
+
+// perPair is a store's round trips and statements per pair and its pairs
+// per commit, for the table.
+func (r pgResults) perPair(st pgstore.Stats, pairs int) string {
+	n := float64(max(pairs, 1))
+	return fmt.Sprintf("%.2f | %.2f | %.1f", float64(st.RoundTrips)/n, float64(st.Statements)/n, n/float64(max(st.Commits, 1)))
 }
 
 // benchPG measures durable begin+report pairs on the PostgreSQL ledger at
@@ -53,15 +64,16 @@ func benchPG(d time.Duration) (pgResults, error) {
 	rand.Read(b[:])
 	schema := "bench_" + hex.EncodeToString(b[:])
 	defer pgtest.Drop(dsn, schema)
-	eng, err := openPG(schema)
+	eng, st, err := openPG(schema)
 	if err != nil {
 		return out, err
 	}
 	out.one = pairs(eng, 64, d, 0)
 	out.oneRetries = float64(eng.Reruns()) / float64(max(out.one.ops, 1))
+	out.oneStats = st.Stats()
 	eng.Close(context.Background())
 	var retries int64
-	if out.three, retries, err = threeProcesses(schema, d); err != nil {
+	if out.three, retries, out.threeStats, err = threeProcesses(schema, d); err != nil {
 		return out, err
 	}
 	out.threeRetries = float64(retries) / float64(max(out.three.ops, 1))
@@ -75,17 +87,19 @@ type workerResult struct {
 	P99     time.Duration `json:"p99"`
 	Pairs   int           `json:"pairs"`
 	Retries int64         `json:"retries"`
+	Stats   pgstore.Stats `json:"stats"`
 }
 
 // threeProcesses runs three worker processes (this program with
 // -pg-worker), 22, 21 and 21 callers each, each its own engine with its own
 // pool and writer on the shared schema, as three sidecars would run, all
 // starting at the same moment; their rates add up. It also returns their
-// batches re-run.
-func threeProcesses(schema string, d time.Duration) (result, int64, error) {
+// batches re-run and their stores' counts, summed.
+func threeProcesses(schema string, d time.Duration) (result, int64, pgstore.Stats, error) {
+	var st pgstore.Stats
 	self, err := os.Executable()
 	if err != nil {
-		return result{}, 0, err
+		return result{}, 0, st, err
 	}
 	start := time.Now().Add(2 * time.Second).UnixNano()
 	var out result
@@ -111,10 +125,13 @@ func threeProcesses(schema string, d time.Duration) (result, int64, error) {
 			out.p99 = max(out.p99, r.P99)
 			out.ops += r.Pairs
 			retries += r.Retries
+			st.Commits += r.Stats.Commits
+			st.RoundTrips += r.Stats.RoundTrips
+			st.Statements += r.Stats.Statements
 		})
 	}
 	wg.Wait()
-	return out, retries, firstErr
+	return out, retries, st, firstErr
 }
 
 // pgWorker is one of threeProcesses' workers: arg is
@@ -130,7 +147,7 @@ func pgWorker(arg string) error {
 	if err := cmp.Or(err1, err2, err3); err != nil {
 		return fmt.Errorf("-pg-worker %q: %w", arg, err)
 	}
-	eng, err := openPG(parts[0])
+	eng, st, err := openPG(parts[0])
 	if err != nil {
 		return err
 	}
@@ -138,7 +155,7 @@ func pgWorker(arg string) error {
 	keyPrefix = "bench:" + parts[4] + ":"
 	time.Sleep(time.Until(time.Unix(0, start)))
 	r := pairs(eng, callers, d, 0)
-	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99, Pairs: r.ops, Retries: eng.Reruns()})
+	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99, Pairs: r.ops, Retries: eng.Reruns(), Stats: st.Stats()})
 }
 
 // naivePG is the design Ratchet's batching replaces: every call its own

@@ -124,6 +124,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,6 +165,39 @@ type Store struct {
 	retries       int
 	lock          int64  // advisory lock key of the whole ledger (schema)
 	seed          uint64 // keys' locks are hashes of the schema and the key
+	stats         struct{ commits, roundTrips, statements atomic.Int64 }
+}
+
+// Stats counts what the store's batches (Update) sent since Open. Unlike a
+// rate, these do not depend on the machine's load: make bench reports
+// them per pair.
+type Stats struct {
+	Commits    int64 // Updates committed
+	RoundTrips int64 // requests a batch waited for an answer to, re-runs and rollbacks included
+	Statements int64 // SQL statements those carried
+}
+
+// Stats reports the store's counts since Open.
+func (s *Store) Stats() Stats {
+	return Stats{s.stats.commits.Load(), s.stats.roundTrips.Load(), s.stats.statements.Load()}
+}
+
+// counted is a batch's connection, counting its round trips and statements.
+type counted struct {
+	c *pgxpool.Conn
+	s *Store
+}
+
+func (c counted) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.s.stats.roundTrips.Add(1)
+	c.s.stats.statements.Add(1)
+	return c.c.Query(ctx, sql, args...)
+}
+
+func (c counted) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.s.stats.roundTrips.Add(1)
+	c.s.stats.statements.Add(int64(b.Len()))
+	return c.c.SendBatch(ctx, b)
 }
 
 // The store, and the optional power the engine finds by assertion (a
@@ -337,12 +371,13 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) err
 	// takes the ledger key; the engine gathers the batch meanwhile (ops
 	// that arrive during it join). Reads go with their keys' locks, and the
 	// writes, their locks and COMMIT go together in one round trip.
-	t := &txn{ctx: ctx, q: conn, s: s, plan: p, ledgerX: p.ledgerX}
+	q := counted{conn, s}
+	t := &txn{ctx: ctx, q: q, s: s, plan: p, ledgerX: p.ledgerX}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue("SELECT txid_current()")
 	b.Queue("SELECT lock_keys($1, $2, true)", []int64{s.lock}, []bool{t.ledgerX})
-	br := conn.SendBatch(ctx, b)
+	br := q.SendBatch(ctx, b)
 	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&t.xid)
@@ -362,12 +397,13 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) err
 		b := t.writes()
 		commit := b.Len()
 		b.Queue("COMMIT")
-		br := conn.SendBatch(ctx, b)
+		br := q.SendBatch(ctx, b)
 		for i := 0; i <= commit && err == nil; i++ {
 			_, err = br.Exec()
 		}
 		br.Close()
 		if err == nil {
+			s.stats.commits.Add(1)
 			return nil
 		}
 		var pe *pgconn.PgError
@@ -386,6 +422,8 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) err
 	if retryable(err) {
 		p.learn(t)
 	}
+	s.stats.roundTrips.Add(1)
+	s.stats.statements.Add(1)
 	if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 		// Closing the connection rolls back and frees its locks.
 		conn.Conn().Close(ctx)

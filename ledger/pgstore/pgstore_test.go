@@ -696,3 +696,43 @@ func TestAReadStopsWhenItsRequestEnds(t *testing.T) {
 		t.Fatalf("a View begun after its context ended: %v", err)
 	}
 }
+
+// TestStatsCountWhatABatchSent: make bench reports round trips and
+// statements per pair from Stats, so they must count what a batch sent:
+// a batch that reads one key and writes one is its opening round trip
+// (BEGIN, txid, the ledger lock), the read, and the writes with COMMIT;
+// a batch that fails adds its ROLLBACK and commits nothing.
+func TestStatsCountWhatABatchSent(t *testing.T) {
+	s := openFresh(t)
+	diff := func(before Stats) Stats {
+		a := s.Stats()
+		return Stats{a.Commits - before.Commits, a.RoundTrips - before.RoundTrips, a.Statements - before.Statements}
+	}
+	before := s.Stats()
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
+		if _, err := tx.Get([]byte("c\x00counter")); err != nil && err != ledger.ErrNotFound {
+			return err
+		}
+		return tx.Set([]byte("c\x00counter"), []byte("1"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ok := diff(before)
+	if ok.Commits != 1 || ok.RoundTrips < 3 || ok.Statements < ok.RoundTrips+2 {
+		t.Errorf("a committed batch counted %+v; want 1 commit, at least 3 round trips (open, read, writes+COMMIT) and the opening's 3 statements plus the rest", ok)
+	}
+	before = s.Stats()
+	failed := errors.New("refused")
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error {
+		if _, err := tx.Get([]byte("c\x00counter")); err != nil {
+			return err
+		}
+		return failed
+	}); !errors.Is(err, failed) {
+		t.Fatalf("Update = %v, want %v", err, failed)
+	}
+	if bad := diff(before); bad.Commits != 0 || bad.RoundTrips < 3 {
+		t.Errorf("a failed batch counted %+v; want no commit and its opening, read and ROLLBACK round trips", bad)
+	}
+	t.Logf("committed batch: %+v", ok)
+}
