@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/ratchet-mcp/ratchet/internal/stripemock"
@@ -717,6 +718,46 @@ func TestAmbiguousRequestsAreRefused(t *testing.T) {
 			}
 			if len(e.effects(t)) != 0 {
 				t.Fatalf("len(e.effects(t)) != 0: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
+			}
+		})
+	}
+}
+
+// TestEveryAmountTheVendorChargesIsCounted holds the built-in vendors to
+// count money a create moves outside its first amount field: Square charges
+// tip_money on top of amount_money (its Payment's total_money is the two
+// together), and PayPal creates an order of up to ten purchase_units, each
+// with its own amount that the buyer pays. A call that put the money there
+// passed every ceiling counted at its first amount only.
+func TestEveryAmountTheVendorChargesIsCounted(t *testing.T) {
+	cases := []struct {
+		name, vendor, path, body string
+		header                   http.Header
+		wantMicros               int64
+	}{
+		{"a Square tip on top of a one-cent payment", "square", "/v2/payments",
+			`{"idempotency_key":"k-tip","source_id":"cnon:x","amount_money":{"amount":1,"currency":"USD"},"tip_money":{"amount":6000000,"currency":"USD"}}`,
+			http.Header{"Authorization": {"Bearer EAAA-token"}}, 60_000_010_000},
+		{"a second PayPal purchase unit", "paypal", "/v2/checkout/orders",
+			`{"intent":"CAPTURE","purchase_units":[{"reference_id":"a","amount":{"currency_code":"USD","value":"0.01"}},{"reference_id":"b","amount":{"currency_code":"USD","value":"60000.00"}}]}`,
+			http.Header{"Authorization": {"Bearer A21AA"}, "Paypal-Request-Id": {"req-pu-1"}}, 60_000_010_000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"x"}`))
+			defer up.Close()
+			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
+			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
+			effects := e.effects(t)
+			if resp.StatusCode != 200 || len(effects) != 1 {
+				t.Fatalf("resp.StatusCode != 200 || len(effects) != 1: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(effects))
+			}
+			var got int64 = -1
+			if effects[0].EstimatedCostMicros != nil {
+				got = *effects[0].EstimatedCostMicros
+			}
+			if diff := cmp.Diff(c.wantMicros, got); diff != "" {
+				t.Fatalf("the effect's estimated cost is not every amount the vendor charges (-want +got):\n%s", diff)
 			}
 		})
 	}
