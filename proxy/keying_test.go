@@ -697,6 +697,15 @@ func TestAmbiguousRequestsAreRefused(t *testing.T) {
 		{"a PayPal amount without its currency", "paypal", "/v2/checkout/orders",
 			`{"intent":"CAPTURE","purchase_units":[{"amount":{"value":"60000.00"}}]}`, `three-letter`,
 			http.Header{"Authorization": {"Bearer A21AA"}}},
+		{"a PayPal second purchase unit with an exponent", "paypal", "/v2/checkout/orders",
+			`{"intent":"CAPTURE","purchase_units":[{"reference_id":"a","amount":{"currency_code":"USD","value":"1.00"}},{"reference_id":"b","amount":{"currency_code":"USD","value":"6e4"}}]}`, `plain decimal`,
+			http.Header{"Authorization": {"Bearer A21AA"}}},
+		{"a Square tip in another currency", "square", "/v2/payments",
+			`{"idempotency_key":"k-2","source_id":"cnon:x","amount_money":{"amount":1,"currency":"USD"},"tip_money":{"amount":6000000,"currency":"EUR"}}`, `another currency`,
+			http.Header{"Authorization": {"Bearer EAAA-token"}}},
+		{"a Square tip without its currency", "square", "/v2/payments",
+			`{"idempotency_key":"k-3","source_id":"cnon:x","amount_money":{"amount":1,"currency":"USD"},"tip_money":{"amount":6000000}}`, `three-letter`,
+			http.Header{"Authorization": {"Bearer EAAA-token"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -749,8 +758,10 @@ func TestEveryAmountTheVendorChargesIsCounted(t *testing.T) {
 			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
 			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
 			effects := e.effects(t)
-			if resp.StatusCode != 200 || len(effects) != 1 {
-				t.Fatalf("resp.StatusCode != 200 || len(effects) != 1: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(effects))
+			// Forwarded or held for approval (the test rules hold a large
+			// Square payment), the effect is recorded with its cost.
+			if len(effects) != 1 {
+				t.Fatalf("len(effects) != 1: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(effects))
 			}
 			var got int64 = -1
 			if effects[0].EstimatedCostMicros != nil {

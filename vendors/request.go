@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -427,4 +428,23 @@ func foldKey(s string) string {
 		}
 		return min
 	}, s)
+}
+
+// AddMoney adds m to total, for a request that moves money in more than one
+// field (Square's tip_money on top of amount_money, PayPal's purchase
+// units), and says why the request is refused when the two are in
+// different currencies or their sum does not fit: counting one of them only
+// would let the rest pass every ceiling uncounted. A nil m adds nothing.
+func AddMoney(total, m *Money, field string) (*Money, string) {
+	switch {
+	case m == nil:
+		return total, ""
+	case total == nil:
+		return m, ""
+	case total.Currency != m.Currency:
+		return nil, "the amount in " + field + " is in another currency than the request's other amounts; send one currency"
+	case m.Minor > math.MaxInt64-total.Minor:
+		return nil, "the amounts up to " + field + " add up to more than Ratchet can count"
+	}
+	return &Money{Minor: total.Minor + m.Minor, Currency: total.Currency}, ""
 }

@@ -7,6 +7,7 @@ package paypal
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
@@ -92,7 +93,7 @@ func (p Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	switch {
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[1] == "checkout" && parts[2] == "orders":
 		e.Operation = "paypal.orders.create"
-		e.Money, refuse = paypalMoney(vendors.Get(body, "purchase_units", "0", "amount"))
+		e.Money, refuse = paypalOrderMoney(body)
 		e.Counterparty = vendors.FirstString(body, []string{"purchase_units", "0", "payee", "merchant_id"},
 			[]string{"purchase_units", "0", "payee", "email_address"})
 	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "checkout" && parts[2] == "orders":
@@ -111,6 +112,23 @@ func (p Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 // the request is refused when the value is there but unreadable.
 func paypalMoney(v any) (*vendors.Money, string) {
 	return vendors.DecimalAmount(v, "value", "currency_code")
+}
+
+// paypalOrderMoney sums the amounts of an order's purchase units: PayPal
+// takes up to ten, each a purchase the buyer pays for.
+func paypalOrderMoney(body any) (*vendors.Money, string) {
+	units, _ := vendors.Get(body, "purchase_units").([]any)
+	var total *vendors.Money
+	for i, u := range units {
+		m, refuse := paypalMoney(vendors.Get(u, "amount"))
+		if refuse == "" {
+			total, refuse = vendors.AddMoney(total, m, "purchase_units."+strconv.Itoa(i)+".amount")
+		}
+		if refuse != "" {
+			return nil, refuse
+		}
+	}
+	return total, ""
 }
 
 // Outcome implements Vendor.

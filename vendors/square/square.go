@@ -56,25 +56,27 @@ func (Vendor) KeyRule() vendors.KeyRule {
 // squareEndpoint is one documented Square request that takes a key.
 type squareEndpoint struct {
 	method, pattern, operation string
-	keyMax                     int      // 0: the endpoint takes no idempotency_key
-	money                      []string // path of a Money object
-	counterparty               [][]string
+	keyMax                     int // 0: the endpoint takes no idempotency_key
+	// money are the paths of the Money objects the call moves, summed
+	// (a payment charges tip_money on top of amount_money).
+	money        [][]string
+	counterparty [][]string
 }
 
 var squareEndpoints = []squareEndpoint{
-	{http.MethodPost, "payments", "square.payments.create", 45, []string{"amount_money"}, [][]string{{"customer_id"}}},
+	{http.MethodPost, "payments", "square.payments.create", 45, [][]string{{"amount_money"}, {"tip_money"}}, [][]string{{"customer_id"}}},
 	{http.MethodPut, "payments/{id}", "square.payments.update", 45, nil, nil},
 	// Its body's idempotency_key names the payment to cancel: never stamp it.
 	{http.MethodPost, "payments/cancel", "square.payments.cancel_by_idempotency_key", 0, nil, nil},
 	{http.MethodPost, "payments/{id}/complete", "square.payments.complete", 0, nil, nil},
 	{http.MethodPost, "payments/{id}/cancel", "square.payments.cancel", 0, nil, nil},
-	{http.MethodPost, "refunds", "square.refunds.create", 45, []string{"amount_money"}, [][]string{{"customer_id"}}},
+	{http.MethodPost, "refunds", "square.refunds.create", 45, [][]string{{"amount_money"}}, [][]string{{"customer_id"}}},
 	{http.MethodPost, "orders", "square.orders.create", 192, nil, [][]string{{"order", "customer_id"}}},
 	{http.MethodPut, "orders/{id}", "square.orders.update", 192, nil, nil},
 	{http.MethodPost, "orders/{id}/pay", "square.orders.pay", 192, nil, nil},
 	{http.MethodPost, "invoices", "square.invoices.create", 128, nil, [][]string{{"invoice", "primary_recipient", "customer_id"}}},
 	{http.MethodPost, "invoices/{id}/publish", "square.invoices.publish", 128, nil, nil},
-	{http.MethodPost, "checkout/payment-links", "square.payment_links.create", 192, []string{"quick_pay", "price_money"}, nil},
+	{http.MethodPost, "checkout/payment-links", "square.payment_links.create", 192, [][]string{{"quick_pay", "price_money"}}, nil},
 	{http.MethodPost, "customers", "square.customers.create", 45, nil, nil},
 }
 
@@ -119,13 +121,8 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 			e.Key.MaxLen = ep.keyMax
 			e.CallerKey = vendors.Str(body, "idempotency_key")
 		}
-		if ep.money != nil {
-			var refuse string
-			e.Money, refuse = vendors.MinorAmount(body, append(ep.money[:len(ep.money):len(ep.money)], "amount"),
-				append(ep.money[:len(ep.money):len(ep.money)], "currency"))
-			if e.Refuse == "" {
-				e.Refuse = refuse
-			}
+		if refuse := squareMoney(&e, body, ep.money); e.Refuse == "" {
+			e.Refuse = refuse
 		}
 		return e, true
 	}
@@ -134,6 +131,27 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	e := vendors.Effect{Operation: "square." + vendors.Part(parts[0]) + "." + strings.ToLower(r.Method)}
 	e.Merchant, e.Owner, e.Refuse = squareMerchant(body, r)
 	return e, true
+}
+
+// squareMoney sets e.Money to the sum of the Money objects at paths, and
+// returns why the request is refused: one is unreadable, or a second one
+// names an amount without a currency, or the sum cannot be counted.
+func squareMoney(e *vendors.Effect, body any, paths [][]string) string {
+	for i, p := range paths {
+		amount, currency := append(p[:len(p):len(p)], "amount"), append(p[:len(p):len(p)], "currency")
+		m, refuse := vendors.MinorAmount(body, amount, currency)
+		if refuse == "" && m == nil && i > 0 && vendors.Get(body, amount...) != nil {
+			refuse = "the amount in " + strings.Join(p, ".") + " comes without a three-letter currency"
+		}
+		if refuse == "" {
+			e.Money, refuse = vendors.AddMoney(e.Money, m, strings.Join(p, "."))
+		}
+		if refuse != "" {
+			e.Money = nil
+			return refuse
+		}
+	}
+	return ""
 }
 
 // squareMerchant returns the location a request names; or else, as the
