@@ -101,9 +101,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	// Memory is bounded for a sidecar: two memtables of 16 MiB instead of
 	// five of 64, three compactors instead of four (each builds tables in
-	// memory), and 64 MiB of block cache and 32 MiB of index cache instead
+	// memory), and 16 MiB of block cache and 8 MiB of index cache instead
 	// of Badger's 256 MiB and unbounded defaults (measured: a million
-	// effects took the server past 600 MiB with the defaults). The
+	// effects took the server past 600 MiB with the defaults). Ratchet's
+	// load writes new keys and bloom filters answer most reads, so the
+	// caches were mostly memory: on 2026-12-02 a million-effect ledger
+	// under MCP load held 139 MiB resident with these (75 anonymous, Go
+	// heap 59) against 176 MiB (111, 103) with 64 and 32 MiB, its engine
+	// pairs/s 109% of the empty ledger's (105% before) and the first
+	// flush's peak 131 MiB (147) (make bench, "Scale"). The
 	// memtable is where a fresh sidecar's memory peaks: its first flush
 	// builds a table from the full memtable while the next one fills, each
 	// an arena of the memtable's size and a log file mapped at twice it.
@@ -111,8 +117,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// resident at its first flush (13,000-16,000 effects); with 16 MiB,
 	// at 140-146 MiB (about 7,800 effects), under the 192 MiB a sidecar is
 	// budgeted (issue 32; make bench, "Memory at the first memtable
-	// flush"). Halving the caches as well saved only 6 MiB there, so they
-	// stay as they are for large ledgers' reads.
+	// flush").
 	//
 	// Every value Ratchet writes stays in the LSM tree (the threshold is
 	// Badger's largest, 1 MiB; a record is at most a few hundred KiB, since
@@ -145,8 +150,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
 		WithNumCompactors(3).
-		WithBlockCacheSize(64 << 20).
-		WithIndexCacheSize(32 << 20).
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(8 << 20).
 		WithValueThreshold(cmp.Or(opts.valueThreshold, 1<<20)).
 		WithValueLogFileSize(64 << 20).
 		WithBaseLevelSize(256 << 20).
