@@ -449,6 +449,18 @@ var tokenOnly = []struct {
 	}},
 }
 
+// postThroughProxy starts a proxy whose vendor upstream answers 200 and
+// counts its calls, posts body with h to path there, and returns the
+// proxy, the upstream's count and the answer.
+func postThroughProxy(t *testing.T, vendor, path, body string, h http.Header) (*env, *atomic.Int64, *http.Response, string) {
+	t.Helper()
+	up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"x"}`))
+	t.Cleanup(up.Close)
+	e := newEnv(t, map[string]string{vendor: up.URL}, nil)
+	resp, b := sendTo(t, e.url+"/"+vendor+path, body, h)
+	return e, hits, resp, b
+}
+
 // sendTo posts body with h to the proxy and returns the answer.
 func sendTo(t *testing.T, url, body string, h http.Header) (*http.Response, string) {
 	t.Helper()
@@ -709,10 +721,7 @@ func TestAmbiguousRequestsAreRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"x"}`))
-			defer up.Close()
-			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
-			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
+			e, hits, resp, b := postThroughProxy(t, c.vendor, c.path, c.body, c.header)
 			if resp.StatusCode != 400 {
 				t.Fatalf("resp.StatusCode != 400: %d %s; %d calls, %d effects", resp.StatusCode, b, hits.Load(), len(e.effects(t)))
 			}
@@ -753,10 +762,7 @@ func TestEveryAmountTheVendorChargesIsCounted(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			up, hits := fixedAnswer(200, "application/json", []byte(`{"id":"x"}`))
-			defer up.Close()
-			e := newEnv(t, map[string]string{c.vendor: up.URL}, nil)
-			resp, b := sendTo(t, e.url+"/"+c.vendor+c.path, c.body, c.header)
+			e, hits, resp, b := postThroughProxy(t, c.vendor, c.path, c.body, c.header)
 			effects := e.effects(t)
 			// Forwarded or held for approval (the test rules hold a large
 			// Square payment), the effect is recorded with its cost.

@@ -95,6 +95,14 @@ type Effect struct {
 	Key KeyRule
 }
 
+// RefuseFor sets Refuse to why unless a reason is already set: the first
+// reason found is the one the caller sees.
+func (e *Effect) RefuseFor(why string) {
+	if e.Refuse == "" {
+		e.Refuse = why
+	}
+}
+
 // mutating reports whether an HTTP method can change vendor state.
 func Mutating(method string) bool {
 	switch method {

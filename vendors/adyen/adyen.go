@@ -87,15 +87,13 @@ func (a Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	e := vendors.Effect{Key: a.KeyRule(), CallerKey: r.Header.Get("Idempotency-Key"),
 		Counterparty: vendors.FirstString(body, []string{"shopperReference"}),
 	}
-	var refuse string
-	e.Money, refuse = vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
+	money, refuse := vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
+	e.Money = money
 	e.Refuse = vendors.SingleHeaders(r.Header, "X-API-Key", "Authorization", "Idempotency-Key")
 	if e.Refuse == "" {
 		e.Refuse = vendors.StrictJSON(r.Body)
 	}
-	if e.Refuse == "" {
-		e.Refuse = refuse
-	}
+	e.RefuseFor(refuse)
 	if m := vendors.Str(body, "merchantAccount"); m != "" {
 		e.Merchant = "merchantAccount=" + m
 	}

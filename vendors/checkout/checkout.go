@@ -60,15 +60,13 @@ func (c Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	e := vendors.Effect{Operation: vendors.RestType("checkout", r.Method, parts), CallerKey: r.Header.Get("Cko-Idempotency-Key"),
 		Counterparty: vendors.FirstString(body, []string{"customer", "id"}, []string{"customer", "email"}, []string{"destination", "id"}),
 	}
-	var refuse string
-	e.Money, refuse = vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
+	money, refuse := vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
+	e.Money = money
 	e.Refuse = vendors.SingleHeaders(r.Header, "Authorization", "Cko-Idempotency-Key")
 	if e.Refuse == "" {
 		e.Refuse = vendors.StrictJSON(r.Body)
 	}
-	if e.Refuse == "" {
-		e.Refuse = refuse
-	}
+	e.RefuseFor(refuse)
 	if pc := vendors.Str(body, "processing_channel_id"); pc != "" {
 		e.Merchant = "processing_channel_id=" + pc
 	}

@@ -102,9 +102,7 @@ func (p Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 		e.Operation = "paypal." + vendors.Part(strings.TrimSuffix(parts[2], "s")) + "s." + vendors.Part(parts[4])
 		e.Money, refuse = paypalMoney(vendors.Get(body, "amount"))
 	}
-	if e.Refuse == "" {
-		e.Refuse = refuse
-	}
+	e.RefuseFor(refuse)
 	return e, true
 }
 

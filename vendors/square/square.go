@@ -121,9 +121,7 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 			e.Key.MaxLen = ep.keyMax
 			e.CallerKey = vendors.Str(body, "idempotency_key")
 		}
-		if refuse := squareMoney(&e, body, ep.money); e.Refuse == "" {
-			e.Refuse = refuse
-		}
+		e.RefuseFor(squareMoney(&e, body, ep.money))
 		return e, true
 	}
 	// Square mixes namespaces and ids in paths (/v2/loyalty/accounts), so an

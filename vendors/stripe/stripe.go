@@ -136,11 +136,9 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 			e.Refuse = vendors.StrictJSON(r.Body)
 		}
 		body = vendors.JSONObject(r.Body)
-		var refuse string
-		e.Money, refuse = vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
-		if e.Refuse == "" {
-			e.Refuse = refuse
-		}
+		money, refuse := vendors.MinorAmount(body, []string{"amount", "value"}, []string{"amount", "currency"})
+		e.Money = money
+		e.RefuseFor(refuse)
 		e.Counterparty = vendors.FirstString(body, []string{"to", "recipient"}, []string{"customer"})
 		return e, true
 	}
@@ -160,11 +158,9 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 		e.Refuse = "a POST carries its parameters in the body, not the query string"
 	}
 	body = formMap(form)
-	var refuse string
-	e.Money, refuse = vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
-	if e.Refuse == "" {
-		e.Refuse = refuse
-	}
+	money, refuse := vendors.MinorAmount(body, []string{"amount"}, []string{"currency"})
+	e.Money = money
+	e.RefuseFor(refuse)
 	e.Counterparty = vendors.FirstString(body, []string{"transfer_data[destination]"}, []string{"destination"},
 		[]string{"customer"}, []string{"on_behalf_of"})
 	return e, true
