@@ -194,6 +194,12 @@ func (c counted) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return c.c.Query(ctx, sql, args...)
 }
 
+func (c counted) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.s.stats.roundTrips.Add(1)
+	c.s.stats.statements.Add(1)
+	return c.c.Exec(ctx, sql, args...)
+}
+
 func (c counted) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	c.s.stats.roundTrips.Add(1)
 	c.s.stats.statements.Add(int64(b.Len()))
@@ -422,9 +428,7 @@ func (s *Store) try(ctx context.Context, fn func(ledger.Txn) error, p *plan) err
 	if retryable(err) {
 		p.learn(t)
 	}
-	s.stats.roundTrips.Add(1)
-	s.stats.statements.Add(1)
-	if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+	if _, rerr := q.Exec(ctx, "ROLLBACK"); rerr != nil {
 		// Closing the connection rolls back and frees its locks.
 		conn.Conn().Close(ctx)
 	}
