@@ -130,7 +130,10 @@ func New(eng Engine, opts *Options) *sdk.Server {
 			t.reserved[id] = true
 		}
 	}
+	t.tasks = newTaskStore(s)
 	t.register(s)
+	t.registerTasks(s)
+	s.AddReceivingMiddleware(t.taskMiddleware)
 	return s
 }
 
@@ -217,12 +220,14 @@ func Handler(s *sdk.Server, opts *HTTPOptions) http.Handler {
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, SessionTimeout: idle})
 	stateless := sdk.NewStreamableHTTPHandler(server,
 		&sdk.StreamableHTTPOptions{JSONResponse: true, Logger: opts.Logger, MaxRequestBodyBytes: maxBody, Stateless: true})
+	withTasks := peekTasks(sessions, maxBody) // tasks.go: a session client's tasks
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stripTaskHeaders(r.Header)
 		if v := r.Header.Get("Mcp-Protocol-Version"); protocolDateRe.MatchString(v) && v >= statelessProtocol {
 			stateless.ServeHTTP(w, r)
 			return
 		}
-		sessions.ServeHTTP(w, r)
+		withTasks.ServeHTTP(w, r)
 	})
 	// A web page must not call the tools from a browser that holds a
 	// token or reaches an unauthenticated loopback sidecar: cross-origin
@@ -244,10 +249,15 @@ var protocolDateRe = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
 
 // identity is the caller of one tool call.
 func (t *tools) identity(req *sdk.CallToolRequest) Identity {
-	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		ns, _ := req.Extra.TokenInfo.Extra["namespace"].(string)
-		agent, _ := req.Extra.TokenInfo.Extra["agent_id"].(string)
-		principal, _ := req.Extra.TokenInfo.Extra["principal"].(string)
+	return t.identityOf(req.Extra)
+}
+
+// identityOf is the caller of one request.
+func (t *tools) identityOf(ex *sdk.RequestExtra) Identity {
+	if ex != nil && ex.TokenInfo != nil {
+		ns, _ := ex.TokenInfo.Extra["namespace"].(string)
+		agent, _ := ex.TokenInfo.Extra["agent_id"].(string)
+		principal, _ := ex.TokenInfo.Extra["principal"].(string)
 		return Identity{Namespace: ns, AgentID: agent, Principal: principal}
 	}
 	return t.fallback

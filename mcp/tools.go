@@ -25,6 +25,7 @@ type tools struct {
 	reserved map[Identity]bool // Options.Reserved
 	console  string            // Options.ConsoleURL, without a trailing slash
 	log      *slog.Logger      // Options.Logger, or discard
+	tasks    *taskStore        // tasks.go
 }
 
 // field documents and bounds one input property.
@@ -136,14 +137,20 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 			toolFailed(span, err)
 			return errorResult(err), nil
 		}
-		js, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("encoding %s result: %w", spec.name, err)
-		}
-		return &sdk.CallToolResult{StructuredContent: json.RawMessage(js), Content: []sdk.Content{
-			&sdk.TextContent{Text: summary}, &sdk.TextContent{Text: string(js)},
-		}}, nil
+		return toolResult(spec.name, out, summary)
 	})
+}
+
+// toolResult is a tool's answer: out as structured content, the one-line
+// summary, and out's JSON for clients that only read text.
+func toolResult(name string, out any, summary string) (*sdk.CallToolResult, error) {
+	js, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s result: %w", name, err)
+	}
+	return &sdk.CallToolResult{StructuredContent: json.RawMessage(js), Content: []sdk.Content{
+		&sdk.TextContent{Text: summary}, &sdk.TextContent{Text: string(js)},
+	}}, nil
 }
 
 // callKey holds a tool call's request in its handler's context.
@@ -334,20 +341,15 @@ func (t *tools) register(s *sdk.Server) {
 		if err != nil {
 			return nil, "", err
 		}
-		text := string(res.Decision) + ": " + res.Message
-		if res.Decision == ledger.DecisionApprovalRequired && t.console != "" {
-			res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
-			text += " Show the user where an operator decides: " + res.ApprovalURL
+		text := t.beginSummary(res)
+		switch {
+		case t.watchApproval(ctx, *in, res): // a task-augmented begin (tasks.go) waits in its task
+		case res.ApprovalURL != "" && req != nil && !redeemed:
 			// A redeemed retry still waiting gets today's answer, not a
 			// new input request: a client retrying at once would loop.
-			if req != nil && !redeemed {
-				if r := t.askToOpen(ctx, req, res, id.Namespace, agent, fp, in); r != nil {
-					return nil, "", &readyResult{r}
-				}
+			if r := t.askToOpen(ctx, req, res, id.Namespace, agent, fp, in); r != nil {
+				return nil, "", &readyResult{r}
 			}
-		}
-		if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
-			text += " Warning: " + w.Message
 		}
 		return res, text, nil
 	})
@@ -394,6 +396,20 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		return page, summary, nil
 	})
+}
+
+// beginSummary is a begin answer's one-line text, setting its
+// approval_url when the console's address is known.
+func (t *tools) beginSummary(res *ledger.BeginResult) string {
+	text := string(res.Decision) + ": " + res.Message
+	if res.Decision == ledger.DecisionApprovalRequired && t.console != "" {
+		res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
+		text += " Show the user where an operator decides: " + res.ApprovalURL
+	}
+	if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
+		text += " Warning: " + w.Message
+	}
+	return text
 }
 
 type getInput struct {

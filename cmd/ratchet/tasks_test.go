@@ -1,0 +1,407 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratchet-mcp/ratchet/internal/pgtest"
+)
+
+// rawSession is an MCP 2025-11-25 session over streamable HTTP spoken in
+// raw JSON-RPC, as a tasks client would: the Go SDK has no tasks.
+type rawSession struct {
+	t          *testing.T
+	url, token string
+	session    string
+	next       int
+}
+
+// rpcAnswer is one JSON-RPC answer.
+type rpcAnswer struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	raw []byte
+}
+
+// openRaw initializes a session with capabilities (a JSON object).
+func openRaw(t *testing.T, url, token, capabilities string) (*rawSession, rpcAnswer) {
+	t.Helper()
+	s := &rawSession{t: t, url: url, token: token}
+	init := s.call("initialize", `{"protocolVersion":"2025-11-25","capabilities":`+capabilities+`,"clientInfo":{"name":"raw-tasks","version":"1"}}`)
+	if init.Error != nil {
+		t.Fatalf("initialize: %s", init.raw)
+	}
+	s.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return s, init
+}
+
+func (s *rawSession) post(body string) (http.Header, []byte) {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if s.session != "" {
+		req.Header.Set("Mcp-Session-Id", s.session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+		s.session = id
+	}
+	return resp.Header, b
+}
+
+// call sends one request and returns its answer.
+func (s *rawSession) call(method, params string) rpcAnswer {
+	s.t.Helper()
+	s.next++
+	_, b := s.post(`{"jsonrpc":"2.0","id":` + itoa(s.next) + `,"method":"` + method + `","params":` + params + `}`)
+	var a rpcAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		s.t.Fatalf("%s: answer %q: %v", method, b, err)
+	}
+	a.raw = b
+	return a
+}
+
+func itoa(n int) string { return strings.TrimSpace(string(must(json.Marshal(n)))) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// rawTask is a task as the answers show it.
+type rawTask struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage"`
+	TTL           *int64 `json:"ttl"`
+	PollInterval  int64  `json:"pollInterval"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+}
+
+func (s *rawSession) beginTask(args map[string]any, ttlMS int) rawTask {
+	s.t.Helper()
+	a := s.call("tools/call", `{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(args)))+`,"task":{"ttl":`+itoa(ttlMS)+`}}`)
+	var r struct {
+		Task rawTask `json:"task"`
+	}
+	if a.Error != nil || json.Unmarshal(a.Result, &r) != nil || r.Task.TaskID == "" {
+		s.t.Fatalf("task-augmented begin: %s", a.raw)
+	}
+	return r.Task
+}
+
+func (s *rawSession) getTask(id string) rawTask {
+	s.t.Helper()
+	a := s.call("tasks/get", `{"taskId":"`+id+`"}`)
+	var r rawTask
+	if a.Error != nil || json.Unmarshal(a.Result, &r) != nil {
+		s.t.Fatalf("tasks/get: %s", a.raw)
+	}
+	return r
+}
+
+// taskOutcome is what tasks/result gives: the begin's decision and message,
+// or the JSON-RPC error.
+func (s *rawSession) taskOutcome(id string) (decision string, answer map[string]any) {
+	s.t.Helper()
+	a := s.call("tasks/result", `{"taskId":"`+id+`"}`)
+	if a.Error != nil {
+		return "error " + itoa(a.Error.Code), map[string]any{"message": a.Error.Message}
+	}
+	var r struct {
+		Meta       map[string]map[string]string `json:"_meta"`
+		Structured map[string]any               `json:"structuredContent"`
+		IsError    bool                         `json:"isError"`
+	}
+	if err := json.Unmarshal(a.Result, &r); err != nil {
+		s.t.Fatalf("tasks/result %s: %v", a.raw, err)
+	}
+	if got := r.Meta["io.modelcontextprotocol/related-task"]["taskId"]; got != id {
+		s.t.Errorf("tasks/result's related-task is %q, want %q", got, id)
+	}
+	d, _ := r.Structured["decision"].(string)
+	return d, r.Structured
+}
+
+var rpcID = regexp.MustCompile(`"id":\d+`)
+
+const tasksCaps = `{"tasks":{"list":{},"cancel":{}}}`
+
+func bigPayment(key string) map[string]any {
+	return map[string]any{"idempotency_key": key, "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+}
+
+// approveByAPI approves as the operator through the admin API.
+func approveByAPI(t *testing.T, admin, id string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, admin+"/v1/approvals/"+id+"/approve", strings.NewReader(`{"note":"ok"}`))
+	req.Header.Set("Authorization", "Bearer admin-tok")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("approve %s: %d %s", id, resp.StatusCode, b)
+	}
+}
+
+// approvalInTask is the approval id a working task's status message names.
+func approvalInTask(t *testing.T, tk rawTask) string {
+	t.Helper()
+	i := strings.Index(tk.StatusMessage, "apr_")
+	if tk.Status != "working" || i < 0 {
+		t.Fatalf("task %+v, want working on an approval", tk)
+	}
+	return strings.Fields(tk.StatusMessage[i:])[0]
+}
+
+// TestATaskAugmentedBeginCompletesWithTheOperatorsDecision (issue 37 item
+// 3): a 2025-11-25 client that declares tasks sees the tasks capability
+// and taskSupport on the begin tool; its task-augmented begin of a payment
+// above the threshold answers a working task naming the approval and its
+// page; tasks/result blocks until the operator approves through the admin
+// API and then gives execute, with the task completed. On Badger, and on
+// PostgreSQL with the operator approving through another serve sharing
+// the ledger.
+func TestATaskAugmentedBeginCompletesWithTheOperatorsDecision(t *testing.T) {
+	check := func(t *testing.T, s, decider *server) {
+		raw, init := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+		var ir struct {
+			Capabilities map[string]any `json:"capabilities"`
+		}
+		json.Unmarshal(init.Result, &ir)
+		want := map[string]any{"list": map[string]any{}, "cancel": map[string]any{}, "requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}
+		if diff := cmp.Diff(want, ir.Capabilities["tasks"]); diff != "" {
+			t.Errorf("initialize's tasks capability (-want +got):\n%s", diff)
+		}
+		var tl struct {
+			Tools []struct {
+				Name      string            `json:"name"`
+				Execution map[string]string `json:"execution"`
+			} `json:"tools"`
+		}
+		json.Unmarshal(raw.call("tools/list", `{}`).Result, &tl)
+		support := map[string]string{}
+		for _, tool := range tl.Tools {
+			support[tool.Name] = tool.Execution["taskSupport"]
+		}
+		if support["ratchet_begin_effect"] != "optional" || support["ratchet_report_effect"] != "" {
+			t.Errorf("taskSupport by tool %v, want optional on the begin tool only", support)
+		}
+
+		tk := raw.beginTask(bigPayment("inv:task"), 3_600_000)
+		apr := approvalInTask(t, tk)
+		if !strings.Contains(tk.StatusMessage, "https://ratchet.example.com/approvals/"+apr) || tk.PollInterval == 0 || tk.TTL == nil {
+			t.Errorf("the working task %+v should name the approval's page, a poll interval and a ttl", tk)
+		}
+		if got := raw.getTask(tk.TaskID); got.Status != "working" {
+			t.Fatalf("tasks/get before the decision: %+v", got)
+		}
+		type outcome struct {
+			decision string
+			answer   map[string]any
+		}
+		waited := make(chan outcome, 1)
+		go func() {
+			d, a := raw.taskOutcome(tk.TaskID) // blocks until the decision
+			waited <- outcome{d, a}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		select {
+		case o := <-waited:
+			t.Fatalf("tasks/result answered before any decision: %v", o)
+		default:
+		}
+		approveByAPI(t, decider.admin, apr)
+		select {
+		case o := <-waited:
+			if o.decision != "execute" {
+				t.Fatalf("tasks/result after the approval: %s %v, want execute", o.decision, o.answer)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("tasks/result did not answer after the approval")
+		}
+		if got := raw.getTask(tk.TaskID); got.Status != "completed" || !strings.HasPrefix(got.StatusMessage, "execute: ") {
+			t.Errorf("tasks/get after the decision: %+v, want completed with the execute summary", got)
+		}
+	}
+	t.Run("badger", func(t *testing.T) {
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+		check(t, s, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSN(t)
+		schema := pgtest.Schema(t, dsn, "tasks_")
+		t.Setenv("RATCHET_PG_DSN", dsn)
+		shared := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
+			"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n"
+		sa := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
+		sb := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
+		check(t, sa, sb)
+	})
+}
+
+// TestABeginDecidedAtOnceIsACompletedTask: a task-augmented begin that
+// needs no approval answers a task that is already completed, whose result
+// is the execute; one with bad arguments is a failed task whose status
+// message carries the error code; a task for another tool is refused
+// -32601.
+func TestABeginDecidedAtOnceIsACompletedTask(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig(""))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(map[string]any{"idempotency_key": "mail:1", "effect_type": "email.send"}, 60_000)
+	if tk.Status != "completed" {
+		t.Fatalf("a begin decided at once: %+v, want a completed task", tk)
+	}
+	if d, a := raw.taskOutcome(tk.TaskID); d != "execute" {
+		t.Errorf("its result: %s %v, want execute", d, a)
+	}
+	bad := raw.beginTask(map[string]any{"idempotency_key": "mail:2"}, 60_000)
+	if bad.Status != "failed" || !strings.HasPrefix(bad.StatusMessage, "invalid_argument: ") {
+		t.Errorf("a begin refused: %+v, want a failed task saying invalid_argument", bad)
+	}
+	a := raw.call("tools/call", `{"name":"ratchet_list_effects","arguments":{},"task":{}}`)
+	if a.Error == nil || a.Error.Code != -32601 {
+		t.Errorf("a task for the list tool: %s, want error -32601", a.raw)
+	}
+}
+
+// TestATaskIsOnlyItsCallersToSee: another agent's tasks/get, tasks/result
+// and tasks/cancel of a task get the answer an unknown id gets (-32602,
+// the same message), and its tasks/list does not show it; the task is
+// still working for its owner.
+func TestATaskIsOnlyItsCallersToSee(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	mine, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := mine.beginTask(bigPayment("inv:mine"), 3_600_000)
+	other, _ := openRaw(t, s.mcp, "other-tok", tasksCaps)
+	unknown := other.call("tasks/get", `{"taskId":"task_NOSUCHTASK"}`)
+	if unknown.Error == nil || unknown.Error.Code != -32602 {
+		t.Fatalf("an unknown task: %s, want -32602", unknown.raw)
+	}
+	for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		a := other.call(m, `{"taskId":"`+tk.TaskID+`"}`)
+		if a.Error == nil || a.Error.Code != -32602 || a.Error.Message != unknown.Error.Message {
+			t.Errorf("another agent's %s: %s, want the unknown task's answer %s", m, a.raw, unknown.raw)
+		}
+	}
+	if a := other.call("tasks/list", `{}`); strings.Contains(string(a.raw), tk.TaskID) || a.Error != nil {
+		t.Errorf("another agent's tasks/list: %s, want no error and not the task", a.raw)
+	}
+	if a := mine.call("tasks/list", `{}`); !strings.Contains(string(a.raw), tk.TaskID) {
+		t.Errorf("the owner's tasks/list: %s, want the task", a.raw)
+	}
+	if got := mine.getTask(tk.TaskID); got.Status != "working" {
+		t.Errorf("the owner's task after the other's attempts: %+v", got)
+	}
+}
+
+// TestCancellingATaskLeavesTheApprovalPending: tasks/cancel stops the
+// watching (the task is cancelled, a second cancel and tasks/result are
+// refused -32602), and the approval stays pending: a plain begin still
+// gets approval_required, and once the operator approves, execute.
+func TestCancellingATaskLeavesTheApprovalPending(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:cancel"), 3_600_000)
+	apr := approvalInTask(t, tk)
+	var cancelled rawTask
+	a := raw.call("tasks/cancel", `{"taskId":"`+tk.TaskID+`"}`)
+	if a.Error != nil || json.Unmarshal(a.Result, &cancelled) != nil || cancelled.Status != "cancelled" {
+		t.Fatalf("tasks/cancel: %s", a.raw)
+	}
+	if again := raw.call("tasks/cancel", `{"taskId":"`+tk.TaskID+`"}`); again.Error == nil || again.Error.Code != -32602 {
+		t.Errorf("a second cancel: %s, want -32602", again.raw)
+	}
+	if d, _ := raw.taskOutcome(tk.TaskID); d != "error -32602" {
+		t.Errorf("tasks/result of a cancelled task: %s, want error -32602", d)
+	}
+	cs := connect(t, s.mcp, "agent-tok")
+	if got := structured(t, callResult(t, cs, bigPayment("inv:cancel"))); got["decision"] != "approval_required" || got["approval_id"] != apr {
+		t.Fatalf("a plain begin after the cancel: %v, want approval_required on %s", got, apr)
+	}
+	approveByAPI(t, s.admin, apr)
+	if got := structured(t, callResult(t, cs, bigPayment("inv:cancel"))); got["decision"] != "execute" {
+		t.Errorf("a plain begin after the approval: %v, want execute", got)
+	}
+	if got := raw.getTask(tk.TaskID); got.Status != "cancelled" {
+		t.Errorf("the cancelled task after the approval: %+v, want still cancelled", got)
+	}
+}
+
+// TestATaskEndsWithTheExpiryAnswer: when the approval lapses undecided,
+// the task completes with approval_required saying it lapsed, and makes
+// no new approval request by itself.
+func TestATaskEndsWithTheExpiryAnswer(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com")+"defaults:\n  approval_ttl: 3s\n")
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:lapse"), 3_600_000)
+	apr := approvalInTask(t, tk)
+	if tk.TTL == nil || *tk.TTL > int64((3*time.Second+5*time.Minute)/time.Millisecond) {
+		t.Errorf("ttl %v, want at most the approval's expiry plus five minutes", tk.TTL)
+	}
+	d, a := raw.taskOutcome(tk.TaskID)
+	if d != "approval_required" || a["approval_id"] != apr || !strings.Contains(a["message"].(string), "lapsed") {
+		t.Fatalf("the task's answer at the expiry: %s %v, want approval_required saying %s lapsed", d, a, apr)
+	}
+	code, out, errs := cli(t, "admin-tok", nil, "approvals", "list", "--state", "all", "-o", "json", "--admin", s.admin)
+	if code != 0 || strings.Count(out, `"approval_id"`) != 1 {
+		t.Errorf("approvals after the expiry (%d %s): %s, want the one request only", code, errs, out)
+	}
+}
+
+// TestClientsWithoutTasksSeeTodaysAnswers: a client that declares no tasks
+// gets no tasks capability and no execution on any tool, and its
+// tools/call carrying params.task gets the same bytes as without it;
+// tasks/get is refused -32601 to it.
+func TestClientsWithoutTasksSeeTodaysAnswers(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, init := openRaw(t, s.mcp, "agent-tok", `{}`)
+	if strings.Contains(string(init.raw), "tasks") {
+		t.Errorf("initialize of a client without tasks: %s", init.raw)
+	}
+	if tl := raw.call("tools/list", `{}`); strings.Contains(string(tl.raw), "execution") || tl.Error != nil {
+		t.Errorf("tools/list of a client without tasks mentions execution: %s", tl.raw)
+	}
+	raw.call("tools/call", `{"name":"ratchet_begin_effect","arguments":{"idempotency_key":"mail:1","effect_type":"email.send"}}`)
+	norm := func(b []byte) string { return rpcID.ReplaceAllString(string(b), `"id":0`) }
+	for _, call := range []string{
+		`"name":"ratchet_begin_effect","arguments":{"idempotency_key":"mail:2"}`, // refused: no effect_type
+		`"name":"ratchet_list_effects","arguments":{}`,
+	} {
+		plain := raw.call("tools/call", `{`+call+`}`)
+		withTask := raw.call("tools/call", `{`+call+`,"task":{"ttl":1000}}`)
+		if diff := cmp.Diff(norm(plain.raw), norm(withTask.raw)); diff != "" || plain.Error != nil {
+			t.Errorf("params.task from a client without tasks changed the answer (-without +with):\n%s", diff)
+		}
+	}
+	if a := raw.call("tasks/get", `{"taskId":"x"}`); a.Error == nil || a.Error.Code != -32601 {
+		t.Errorf("tasks/get of a client without tasks: %s, want -32601", a.raw)
+	}
+}

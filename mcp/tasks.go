@@ -1,0 +1,683 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Long approvals as tasks (issue 37 item 3; MCP 2025-11-25,
+// basic/utilities/tasks). A session client over HTTP that declares
+// capabilities.tasks sees the server's tasks capability (list, cancel,
+// tools/call) and execution.taskSupport "optional" on the begin tool. Its
+// task-augmented begin runs as any begin; if the answer is
+// approval_required, the call answers a task (working) that watches the
+// approval in the ledger and completes with the begin's answer once an
+// operator decided (execute, denied), or with the expiry answer (still
+// approval_required, saying the request lapsed) when it lapses undecided.
+// Any other answer makes a task that is already completed (failed for a
+// tool error). The client polls tasks/get, blocks on tasks/result, lists
+// its tasks and cancels one: cancelling stops the watching, the approval
+// stays pending. Nothing the client sends decides anything.
+//
+// Rules a change must keep:
+//   - Clients that do not declare tasks get today's bytes: nothing here
+//     runs for them but the peek at the request body.
+//   - A task belongs to the caller's identity (namespace, agent, OAuth
+//     principal) and to nobody else: another caller's task id is "not
+//     found", as an unknown one is.
+//   - Tasks are bounded (maxTasksPerOwner, maxTasks, maxTaskBytes) and live
+//     at most until the approval's expiry plus taskKeep; they are in this
+//     process's memory only (the begin's arguments too, never persisted): a
+//     restart forgets tasks, not decisions, and a task lives in the replica
+//     that made it. A client that lost its task begins again with the same
+//     key (idempotent).
+//
+// The Go SDK (v1.8.0) has no tasks: its types drop params.task and the
+// tasks capability, so peekTasks reads them from the HTTP body before the
+// SDK parses it and passes them on in headers only it sets; the middleware
+// answers the task shapes the SDK has no types for.
+
+// The headers peekTasks sets (and removes from every request first, so a
+// client cannot send them).
+const (
+	taskHeader        = "X-Ratchet-Internal-Task"         // a tools/call's params.task: its ttl in ms, or "-"
+	tasksClientHeader = "X-Ratchet-Internal-Tasks-Client" // an initialize that declares capabilities.tasks
+)
+
+// Bounds of the task store.
+const (
+	maxTasksPerOwner = 16       // tasks one caller holds at once
+	maxTasks         = 1024     // tasks held at once
+	maxTaskBytes     = 32 << 20 // arguments and results held at once
+	// taskKeep is how long a task's answer stays after the approval's
+	// expiry, or after it was created for one that completed at once.
+	taskKeep = 5 * time.Minute
+	// taskPollMS is the polling interval suggested to clients.
+	taskPollMS = 1000
+)
+
+// taskWatchEvery is how often a watching task reads its effect. A
+// variable so that tests can shorten it.
+var taskWatchEvery = time.Second
+
+// relatedTask is the _meta key tying a result to its task.
+const relatedTask = "io.modelcontextprotocol/related-task"
+
+// stripTaskHeaders removes the headers only peekTasks may set.
+func stripTaskHeaders(h http.Header) {
+	h.Del(taskHeader)
+	h.Del(tasksClientHeader)
+}
+
+// peekTasks reads a POST body (up to maxBody; a larger one goes on
+// unread for the SDK to refuse) and, for an initialize declaring tasks or
+// a task-augmented tools/call, sets the header saying so.
+func peekTasks(next http.Handler, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		if err == nil && int64(len(body)) <= maxBody && bytes.Contains(body, []byte(`"task`)) {
+			markTasks(r.Header, body)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// markTasks sets the task headers for one JSON-RPC request body. Keys are
+// matched exactly, as the SDK matches them.
+func markTasks(h http.Header, body []byte) {
+	var msg struct {
+		Method json.RawMessage `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg.Params, &params) != nil {
+		return
+	}
+	isObject := func(v json.RawMessage) bool { return len(v) > 0 && v[0] == '{' }
+	switch string(msg.Method) {
+	case `"initialize"`:
+		var caps map[string]json.RawMessage
+		if json.Unmarshal(params["capabilities"], &caps) == nil && isObject(caps["tasks"]) {
+			h.Set(tasksClientHeader, "1")
+		}
+	case `"tools/call"`:
+		var task map[string]json.RawMessage
+		if !isObject(params["task"]) || json.Unmarshal(params["task"], &task) != nil {
+			return
+		}
+		ttl := "-"
+		var ms float64
+		if json.Unmarshal(task["ttl"], &ms) == nil && ms >= 0 {
+			ttl = strconv.FormatInt(int64(min(ms, 1e15)), 10)
+		}
+		h.Set(taskHeader, ttl)
+	}
+}
+
+// task is one task-augmented begin.
+type task struct {
+	id      string
+	owner   Identity
+	created time.Time
+	ask     time.Duration // the ttl asked for; zero for none
+	size    int           // bytes counted against maxTaskBytes
+
+	// Under taskStore.mu.
+	ttl      time.Duration
+	status   string // working, completed, failed, cancelled
+	message  string
+	updated  time.Time
+	watching bool
+	result   *sdk.CallToolResult
+	timer    *time.Timer   // removes the task at created+ttl
+	done     chan struct{} // closed when the status is terminal
+	gone     chan struct{} // closed when the task is removed or cancelled: the watching stops
+}
+
+// taskStore holds the tasks of one server, and which of its sessions
+// declared tasks.
+type taskStore struct {
+	server *sdk.Server
+	mu     sync.Mutex
+	// sessions declared tasks; pruned of closed sessions as it grows.
+	sessions map[*sdk.ServerSession]bool
+	live     int // sessions open at the last prune
+	tasks    map[string]*task
+	owned    map[Identity]int
+	bytes    int
+}
+
+func newTaskStore(s *sdk.Server) *taskStore {
+	return &taskStore{server: s, sessions: map[*sdk.ServerSession]bool{}, tasks: map[string]*task{}, owned: map[Identity]int{}}
+}
+
+func (ts *taskStore) declare(ss *sdk.ServerSession) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if len(ts.sessions) >= 2*ts.live+16 {
+		open := map[*sdk.ServerSession]bool{}
+		for s := range ts.server.Sessions() {
+			open[s] = true
+		}
+		for s := range ts.sessions {
+			if !open[s] {
+				delete(ts.sessions, s)
+			}
+		}
+		ts.live = len(open)
+	}
+	ts.sessions[ss] = true
+}
+
+func (ts *taskStore) declared(s sdk.Session) bool {
+	ss, ok := s.(*sdk.ServerSession)
+	if !ok {
+		return false
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.sessions[ss]
+}
+
+func tooMany(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg + "; cancel a task, or begin without one"}
+}
+
+// open makes a working task for owner, refusing one past the bounds.
+func (ts *taskStore) open(owner Identity, size int, ask time.Duration) (*task, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	switch {
+	case ts.owned[owner] >= maxTasksPerOwner:
+		return nil, tooMany(fmt.Sprintf("too many tasks: at most %d at once per caller", maxTasksPerOwner))
+	case len(ts.tasks) >= maxTasks || ts.bytes+size > maxTaskBytes:
+		return nil, tooMany("too many tasks held by this server")
+	}
+	now := time.Now()
+	tk := &task{id: "task_" + rand.Text(), owner: owner, created: now, ask: ask, size: size,
+		status: "working", updated: now, done: make(chan struct{}), gone: make(chan struct{})}
+	ts.tasks[tk.id] = tk
+	ts.owned[owner]++
+	ts.bytes += size
+	ts.setTTL(tk, taskKeep)
+	return tk, nil
+}
+
+// setTTL sets tk's ttl to keep (from its creation), or to what its client
+// asked if shorter, and schedules its removal then.
+func (ts *taskStore) setTTL(tk *task, keep time.Duration) {
+	tk.ttl = keep
+	if tk.ask > 0 && tk.ask < keep {
+		tk.ttl = tk.ask
+	}
+	if tk.timer != nil {
+		tk.timer.Stop()
+	}
+	tk.timer = time.AfterFunc(time.Until(tk.created.Add(tk.ttl)), func() { ts.remove(tk) })
+}
+
+// remove forgets tk.
+func (ts *taskStore) remove(tk *task) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.tasks[tk.id] != tk {
+		return
+	}
+	delete(ts.tasks, tk.id)
+	if ts.owned[tk.owner]--; ts.owned[tk.owner] <= 0 {
+		delete(ts.owned, tk.owner)
+	}
+	ts.bytes -= tk.size
+	tk.timer.Stop()
+	if tk.status == "working" {
+		close(tk.gone)
+	}
+}
+
+// watch marks tk as waiting for approval a, until its expiry.
+func (ts *taskStore) watch(tk *task, res *ledger.BeginResult) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	tk.watching = true
+	tk.message = "Waiting for an operator to decide approval " + res.ApprovalID + " (it lapses at " + res.ExpiresAt.UTC().Format(time.RFC3339) + ")."
+	if res.ApprovalURL != "" {
+		tk.message += " Show the user where an operator decides: " + res.ApprovalURL
+	}
+	ts.setTTL(tk, res.ExpiresAt.Sub(tk.created)+taskKeep)
+}
+
+// finish completes tk with res, unless it was cancelled meanwhile.
+func (ts *taskStore) finish(tk *task, res *sdk.CallToolResult) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tk.status != "working" || ts.tasks[tk.id] != tk { // cancelled, or removed
+		return
+	}
+	tk.status, tk.message, tk.result, tk.updated = "completed", "", res, time.Now()
+	if res.IsError {
+		tk.status = "failed"
+	}
+	if len(res.Content) > 0 {
+		if tc, ok := res.Content[0].(*sdk.TextContent); ok {
+			tk.message = tc.Text
+		}
+	}
+	if js, err := json.Marshal(res); err == nil {
+		ts.bytes += len(js)
+		tk.size += len(js)
+	}
+	close(tk.done)
+}
+
+func taskNotFound() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task not found (tasks are kept in memory by the replica that made them, " +
+		"until a while after their approval's expiry; a restart forgets them): begin again with the same idempotency key"}
+}
+
+// get returns owner's task id; another caller's is not found.
+func (ts *taskStore) get(owner Identity, id string) (*task, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	tk, ok := ts.tasks[id]
+	if !ok || tk.owner != owner {
+		return nil, taskNotFound()
+	}
+	return tk, nil
+}
+
+// taskInfo is a task as the protocol shows it.
+type taskInfo struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	TTL           int64  `json:"ttl"`
+	PollInterval  int64  `json:"pollInterval,omitempty"`
+}
+
+// info is tk's state; the caller holds ts.mu.
+func (tk *task) info() taskInfo {
+	in := taskInfo{TaskID: tk.id, Status: tk.status, StatusMessage: tk.message, CreatedAt: tk.created.UTC().Format(time.RFC3339Nano),
+		LastUpdatedAt: tk.updated.UTC().Format(time.RFC3339Nano), TTL: tk.ttl.Milliseconds()}
+	if tk.status == "working" {
+		in.PollInterval = taskPollMS
+	}
+	return in
+}
+
+func (ts *taskStore) info(tk *task) taskInfo {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return tk.info()
+}
+
+// cancel cancels owner's working task id: it stops watching.
+func (ts *taskStore) cancel(owner Identity, id string) (taskInfo, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	tk, ok := ts.tasks[id]
+	if !ok || tk.owner != owner {
+		return taskInfo{}, taskNotFound()
+	}
+	if tk.status != "working" {
+		return taskInfo{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cannot cancel task: already in terminal status '" + tk.status + "'"}
+	}
+	tk.status, tk.updated = "cancelled", time.Now()
+	tk.message = "Cancelled: Ratchet stopped watching. Nothing was decided; the approval stays pending: begin again with the same key to see its decision."
+	close(tk.gone)
+	close(tk.done)
+	return tk.info(), nil
+}
+
+// list is owner's tasks, oldest first.
+func (ts *taskStore) list(owner Identity) []taskInfo {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var mine []*task
+	for _, tk := range ts.tasks {
+		if tk.owner == owner {
+			mine = append(mine, tk)
+		}
+	}
+	slices.SortFunc(mine, func(a, b *task) int { return a.created.Compare(b.created) })
+	out := []taskInfo{}
+	for _, tk := range mine {
+		out = append(out, tk.info())
+	}
+	return out
+}
+
+// The results the SDK has no types for.
+type (
+	createTaskResult struct {
+		sdk.ResultBase
+		Task taskInfo `json:"task"`
+	}
+	taskResult struct {
+		sdk.ResultBase
+		taskInfo
+	}
+	taskListResult struct {
+		sdk.ResultBase
+		Tasks      []taskInfo `json:"tasks"`
+		NextCursor string     `json:"nextCursor,omitempty"`
+	}
+	taskIDParams struct {
+		sdk.ParamsBase
+		TaskID string `json:"taskId"`
+	}
+	taskListParams struct {
+		sdk.ParamsBase
+		Cursor string `json:"cursor,omitempty"`
+	}
+)
+
+func (p *taskIDParams) id() string {
+	if p == nil {
+		return ""
+	}
+	return p.TaskID
+}
+
+// serverTasks is the tasks capability Ratchet declares.
+var serverTasks = map[string]any{"list": struct{}{}, "cancel": struct{}{}, "requests": map[string]any{"tools": map[string]any{"call": struct{}{}}}}
+
+// The initialize and tools/list answers of a client that declared tasks.
+type (
+	initWithTasks struct {
+		*sdk.InitializeResult
+		Capabilities capsWithTasks `json:"capabilities"`
+	}
+	capsWithTasks struct {
+		*sdk.ServerCapabilities
+		Tasks any `json:"tasks"`
+	}
+	toolsWithTasks struct {
+		*sdk.ListToolsResult
+		Tools []any `json:"tools"`
+	}
+	toolWithTasks struct {
+		*sdk.Tool
+		Execution map[string]string `json:"execution"`
+	}
+)
+
+// ownerKey holds a tasks/* request's caller in its handler's context.
+type ownerKey struct{}
+
+// taskKey holds a task-augmented begin's task in its handler's context.
+type taskKey struct{}
+
+// taskMiddleware adds tasks for the sessions that declared them.
+func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		ex := req.GetExtra()
+		if ex == nil || ex.Header == nil {
+			return next(ctx, method, req)
+		}
+		switch {
+		case method == "initialize" && ex.Header.Get(tasksClientHeader) != "":
+			res, err := next(ctx, method, req)
+			ir, ok := res.(*sdk.InitializeResult)
+			ss, sok := req.GetSession().(*sdk.ServerSession)
+			if err != nil || !ok || !sok {
+				return res, err
+			}
+			t.tasks.declare(ss)
+			caps := ir.Capabilities
+			if caps == nil {
+				caps = &sdk.ServerCapabilities{}
+			}
+			return &initWithTasks{InitializeResult: ir, Capabilities: capsWithTasks{caps, serverTasks}}, nil
+		case method == "tools/list" && t.tasks.declared(req.GetSession()):
+			res, err := next(ctx, method, req)
+			lr, ok := res.(*sdk.ListToolsResult)
+			if err != nil || !ok {
+				return res, err
+			}
+			out := &toolsWithTasks{ListToolsResult: lr, Tools: []any{}}
+			for _, tool := range lr.Tools {
+				if tool.Name == beginSpec.name {
+					out.Tools = append(out.Tools, toolWithTasks{tool, map[string]string{"taskSupport": "optional"}})
+				} else {
+					out.Tools = append(out.Tools, tool)
+				}
+			}
+			return out, nil
+		case method == "tools/call" && ex.Header.Get(taskHeader) != "" && t.tasks.declared(req.GetSession()):
+			cr, ok := req.(*sdk.CallToolRequest)
+			if !ok {
+				break
+			}
+			return t.taskCall(ctx, next, cr, ex.Header.Get(taskHeader))
+		case strings.HasPrefix(method, "tasks/"):
+			if !t.tasks.declared(req.GetSession()) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + ": this session did not declare the tasks capability in initialize"}
+			}
+			ctx = context.WithValue(ctx, ownerKey{}, t.identityOf(ex))
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// taskCall runs a task-augmented tools/call.
+func (t *tools) taskCall(ctx context.Context, next sdk.MethodHandler, req *sdk.CallToolRequest, ttl string) (sdk.Result, error) {
+	if req.Params.Name != beginSpec.name {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tool " + strconv.Quote(req.Params.Name) +
+			" does not run as a task (execution.taskSupport is forbidden; only " + beginSpec.name + " does): call it without params.task"}
+	}
+	var ask time.Duration
+	if ms, err := strconv.ParseInt(ttl, 10, 64); err == nil {
+		ask = time.Duration(ms) * time.Millisecond
+	}
+	owner := t.identityOf(req.Extra)
+	tk, err := t.tasks.open(owner, len(req.Params.Arguments), ask)
+	if err != nil {
+		return nil, err
+	}
+	res, err := next(context.WithValue(ctx, taskKey{}, tk), "tools/call", req)
+	cr, ok := res.(*sdk.CallToolResult)
+	if err != nil || !ok {
+		t.tasks.remove(tk)
+		if err == nil {
+			err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the begin made no tool result"}
+		}
+		return nil, err
+	}
+	t.tasks.mu.Lock()
+	watching := tk.watching
+	t.tasks.mu.Unlock()
+	if !watching {
+		t.tasks.finish(tk, cr)
+	}
+	t.log.Info("task created", "task_id", tk.id, "namespace", owner.Namespace, "agent_id", owner.AgentID, "watching", watching)
+	out := &createTaskResult{Task: t.tasks.info(tk)}
+	if len(cr.Content) > 0 {
+		if tc, ok := cr.Content[0].(*sdk.TextContent); ok {
+			out.Meta = sdk.Meta{"io.modelcontextprotocol/model-immediate-response": tc.Text}
+		}
+	}
+	return out, nil
+}
+
+// watchApproval makes the begin's task wait for its approval, when the
+// begin in ctx is task-augmented: it reports whether it does.
+func (t *tools) watchApproval(ctx context.Context, in ledger.BeginRequest, res *ledger.BeginResult) bool {
+	tk, _ := ctx.Value(taskKey{}).(*task)
+	if tk == nil || res.Decision != ledger.DecisionApprovalRequired || res.ExpiresAt == nil || res.EffectID == "" {
+		return false
+	}
+	t.tasks.watch(tk, res)
+	in.Confirmation = nil // an approval covers the begin again, as for an agent's own retry
+	go t.watch(tk, in, *res)
+	return true
+}
+
+// watch waits for an operator's decision on res's approval: it reads the
+// effect every taskWatchEvery and, once the approval is no longer pending
+// (or every retry_after_seconds, as a polling agent would, so that a grant
+// is seen), begins again with the same request and completes the task
+// with that answer. At the approval's expiry it completes with the expiry
+// answer instead of beginning again (which would ask anew, for a client
+// that may be gone).
+func (t *tools) watch(tk *task, in ledger.BeginRequest, res ledger.BeginResult) {
+	exp := *res.ExpiresAt
+	retry := max(time.Duration(res.RetryAfterSeconds)*time.Second, taskWatchEvery)
+	nextBegin := time.Now().Add(retry)
+	tick := time.NewTicker(taskWatchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tk.gone:
+			return
+		case <-tick.C:
+		}
+		if done := t.watchOnce(tk, &in, &res, exp, &nextBegin, retry); done {
+			return
+		}
+	}
+}
+
+func (t *tools) watchOnce(tk *task, in *ledger.BeginRequest, res *ledger.BeginResult, exp time.Time, nextBegin *time.Time, retry time.Duration) bool {
+	now := time.Now()
+	if !now.Before(exp.Add(-taskWatchEvery / 2)) {
+		t.tasks.finish(tk, t.beginResult(lapsed(res), nil))
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	again := !now.Before(*nextBegin)
+	if !again {
+		eff, err := t.eng.Get(ctx, in.Namespace, res.EffectID, "")
+		if err != nil {
+			t.log.Debug("a task reading its effect", "task_id", tk.id, "error", err)
+			return false
+		}
+		a := eff.Approval
+		if a != nil && a.ApprovalID == res.ApprovalID && a.State == ledger.ApprovalExpired {
+			t.tasks.finish(tk, t.beginResult(lapsed(res), nil))
+			return true
+		}
+		again = eff.State != ledger.StateAwaitingApproval || a == nil || a.ApprovalID != res.ApprovalID || a.State != ledger.ApprovalPending
+	}
+	if !again {
+		return false
+	}
+	*nextBegin = now.Add(retry)
+	r, err := t.eng.Begin(ctx, *in)
+	if le := ledger.Classify(err); err != nil && (le.Code == ledger.CodeUnavailable || le.Code == ledger.CodeInternal) {
+		t.log.Debug("a task beginning again", "task_id", tk.id, "error", err)
+		return false
+	}
+	if err == nil && r.Decision == ledger.DecisionApprovalRequired && r.ApprovalID == res.ApprovalID {
+		return false // still waiting (one approver of several so far)
+	}
+	t.tasks.finish(tk, t.beginResult(r, err))
+	t.log.Info("task completed", "task_id", tk.id, "namespace", in.Namespace, "agent_id", in.AgentID)
+	return true
+}
+
+// lapsed is the expiry answer: the action still needs approval, and the
+// request lapsed undecided.
+func lapsed(res *ledger.BeginResult) *ledger.BeginResult {
+	out := *res
+	out.RetryAfterSeconds = 0
+	out.DimensionWarning, out.BudgetWarning, out.IntegrationWarning = nil, nil, nil
+	out.Message = fmt.Sprintf("Approval %s lapsed at %s without a decision. Do not perform this action; begin again with the same key to ask again.",
+		res.ApprovalID, res.ExpiresAt.UTC().Format(time.RFC3339))
+	return &out
+}
+
+// beginResult is the begin tool's result for a begin's answer.
+func (t *tools) beginResult(res *ledger.BeginResult, err error) *sdk.CallToolResult {
+	if err != nil {
+		return errorResult(err)
+	}
+	out, err := toolResult(beginSpec.name, res, t.beginSummary(res))
+	if err != nil {
+		return errorResult(err)
+	}
+	return out
+}
+
+// registerTasks adds the tasks methods.
+func (t *tools) registerTasks(s *sdk.Server) {
+	owner := func(ctx context.Context) Identity {
+		id, _ := ctx.Value(ownerKey{}).(Identity)
+		return id
+	}
+	must := func(err error) {
+		if err != nil {
+			panic(err)
+		}
+	}
+	must(sdk.AddReceivingCustomMethod(s, "tasks/get", func(ctx context.Context, _ *sdk.ServerSession, p *taskIDParams) (*taskResult, error) {
+		tk, err := t.tasks.get(owner(ctx), p.id())
+		if err != nil {
+			return nil, err
+		}
+		return &taskResult{taskInfo: t.tasks.info(tk)}, nil
+	}))
+	must(sdk.AddReceivingCustomMethod(s, "tasks/result", func(ctx context.Context, _ *sdk.ServerSession, p *taskIDParams) (*sdk.CallToolResult, error) {
+		tk, err := t.tasks.get(owner(ctx), p.id())
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-tk.done:
+		case <-tk.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		t.tasks.mu.Lock()
+		status, res := tk.status, tk.result
+		t.tasks.mu.Unlock()
+		if res == nil {
+			if status == "cancelled" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task was cancelled: it has no result; begin again with the same idempotency key"}
+			}
+			return nil, taskNotFound()
+		}
+		out := *res
+		out.Meta = sdk.Meta{relatedTask: map[string]string{"taskId": tk.id}}
+		return &out, nil
+	}))
+	must(sdk.AddReceivingCustomMethod(s, "tasks/list", func(ctx context.Context, _ *sdk.ServerSession, p *taskListParams) (*taskListResult, error) {
+		if p != nil && p.Cursor != "" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor: every task is on the first page"}
+		}
+		return &taskListResult{Tasks: t.tasks.list(owner(ctx))}, nil
+	}))
+	must(sdk.AddReceivingCustomMethod(s, "tasks/cancel", func(ctx context.Context, _ *sdk.ServerSession, p *taskIDParams) (*taskResult, error) {
+		info, err := t.tasks.cancel(owner(ctx), p.id())
+		if err != nil {
+			return nil, err
+		}
+		t.log.Info("task cancelled", "task_id", p.id())
+		return &taskResult{taskInfo: info}, nil
+	}))
+}
