@@ -3,7 +3,9 @@
 // TypeScript SDK 1.x (2025-11-25: URL-mode elicitation, a server-initiated
 // elicitation/create) and the v2 client (2026-07-28: an input_required
 // result, retried by the client's own driver), the operator approving
-// through the admin API meanwhile. Run by "make interop".
+// through the admin API meanwhile, and the 1.x experimental tasks client
+// (2025-11-25 tasks: a begin that waits for the operator in a task). Run
+// by "make interop".
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -69,6 +71,37 @@ test('v2 2026-07-28: input_required, the operator approves, the client\'s own re
     assert.equal(asked[0].mode, 'url');
     assert.equal(asked[0].elicitationId, undefined, 'the 2026-07-28 revision has no elicitationId');
     assert.match(asked[0].url, new RegExp(`^${CONSOLE}/approvals/apr_`));
+  } finally {
+    await client.close();
+  }
+});
+
+test('sdk1.x 2025-11-25 tasks: a task-augmented begin waits for the operator; the task\'s result is execute', async () => {
+  const client = new Client1({ name: 'interop-tasks-sdk1', version: '1' }, { capabilities: { tasks: { list: {}, cancel: {} } } });
+  await client.connect(new HTTP1(new URL(serve.mcp), headers));
+  try {
+    assert.deepEqual(client.getServerCapabilities()?.tasks, { list: {}, cancel: {}, requests: { tools: { call: {} } } });
+    const tools = await client.listTools(); // the client learns which tools run as tasks
+    assert.equal(tools.tools.find((t) => t.name === 'ratchet_begin_effect').execution?.taskSupport, 'optional');
+    const statuses = [];
+    let result;
+    for await (const msg of client.experimental.tasks.callToolStream(pay('sdk1:task'), undefined, { task: { ttl: 600_000 } })) {
+      if (msg.type === 'error') throw msg.error;
+      if (msg.type === 'result') result = msg.result;
+      if (msg.type === 'taskCreated' || msg.type === 'taskStatus') {
+        statuses.push(msg.task.status);
+        if (statuses.length === 2) { // the client polled once and saw it waiting: the operator approves
+          assert.equal(msg.task.status, 'working');
+          assert.match(msg.task.statusMessage, new RegExp(`${CONSOLE}/approvals/apr_`));
+          await approve(serve.admin, msg.task.statusMessage.match(/apr_[^\s()]+/)[0]);
+        }
+      }
+    }
+    assert.equal(result?.structuredContent?.decision, 'execute', JSON.stringify(result));
+    assert.deepEqual([statuses[0], statuses.at(-1)], ['working', 'completed']);
+    const { tasks } = await client.experimental.tasks.listTasks();
+    assert.equal(tasks.length, 1);
+    assert.equal(tasks[0].status, 'completed');
   } finally {
     await client.close();
   }
