@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -403,5 +404,58 @@ func TestClientsWithoutTasksSeeTodaysAnswers(t *testing.T) {
 	}
 	if a := raw.call("tasks/get", `{"taskId":"x"}`); a.Error == nil || a.Error.Code != -32601 {
 		t.Errorf("tasks/get of a client without tasks: %s, want -32601", a.raw)
+	}
+}
+
+// TestARestartForgetsTasksNotDecisions: tasks are held in the serve's
+// memory. After a restart the task is not found (-32602), the operator's
+// approval made meanwhile stands, and the client's fallback, beginning
+// again with the same key as a task, gets a task completed at once with
+// execute.
+func TestARestartForgetsTasksNotDecisions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := startServe(t, dir, conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:restart"), 3_600_000)
+	apr := approvalInTask(t, tk)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+
+	s = startServe(t, dir, conversationConfig("https://ratchet.example.com"))
+	approveByAPI(t, s.admin, apr)
+	raw, _ = openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	if a := raw.call("tasks/get", `{"taskId":"`+tk.TaskID+`"}`); a.Error == nil || a.Error.Code != -32602 {
+		t.Errorf("the task after a restart: %s, want -32602 (forgotten)", a.raw)
+	}
+	again := raw.beginTask(bigPayment("inv:restart"), 3_600_000)
+	if again.Status != "completed" {
+		t.Fatalf("beginning again as a task after the approval: %+v, want completed", again)
+	}
+	if d, a := raw.taskOutcome(again.TaskID); d != "execute" {
+		t.Errorf("its result: %s %v, want execute", d, a)
+	}
+}
+
+// TestTasksAreBoundedPerCaller: a caller holds at most 16 tasks at once;
+// the 17th task-augmented begin is refused -32600 before it runs (no
+// approval is requested for it), while another caller still gets its
+// task.
+func TestTasksAreBoundedPerCaller(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	for i := range 16 {
+		raw.beginTask(bigPayment("inv:many-"+itoa(i)), 3_600_000)
+	}
+	a := raw.call("tools/call", `{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(bigPayment("inv:many-16"))))+`,"task":{}}`)
+	if a.Error == nil || a.Error.Code != -32600 || !strings.Contains(a.Error.Message, "at most 16") {
+		t.Fatalf("the 17th task: %s, want -32600 naming the bound", a.raw)
+	}
+	code, out, _ := cli(t, "admin-tok", nil, "approvals", "list", "--state", "pending", "-o", "json", "--admin", s.admin)
+	if code != 0 || strings.Count(out, `"approval_id"`) != 16 {
+		t.Errorf("pending approvals: %s, want the 16 tasks' only", out)
+	}
+	other, _ := openRaw(t, s.mcp, "other-tok", tasksCaps)
+	if tk := other.beginTask(bigPayment("inv:other"), 3_600_000); tk.Status != "working" {
+		t.Errorf("another caller's task: %+v, want working", tk)
 	}
 }
