@@ -34,6 +34,10 @@
 // clients keep their sessions. Ratchet sends nothing to clients unasked, so
 // the two differ only in bookkeeping.
 //
+// Tasks. A session client over HTTP that declares the tasks capability may
+// run a begin as a task that waits for its approval (tasks.go); clients
+// that do not declare it get the same bytes as without tasks.
+//
 // Schemas: see schema.go. interop/ proves all of this against the
 // TypeScript SDKs and the MCP Inspector.
 package mcp
