@@ -4,8 +4,10 @@
 // TypeScript v2 client (2026-07-28) beginning a payment that needs
 // approval. Its elicitation handler hands the URL it was given to Chromium,
 // which opens exactly that page, signs in as an operator there and decides;
-// the client's own input_required retry then gets the decision. Run by
-// "make console-test" beside console.test.mjs.
+// the client's own input_required retry then gets the decision. The SDK
+// 1.x (2025-11-25) is sent elicitation/create while its call waits; it sees
+// the decision by beginning again. Run by "make console-test" beside
+// console.test.mjs.
 
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,6 +17,9 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport as HTTP1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { chromium } from 'playwright-core';
 
 import { CHROMIUM, serveWith, sha256 } from './serve.mjs';
@@ -141,6 +146,28 @@ test('the operator rejects on the page the client opened; the retry gets denied,
   assert.equal(res.structuredContent?.decision, 'denied', JSON.stringify(res));
   assert.equal(res.structuredContent.reason, 'approval_rejected');
   assert.equal(asked.length, 1);
+});
+
+test('sdk1.x 2025-11-25: the operator approves in Chromium while the call waits on its elicitation; the call answers approval_required, the next begin executes', async () => {
+  const client = new Client1({ name: 'console-conversation-sdk1', version: '1' }, { capabilities: { elicitation: { url: {} } } });
+  const asked = [];
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push(req.params);
+    await decideInChromium(req.params.url, 'approve', 'ok from the chat');
+    return { action: 'accept' };
+  });
+  await client.connect(new HTTP1(new URL(serve.mcp), { requestInit: { headers: { Authorization: `Bearer ${AGENT_TOKEN}` } } }));
+  try {
+    const args = { idempotency_key: 'order-c37-3', effect_type: 'payment.charge', vendor: 'stripe', run_id: 'run-c37', estimated_cost_micros: 150_000_000 };
+    const first = await client.callTool({ name: 'ratchet_begin_effect', arguments: args });
+    assert.equal(first.structuredContent?.decision, 'approval_required', JSON.stringify(first));
+    assert.deepEqual(asked.map((p) => [p.mode, p.url, p.elicitationId]),
+      [['url', first.structuredContent.approval_url, first.structuredContent.approval_id]]);
+    const again = await client.callTool({ name: 'ratchet_begin_effect', arguments: args });
+    assert.equal(again.structuredContent?.decision, 'execute', JSON.stringify(again));
+  } finally {
+    await client.close();
+  }
 });
 
 test('the pages raised no error', () => {
