@@ -15,6 +15,7 @@ import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as HTTP1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Client as Client2, StreamableHTTPClientTransport as HTTP2 } from '@modelcontextprotocol/client';
+import { createTaskSessionFromClient, resultFromTaskOutcome } from '@modelcontextprotocol/ext-tasks/client';
 
 import { approve, auditEvents, startServe } from './lib/ratchet.mjs';
 
@@ -200,6 +201,43 @@ test('v2 2026-07-28: a requestState past its expiry asks again, a new input_requ
   } finally {
     await m.client.close();
     await short.stop();
+  }
+});
+
+test('v2 2026-07-28 with the tasks extension (ext-tasks): the begin is a task; the operator approves; its outcome is execute', async () => {
+  const clientInfo = { name: 'interop-tasks-v2', version: '1' };
+  const clientCapabilities = { extensions: { 'io.modelcontextprotocol/tasks': {} } };
+  const client = new Client2(clientInfo, { capabilities: clientCapabilities, versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await client.connect(new HTTP2(new URL(serve.mcp), headers));
+  // The package's raw path for the extension's shapes, which the v2 client's codecs refuse.
+  let next = 0;
+  const rawDispatch = async (request) => {
+    const name = request.method === 'tools/call' ? request.params.name : request.params?.taskId;
+    const res = await fetch(serve.mcp, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${TOKEN}`,
+        'Mcp-Protocol-Version': '2026-07-28', 'Mcp-Method': request.method, ...(name ? { 'Mcp-Name': name } : {}) },
+      body: JSON.stringify({ jsonrpc: '2.0', id: `raw-${++next}`, ...request }),
+    });
+    const body = await res.json();
+    return body.error ? { kind: 'error', error: body.error } : { kind: 'result', result: body.result };
+  };
+  const session = createTaskSessionFromClient(client, { endpointId: 'interop-ratchet', rawDispatch,
+    v2RequestFraming: { protocolVersion: '2026-07-28', clientInfo, clientCapabilities } });
+  const plain = new Client2({ name: 'interop-tasks-v2-plain', version: '1' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await plain.connect(new HTTP2(new URL(serve.mcp), headers));
+  try {
+    const execution = await session.callTool('ratchet_begin_effect', pay('v2:task').arguments);
+    assert.equal(execution.kind, 'task');
+    const waiting = (await plain.callTool(pay('v2:task'))).structuredContent; // the same key: the same approval
+    assert.equal(waiting.decision, 'approval_required');
+    await approve(serve.admin, waiting.approval_id);
+    const { outcome } = await execution.settle();
+    const result = resultFromTaskOutcome(outcome);
+    assert.equal(result?.structuredContent?.decision, 'execute', JSON.stringify(outcome));
+  } finally {
+    await session.close();
+    await plain.close();
   }
 });
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -144,6 +145,7 @@ type task struct {
 	created time.Time
 	ask     time.Duration // the ttl asked for; zero for none
 	size    int           // bytes counted against maxTaskBytes
+	v2      bool          // made for a 2026-07-28 client (the tasks extension)
 
 	// Under taskStore.mu.
 	ttl      time.Duration
@@ -207,7 +209,7 @@ func tooMany(msg string) error {
 }
 
 // open makes a working task for owner, refusing one past the bounds.
-func (ts *taskStore) open(owner Identity, size int, ask time.Duration) (*task, error) {
+func (ts *taskStore) open(owner Identity, size int, ask time.Duration, v2 bool) (*task, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	switch {
@@ -217,7 +219,7 @@ func (ts *taskStore) open(owner Identity, size int, ask time.Duration) (*task, e
 		return nil, tooMany("too many tasks held by this server")
 	}
 	now := time.Now()
-	tk := &task{id: "task_" + rand.Text(), owner: owner, created: now, ask: ask, size: size,
+	tk := &task{id: "task_" + rand.Text(), owner: owner, created: now, ask: ask, size: size, v2: v2,
 		status: "working", updated: now, done: make(chan struct{}), gone: make(chan struct{})}
 	ts.tasks[tk.id] = tk
 	ts.owned[owner]++
@@ -277,7 +279,7 @@ func (ts *taskStore) finish(tk *task, res *sdk.CallToolResult) {
 		return
 	}
 	tk.status, tk.message, tk.result, tk.updated = "completed", "", res, time.Now()
-	if res.IsError {
+	if res.IsError && !tk.v2 { // the extension's failed is for JSON-RPC errors only
 		tk.status = "failed"
 	}
 	if len(res.Content) > 0 {
@@ -439,6 +441,9 @@ func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 		if ex == nil || ex.Header == nil {
 			return next(ctx, method, req)
 		}
+		if method == "server/discover" || v2Request(req) { // discover is of 2026-07-28 only, and sets the session's version itself
+			return t.taskMiddlewareV2(ctx, next, method, req)
+		}
 		switch {
 		case method == "initialize" && ex.Header.Get(tasksClientHeader) != "":
 			res, err := next(ctx, method, req)
@@ -495,7 +500,7 @@ func (t *tools) taskCall(ctx context.Context, next sdk.MethodHandler, req *sdk.C
 		ask = time.Duration(ms) * time.Millisecond
 	}
 	owner := t.identityOf(req.Extra)
-	tk, err := t.tasks.open(owner, len(req.Params.Arguments), ask)
+	tk, err := t.tasks.open(owner, len(req.Params.Arguments), ask, false)
 	if err != nil {
 		return nil, err
 	}
@@ -672,6 +677,11 @@ func (t *tools) registerTasks(s *sdk.Server) {
 		}
 		return &taskListResult{Tasks: t.tasks.list(owner(ctx))}, nil
 	}))
+	// tasks/update (2026-07-28) is answered by taskMiddlewareV2; it is
+	// registered so that the SDK routes it.
+	must(sdk.AddReceivingCustomMethod(s, "tasks/update", func(context.Context, *sdk.ServerSession, *taskIDParams) (*ackV2, error) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tasks/update is of the 2026-07-28 tasks extension"}
+	}))
 	must(sdk.AddReceivingCustomMethod(s, "tasks/cancel", func(ctx context.Context, _ *sdk.ServerSession, p *taskIDParams) (*taskResult, error) {
 		info, err := t.tasks.cancel(owner(ctx), p.id())
 		if err != nil {
@@ -680,4 +690,138 @@ func (t *tools) registerTasks(s *sdk.Server) {
 		t.log.Info("task cancelled", "task_id", p.id())
 		return &taskResult{taskInfo: info}, nil
 	}))
+}
+
+// The tasks extension of 2026-07-28 (io.modelcontextprotocol/tasks,
+// SEP-2663). A client declares it in each request's capabilities; the
+// server lists it in server/discover (to that client only) and decides per
+// call whether to answer a task: Ratchet does for a begin that is
+// approval_required, and answers every other begin as usual. tasks/get
+// carries the result; there is no tasks/result or tasks/list, and
+// tasks/cancel and tasks/update are acknowledgements. A tool error is a
+// completed task there (failed is for JSON-RPC errors).
+
+// tasksExtension is the extension's identifier.
+const tasksExtension = "io.modelcontextprotocol/tasks"
+
+// v2Request reports whether req is of the 2026-07-28 protocol or later.
+func v2Request(req sdk.Request) bool {
+	ss, ok := req.GetSession().(*sdk.ServerSession)
+	if !ok {
+		return false
+	}
+	p := ss.InitializeParams()
+	return p != nil && protocolDateRe.MatchString(p.ProtocolVersion) && p.ProtocolVersion >= statelessProtocol
+}
+
+// declaresTasksExtension reports whether req's capabilities include the
+// tasks extension.
+func declaresTasksExtension(req sdk.Request) bool {
+	r, ok := req.(interface {
+		ClientCapabilities() *sdk.ClientCapabilities
+	})
+	if !ok {
+		return false
+	}
+	caps := r.ClientCapabilities()
+	if caps == nil {
+		return false
+	}
+	_, ok = caps.Extensions[tasksExtension]
+	return ok
+}
+
+// The extension's results.
+type (
+	taskV2 struct {
+		sdk.ResultBase
+		ResultType     string          `json:"resultType"`
+		TaskID         string          `json:"taskId"`
+		Status         string          `json:"status"`
+		StatusMessage  string          `json:"statusMessage,omitempty"`
+		CreatedAt      string          `json:"createdAt"`
+		LastUpdatedAt  string          `json:"lastUpdatedAt"`
+		TTLMs          int64           `json:"ttlMs"`
+		PollIntervalMs int64           `json:"pollIntervalMs,omitempty"`
+		Result         json.RawMessage `json:"result,omitempty"`
+	}
+	ackV2 struct {
+		sdk.ResultBase
+		ResultType string `json:"resultType"`
+	}
+)
+
+// infoV2 is tk as the extension shows it, with resultType rt.
+func (ts *taskStore) infoV2(tk *task, rt string) *taskV2 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	in := tk.info()
+	out := &taskV2{ResultType: rt, TaskID: in.TaskID, Status: in.Status, StatusMessage: in.StatusMessage, CreatedAt: in.CreatedAt,
+		LastUpdatedAt: in.LastUpdatedAt, TTLMs: in.TTL, PollIntervalMs: in.PollInterval}
+	if tk.status == "completed" {
+		// The result as the call would have answered it, resultType
+		// included (the SDK sets it only on what it sends itself).
+		if js, err := json.Marshal(tk.result); err == nil && len(js) > 1 && js[0] == '{' {
+			out.Result = append([]byte(`{"resultType":"complete",`), js[1:]...)
+		}
+	}
+	return out
+}
+
+func (t *tools) taskMiddlewareV2(ctx context.Context, next sdk.MethodHandler, method string, req sdk.Request) (sdk.Result, error) {
+	switch method {
+	case "server/discover":
+		res, err := next(ctx, method, req)
+		dr, ok := res.(*sdk.DiscoverResult)
+		if err != nil || !ok || !declaresTasksExtension(req) {
+			return res, err
+		}
+		caps := sdk.ServerCapabilities{}
+		if dr.Capabilities != nil {
+			caps = *dr.Capabilities
+		}
+		caps.Extensions = maps.Clone(caps.Extensions)
+		caps.AddExtension(tasksExtension, nil)
+		out := *dr
+		out.Capabilities = &caps
+		return &out, nil
+	case "tools/call":
+		cr, ok := req.(*sdk.CallToolRequest)
+		if !ok || cr.Params.Name != beginSpec.name || !declaresTasksExtension(req) {
+			break
+		}
+		tk, err := t.tasks.open(t.identityOf(cr.Extra), len(cr.Params.Arguments), 0, true)
+		if err != nil {
+			return next(ctx, method, req) // no room for a task: the begin answers as usual
+		}
+		res, err := next(context.WithValue(ctx, taskKey{}, tk), method, req)
+		t.tasks.mu.Lock()
+		watching := tk.watching
+		t.tasks.mu.Unlock()
+		if err != nil || !watching {
+			t.tasks.remove(tk)
+			return res, err
+		}
+		t.log.Info("task created", "task_id", tk.id, "namespace", tk.owner.Namespace, "agent_id", tk.owner.AgentID, "watching", true)
+		return t.tasks.infoV2(tk, "task"), nil
+	case "tasks/get", "tasks/cancel", "tasks/update":
+		p, _ := req.GetParams().(*taskIDParams)
+		owner := t.identityOf(req.GetExtra())
+		tk, err := t.tasks.get(owner, p.id())
+		if err != nil {
+			return nil, err
+		}
+		switch method {
+		case "tasks/get":
+			return t.tasks.infoV2(tk, "complete"), nil
+		case "tasks/cancel": // an acknowledgement, whatever the task's state
+			if _, err := t.tasks.cancel(owner, tk.id); err == nil {
+				t.log.Info("task cancelled", "task_id", tk.id)
+			}
+		}
+		return &ackV2{ResultType: "complete"}, nil // tasks/update: Ratchet asks for no input
+	case "tasks/result", "tasks/list":
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + " is not part of the 2026-07-28 tasks extension: tasks/get carries the result"}
+	}
+	return next(ctx, method, req)
 }

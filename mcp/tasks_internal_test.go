@@ -17,13 +17,13 @@ func TestTheTaskStoreUnderConcurrentUse(t *testing.T) {
 	owner := Identity{Namespace: "default", AgentID: "bot"}
 	var tasks []*task
 	for range maxTasksPerOwner {
-		tk, err := ts.open(owner, 100, 0)
+		tk, err := ts.open(owner, 100, 0, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, tk)
 	}
-	if _, err := ts.open(owner, 100, 0); err == nil {
+	if _, err := ts.open(owner, 100, 0, false); err == nil {
 		t.Fatalf("a task past %d for one caller was opened", maxTasksPerOwner)
 	}
 	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "execute: go"}}}

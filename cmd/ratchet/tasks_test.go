@@ -459,3 +459,129 @@ func TestTasksAreBoundedPerCaller(t *testing.T) {
 		t.Errorf("another caller's task: %+v, want working", tk)
 	}
 }
+
+// rawV2 speaks the stateless 2026-07-28 protocol in raw JSON-RPC, each
+// request carrying its capabilities (with the tasks extension when ext).
+type rawV2 struct {
+	t          *testing.T
+	url, token string
+	ext        bool
+	next       int
+}
+
+func (c *rawV2) call(method, name string, params map[string]any) rpcAnswer {
+	c.t.Helper()
+	caps := map[string]any{}
+	if c.ext {
+		caps["extensions"] = map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}
+	}
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-v2", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": caps}
+	c.next++
+	body := must(json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.next, "method": method, "params": params}))
+	req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(string(body)))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Authorization": "Bearer " + c.token} {
+		req.Header.Set(k, v)
+	}
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var a rpcAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		c.t.Fatalf("%s: answer %d %q: %v", method, resp.StatusCode, b, err)
+	}
+	a.raw = b
+	return a
+}
+
+// v2Task is a task of the extension.
+type v2Task struct {
+	ResultType    string `json:"resultType"`
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage"`
+	TTLMs         *int64 `json:"ttlMs"`
+	Result        *struct {
+		Structured map[string]any `json:"structuredContent"`
+	} `json:"result"`
+}
+
+func (c *rawV2) task(a rpcAnswer) v2Task {
+	c.t.Helper()
+	var tk v2Task
+	if a.Error != nil || json.Unmarshal(a.Result, &tk) != nil {
+		c.t.Fatalf("answer %s, want a task", a.raw)
+	}
+	return tk
+}
+
+// TestA2026ClientWithTheTasksExtensionGetsATask (issue 37 item 3, the
+// 2026-07-28 tasks extension): a client declaring
+// io.modelcontextprotocol/tasks sees it in server/discover; its begin of
+// a payment above the threshold answers a task (resultType "task",
+// working, naming the approval); tasks/get shows it working, then, once
+// the operator approved through the admin API, completed with the execute
+// inline. A begin decided at once is answered as usual; another agent's
+// tasks/get is refused like an unknown id; a client without the extension
+// sees none in discover and gets the ordinary approval_required.
+func TestA2026ClientWithTheTasksExtensionGetsATask(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	c := &rawV2{t: t, url: s.mcp, token: "agent-tok", ext: true}
+	var disc struct {
+		Capabilities struct {
+			Extensions map[string]any `json:"extensions"`
+		} `json:"capabilities"`
+	}
+	json.Unmarshal(c.call("server/discover", "", map[string]any{}).Result, &disc)
+	if _, ok := disc.Capabilities.Extensions["io.modelcontextprotocol/tasks"]; !ok {
+		t.Errorf("server/discover to a client with the extension: %v, want it listed", disc.Capabilities.Extensions)
+	}
+	begin := func(c *rawV2, args map[string]any) rpcAnswer {
+		return c.call("tools/call", "ratchet_begin_effect", map[string]any{"name": "ratchet_begin_effect", "arguments": args})
+	}
+	tk := c.task(begin(c, bigPayment("inv:v2")))
+	if tk.ResultType != "task" || tk.Status != "working" || !strings.Contains(tk.StatusMessage, "apr_") || tk.TTLMs == nil {
+		t.Fatalf("the begin's answer: %+v, want a working task on the approval", tk)
+	}
+	apr := approvalInTask(t, rawTask{Status: tk.Status, StatusMessage: tk.StatusMessage})
+	get := func(c *rawV2) rpcAnswer { return c.call("tasks/get", "", map[string]any{"taskId": tk.TaskID}) }
+	if got := c.task(get(c)); got.Status != "working" || got.ResultType != "complete" {
+		t.Fatalf("tasks/get before the decision: %+v", got)
+	}
+	other := &rawV2{t: t, url: s.mcp, token: "other-tok", ext: true}
+	unknown := other.call("tasks/get", "", map[string]any{"taskId": "task_NOSUCHTASK"})
+	if a := get(other); a.Error == nil || unknown.Error == nil || a.Error.Message != unknown.Error.Message {
+		t.Errorf("another agent's tasks/get: %s, want the unknown id's answer %s", a.raw, unknown.raw)
+	}
+	approveByAPI(t, s.admin, apr)
+	deadline := time.Now().Add(20 * time.Second)
+	var done v2Task
+	for done = c.task(get(c)); done.Status == "working" && time.Now().Before(deadline); done = c.task(get(c)) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if done.Status != "completed" || done.Result == nil || done.Result.Structured["decision"] != "execute" {
+		t.Fatalf("tasks/get after the approval: %s, want completed with execute", must(json.Marshal(done)))
+	}
+
+	var now map[string]any
+	json.Unmarshal(begin(c, map[string]any{"idempotency_key": "mail:v2", "effect_type": "email.send"}).Result, &now)
+	if now["resultType"] != "complete" || now["structuredContent"].(map[string]any)["decision"] != "execute" {
+		t.Errorf("a begin decided at once: %v, want the ordinary execute", now)
+	}
+	plain := &rawV2{t: t, url: s.mcp, token: "agent-tok"}
+	if a := plain.call("server/discover", "", map[string]any{}); strings.Contains(string(a.raw), "io.modelcontextprotocol/tasks") {
+		t.Errorf("server/discover to a client without the extension: %s", a.raw)
+	}
+	json.Unmarshal(begin(plain, bigPayment("inv:v2-plain")).Result, &now)
+	if now["resultType"] != "complete" || now["structuredContent"].(map[string]any)["decision"] != "approval_required" {
+		t.Errorf("a begin without the extension: %v, want the ordinary approval_required", now)
+	}
+}
