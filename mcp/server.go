@@ -34,9 +34,10 @@
 // clients keep their sessions. Ratchet sends nothing to clients unasked, so
 // the two differ only in bookkeeping.
 //
-// Tasks. A session client over HTTP that declares the tasks capability may
-// run a begin as a task that waits for its approval (tasks.go); clients
-// that do not declare it get the same bytes as without tasks.
+// Tasks. Over HTTP, a client that declares tasks (2025-11-25's capability,
+// or 2026-07-28's extension) may have a begin answered by a task that waits
+// for its approval (tasks.go); clients that do not declare them get the
+// same bytes as without tasks.
 //
 // Schemas: see schema.go. interop/ proves all of this against the
 // TypeScript SDKs and the MCP Inspector.

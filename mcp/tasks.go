@@ -48,6 +48,9 @@ import (
 //     that made it. A client that lost its task begins again with the same
 //     key (idempotent).
 //
+// 2026-07-28 clients get the tasks extension instead (taskMiddlewareV2,
+// below).
+//
 // The Go SDK (v1.8.0) has no tasks: its types drop params.task and the
 // tasks capability, so peekTasks reads them from the HTTP body before the
 // SDK parses it and passes them on in headers only it sets; the middleware
