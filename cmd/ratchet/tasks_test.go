@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 )
 
 // rawSession is an MCP 2025-11-25 session over streamable HTTP spoken in
@@ -257,11 +255,7 @@ func TestATaskAugmentedBeginCompletesWithTheOperatorsDecision(t *testing.T) {
 		check(t, s, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		dsn := pgtest.DSN(t)
-		schema := pgtest.Schema(t, dsn, "tasks_")
-		t.Setenv("RATCHET_PG_DSN", dsn)
-		shared := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
-			"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n"
+		shared := sharedPostgres(t, "tasks_")
 		sa := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
 		sb := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
 		check(t, sa, sb)
