@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -441,7 +442,7 @@ type taskKey struct{}
 func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		ex := req.GetExtra()
-		if ex == nil || ex.Header == nil {
+		if ex == nil || ex.Header == nil || !taskMethod(method, req, ex) { // stdio; most calls: at once
 			return next(ctx, method, req)
 		}
 		if method == "server/discover" || v2Request(req) { // discover is of 2026-07-28 only, and sets the session's version itself
@@ -490,6 +491,20 @@ func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// taskMethod reports whether the middleware may have something to do
+// with a request: the methods it answers, and a tools/call of the begin
+// or one peekTasks marked.
+func taskMethod(method string, req sdk.Request, ex *sdk.RequestExtra) bool {
+	switch method {
+	case "initialize", "tools/list", "server/discover":
+		return true
+	case "tools/call":
+		cr, ok := req.(*sdk.CallToolRequest)
+		return ok && (cr.Params.Name == beginSpec.name || ex.Header.Get(taskHeader) != "")
+	}
+	return strings.HasPrefix(method, "tasks/")
 }
 
 // taskCall runs a task-augmented tools/call.
@@ -717,20 +732,16 @@ func v2Request(req sdk.Request) bool {
 	return p != nil && protocolDateRe.MatchString(p.ProtocolVersion) && p.ProtocolVersion >= statelessProtocol
 }
 
-// declaresTasksExtension reports whether req's capabilities include the
-// tasks extension.
+// declaresTasksExtension reports whether req's capabilities (in its
+// _meta, as the SDK decoded it) include the tasks extension.
 func declaresTasksExtension(req sdk.Request) bool {
-	r, ok := req.(interface {
-		ClientCapabilities() *sdk.ClientCapabilities
-	})
-	if !ok {
+	p := req.GetParams()
+	if p == nil || reflect.ValueOf(p).IsNil() { // a request without params
 		return false
 	}
-	caps := r.ClientCapabilities()
-	if caps == nil {
-		return false
-	}
-	_, ok = caps.Extensions[tasksExtension]
+	caps, _ := p.GetMeta()["io.modelcontextprotocol/clientCapabilities"].(map[string]any)
+	ext, _ := caps["extensions"].(map[string]any)
+	_, ok := ext[tasksExtension]
 	return ok
 }
 
