@@ -105,6 +105,10 @@ type Options struct {
 	// approval's page under it (approval_url), which the agent shows its
 	// user. Empty: no approval_url, the answer as before.
 	ConsoleURL string
+	// Done, when closed, says the server is shutting down: tasks stop
+	// watching their approvals and a tasks/result waiting on one answers
+	// at once (tasks.go), so that a shutdown need not wait for them.
+	Done <-chan struct{}
 }
 
 // New returns an MCP server with Ratchet's six tools.
@@ -123,7 +127,7 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: "ratchet", Title: "Ratchet side-effect gate", Version: version},
 		&sdk.ServerOptions{Logger: logger, Instructions: instructions})
 	t := &tools{eng: eng, fallback: opts.Identity, leases: opts.Defaults, reserved: map[Identity]bool{},
-		console: strings.TrimSuffix(opts.ConsoleURL, "/"), log: cmp.Or(opts.Logger, discard)}
+		console: strings.TrimSuffix(opts.ConsoleURL, "/"), log: cmp.Or(opts.Logger, discard), done: opts.Done}
 	if t.fallback.Namespace == "" {
 		t.fallback.Namespace = ledger.DefaultNamespace
 	}

@@ -577,6 +577,8 @@ func (t *tools) watch(tk *task, in ledger.BeginRequest, res ledger.BeginResult) 
 		select {
 		case <-tk.gone:
 			return
+		case <-t.done:
+			return
 		case <-tick.C:
 		}
 		if done := t.watchOnce(tk, &in, &res, exp, &nextBegin, retry); done {
@@ -673,6 +675,8 @@ func (t *tools) registerTasks(s *sdk.Server) {
 		select {
 		case <-tk.done:
 		case <-tk.gone:
+		case <-t.done:
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "Ratchet is shutting down and forgets its tasks: begin again with the same idempotency key"}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

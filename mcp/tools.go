@@ -26,6 +26,7 @@ type tools struct {
 	console  string            // Options.ConsoleURL, without a trailing slash
 	log      *slog.Logger      // Options.Logger, or discard
 	tasks    *taskStore        // tasks.go
+	done     <-chan struct{}   // Options.Done
 }
 
 // field documents and bounds one input property.

@@ -134,7 +134,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	started = true
 
 	mcpServer := mcp.New(traced, &mcp.Options{Version: version, Logger: log, Defaults: cfg.LedgerDefaults(), Reserved: reservedAgents(cfg),
-		ConsoleURL: cfg.Notify.ConsoleURL})
+		ConsoleURL: cfg.Notify.ConsoleURL, Done: ctx.Done()})
 	var calls inflight
 	mux := http.NewServeMux()
 	httpOpts := &mcp.HTTPOptions{Agents: agents, Logger: log, OAuth: verifier, SessionIdle: cfg.MCP.SessionIdle.Value()}

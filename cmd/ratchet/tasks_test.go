@@ -402,7 +402,8 @@ func TestClientsWithoutTasksSeeTodaysAnswers(t *testing.T) {
 }
 
 // TestARestartForgetsTasksNotDecisions: tasks are held in the serve's
-// memory. After a restart the task is not found (-32602), the operator's
+// memory. A tasks/result waiting when SIGTERM comes answers -32603 at once
+// and the serve exits without waiting out its grace. After a restart the task is not found (-32602), the operator's
 // approval made meanwhile stands, and the client's fallback, beginning
 // again with the same key as a task, gets a task completed at once with
 // execute.
@@ -412,8 +413,17 @@ func TestARestartForgetsTasksNotDecisions(t *testing.T) {
 	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
 	tk := raw.beginTask(bigPayment("inv:restart"), 3_600_000)
 	apr := approvalInTask(t, tk)
+	waiting := make(chan string, 1)
+	go func() { d, _ := raw.taskOutcome(tk.TaskID); waiting <- d }()
+	time.Sleep(200 * time.Millisecond) // tasks/result is blocked on the task
+	stop := time.Now()
 	s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.done
+	if err := <-s.done; err != nil || time.Since(stop) > 10*time.Second {
+		t.Errorf("shutdown with a tasks/result waiting: %v after %v, want exit 0 well within the 20 s grace", err, time.Since(stop))
+	}
+	if d := <-waiting; d != "error -32603" {
+		t.Errorf("the waiting tasks/result at shutdown: %s, want error -32603", d)
+	}
 
 	s = startServe(t, dir, conversationConfig("https://ratchet.example.com"))
 	approveByAPI(t, s.admin, apr)
