@@ -418,11 +418,21 @@ func TestARestartForgetsTasksNotDecisions(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // tasks/result is blocked on the task
 	stop := time.Now()
 	s.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-s.done; err != nil || time.Since(stop) > 10*time.Second {
-		t.Errorf("shutdown with a tasks/result waiting: %v after %v, want exit 0 well within the 20 s grace", err, time.Since(stop))
+	select {
+	case err := <-s.done:
+		if err != nil || time.Since(stop) > 10*time.Second {
+			t.Errorf("shutdown with a tasks/result waiting: %v after %v, want exit 0 well within the 20 s grace", err, time.Since(stop))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit within 30 s of SIGTERM with a tasks/result waiting")
 	}
-	if d := <-waiting; d != "error -32603" {
-		t.Errorf("the waiting tasks/result at shutdown: %s, want error -32603", d)
+	select {
+	case d := <-waiting:
+		if d != "error -32603" {
+			t.Errorf("the waiting tasks/result at shutdown: %s, want error -32603", d)
+		}
+	case <-time.After(5 * time.Second): // its connection broke unanswered (the goroutine's t.Fatal)
+		t.Error("the waiting tasks/result got no answer at shutdown")
 	}
 
 	s = startServe(t, dir, conversationConfig("https://ratchet.example.com"))
