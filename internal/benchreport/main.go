@@ -159,7 +159,7 @@ func main() {
 				pgr.one.perSec, ms(pgr.one.p99), pgr.oneRetries, pgr.perPair(pgr.oneStats, pgr.one.ops), pgr.serverPerPair(pgr.oneServer),
 				pgr.three.perSec, ms(pgr.three.p99), pgr.threeRetries, pgr.perPair(pgr.threeStats, pgr.three.ops), pgr.serverPerPair(pgr.threeServer),
 				pgr.naive.perSec, ms(pgr.naive.p99), pgr.serverPerPair(pgr.naiveServer))
-			w("Server CPU per pair is the CPU time of the server processes serving each design's sessions (pg_stat_activity by application_name, their times from /proc; n/a when the server is not on this machine): unlike the rates it hardly moves with the machine's load, so it is what an A/B of the store's SQL compares.\n\n")
+			w("Server CPU per pair is the CPU time of the server processes serving each design's sessions (pg_stat_activity by application_name, their times from /proc; n/a when the server is not on this machine): it moves far less with the machine's load than the rates do, so it is what an A/B of the store's SQL compares.\n\n")
 			w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 8).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
 		}
 	}

@@ -72,8 +72,8 @@ func withApp(dsn, app string) string {
 // serverCPU measures the CPU time of the server processes serving the
 // sessions named app, when the server runs on this machine: the processes
 // are found in pg_stat_activity, their times read from /proc (backendCPU).
-// Unlike a rate, the figure per pair hardly moves with the machine's load,
-// so it is what an A/B of the store's SQL compares.
+// The figure per pair moves far less with the machine's load than a rate
+// does, so it is what an A/B of the store's SQL compares.
 type serverCPU struct {
 	dsn, app string
 	before   map[uint32]time.Duration

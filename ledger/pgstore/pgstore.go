@@ -78,9 +78,9 @@
 // instead of 56, and pairs/s fell by a fifth to a third.
 //
 // What was measured and set aside (SERIALIZABLE without locks, one lock
-// for the whole ledger, the WAL flush taken out of the transaction, two
-// batches in flight, writes sent while the batch is still being decided,
-// plain INSERT and UPDATE for keys known absent or present) is in
+// for the whole ledger, the WAL flush taken out of the transaction so that
+// two batches are in flight, writes sent while the batch is still being
+// decided, plain INSERT and UPDATE for keys known absent or present) is in
 // docs/design.md.
 //
 // A commit's answer can be lost with its connection. The store learns
@@ -466,11 +466,11 @@ const lostCommitWait = 5 * time.Second
 // holds the earlier commit: the question writes one WAL record (a
 // transactional logical message, which nothing needs to read), since a
 // transaction that writes none commits without waiting, id or not, and the
-// lost transaction's record, already written, comes before it. Until the
-// server notices the lost connection
-// the transaction is still in progress; commitOutcome waits up to lostCommitWait for
-// it to end. An error means it cannot tell: the batch is then reported
-// failed, its outcome unknown.
+// lost transaction's commit record, already written, comes before it.
+// Until the server notices the lost connection the transaction is still in
+// progress; commitOutcome waits up to lostCommitWait for it to end. An
+// error means it cannot tell: the batch is then reported failed, its
+// outcome unknown.
 func (s *Store) commitOutcome(ctx context.Context, lost *lostCommit) (committed bool, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, lostCommitWait)
 	defer cancel()
