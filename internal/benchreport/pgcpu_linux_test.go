@@ -7,8 +7,7 @@ import (
 )
 
 func TestBackendCPUReadsAProcessOfThisMachine(t *testing.T) {
-	end := time.Now().Add(30 * time.Millisecond)
-	for time.Now().Before(end) { // use some CPU to be counted
+	for processCPU() < 5*time.Second/userHZ { // some CPU to be counted, however loaded the machine
 	}
 	d, ok := backendCPU(uint32(os.Getpid()))
 	if !ok || d <= 0 || d > processCPU()+time.Second/userHZ {
