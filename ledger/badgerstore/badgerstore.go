@@ -119,7 +119,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// of 18), and the ledger took 7% less disk. A read that gets past the
 	// bloom filter and the block cache decompresses 16 KiB instead of 4.
 	// With 16 KiB blocks and an 8 MiB block cache that ledger held
-	// 112-114 MiB under MCP load, the engine on it 98-164% of its pairs/s
+	// 112-123 MiB under MCP load, the engine on it 81-164% of its pairs/s
 	// on an empty ledger (make bench, "Scale"). While a compaction runs,
 	// its table builders still take hundreds of MiB (see the table size
 	// below; issue 31 in docs/design.md).
