@@ -19,6 +19,9 @@ type faultyStore struct {
 	*badgerstore.Store
 	failCommit, failSync atomic.Bool
 	rerun                atomic.Bool // run the next batch twice, discarding the first run
+	// failAfterRun makes commits fail after the batch ran (its writes
+	// discarded), as a commit failing in Badger would.
+	failAfterRun atomic.Bool
 }
 
 var errDiscardRun = errors.New("injected serialization failure")
@@ -26,6 +29,15 @@ var errDiscardRun = errors.New("injected serialization failure")
 func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
 	if s.failCommit.Load() {
 		return errors.New("injected commit failure")
+	}
+	if s.failAfterRun.Load() {
+		err := s.Store.UpdateDeferred(ctx, func(tx ledger.Txn) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return errors.New("injected commit failure after the batch ran")
+		})
+		return err
 	}
 	if s.rerun.Swap(false) {
 		// As a shared store does after a serialization failure: the
@@ -119,6 +131,32 @@ func TestFailedCommitRecordsNothing(t *testing.T) {
 	}
 	h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionInFlight)
 	h.report(first.EffectID, ledger.OutcomeSucceeded)
+}
+
+// The writer keeps the state counts and the audit head it last wrote; a
+// batch decided and then not written must not leave its moves in them.
+func TestAFailedCommitLeavesStateCountsAndAuditHeadAsStored(t *testing.T) {
+	h, fs := faultyHarness(t)
+	first := h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionExecute)
+	fs.failAfterRun.Store(true)
+	beginUnavailable(t, h, "fault:2", "nothing was recorded")
+	fs.failAfterRun.Store(false)
+	h.beginWant(pay("fault:2", "acct_1", 1_000_000), ledger.DecisionExecute)
+	h.report(first.EffectID, ledger.OutcomeSucceeded)
+	assertStateCounts(t, h)
+	recs, heads := auditOf(t, h)
+	if brk := ledger.VerifyAudit(recs, heads); brk != nil {
+		t.Fatalf("the audit log does not verify after a failed commit: %v", brk)
+	}
+	if got, want := len(recs), 3; got != want {
+		t.Fatalf("len(recs) = %d, want %d (two begins and a report)", got, want)
+	}
+	h.reopen() // what is stored, read afresh, says the same
+	assertStateCounts(t, h)
+	recs, heads = auditOf(t, h)
+	if brk := ledger.VerifyAudit(recs, heads); brk != nil {
+		t.Fatalf("the audit log does not verify after a reopen: %v", brk)
+	}
 }
 
 func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {
