@@ -304,7 +304,7 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 	if err := tx.Set(auditKey(chain, first), block); err != nil {
 		return err
 	}
-	hb, err := appendAuditHead(nil, &head)
+	hb, err := appendAuditHead(make([]byte, 0, 128), &head)
 	if err != nil {
 		return err
 	}

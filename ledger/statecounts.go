@@ -57,7 +57,7 @@ func (e *Engine) applyStateCounts(tx Txn, delta map[State]int64) error {
 	if e.cache != nil {
 		e.cache.counts = counts
 	}
-	return tx.Set(e.countsKey, appendStateCounts(nil, counts))
+	return tx.Set(e.countsKey, appendStateCounts(make([]byte, 0, 24*len(counts)+2), counts))
 }
 
 // appendStateCounts appends counts as encoding/json's Marshal spells them
