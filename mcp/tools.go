@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,9 @@ type tools struct {
 	reserved map[Identity]bool // Options.Reserved
 	console  string            // Options.ConsoleURL, without a trailing slash
 	log      *slog.Logger      // Options.Logger, or discard
+	// listed are the tools as tools/list shows them, by name; the SDK
+	// holds each with a stand-in input schema (addTool, listFull).
+	listed map[string]*sdk.Tool
 }
 
 // field documents and bounds one input property.
@@ -103,14 +107,9 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	destructive := false
 	tool := &sdk.Tool{
 		Name: spec.name, Title: spec.title, Description: spec.desc,
-		// The schemas go to the SDK as their JSON, encoded once here: for
-		// every tools/call of the 2026-07-28 protocol the SDK encodes the
-		// tool's input schema and decodes it again to find x-mcp-header
-		// annotations (go-sdk v1.8.0 validateParamHeaders), and a
+		// The schemas are their JSON, encoded once here: a
 		// *jsonschema.Schema encodes through a MarshalJSON per subschema,
-		// each of whose output encoding/json compacts again: 2.0M of a
-		// begin+report pair's 6.7M instructions (docs/design.md,
-		// "Performance, round two"). tools/list carries the same bytes.
+		// each of whose output encoding/json compacts again.
 		InputSchema: schemaJSON(in), OutputSchema: schemaJSON(outputSchema[Out](spec.output)),
 		// The title is the tool's own; annotations.title would repeat it.
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: spec.readOnly,
@@ -119,7 +118,24 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	if !spec.readOnly { // destructiveHint means nothing for a read-only tool
 		tool.Annotations.DestructiveHint = &destructive
 	}
-	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	// For every tools/call of the 2026-07-28 protocol the SDK encodes the
+	// tool's input schema and decodes it again to find x-mcp-header
+	// annotations (go-sdk v1.8.0 validateParamHeaders): the begin schema's
+	// 3.5 KB, an eighth of an MCP begin+report pair's instructions
+	// (docs/design.md, "The MCP adapter"). Ratchet's schemas carry no such
+	// annotation, so the SDK holds a stand-in with none either, which is
+	// all it reads the schema for after AddTool, and listFull puts the
+	// whole tool back into tools/list.
+	if bytes.Contains(tool.InputSchema.(json.RawMessage), []byte(`"x-mcp-header"`)) {
+		panic(fmt.Sprintf("tool %s: an x-mcp-header annotation, which the SDK's stand-in schema would hide from its check", spec.name))
+	}
+	if t.listed == nil {
+		t.listed = map[string]*sdk.Tool{}
+	}
+	t.listed[spec.name] = tool
+	held := *tool
+	held.InputSchema = standInSchema
+	s.AddTool(&held, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		ctx, span := startToolSpan(ctx, spec.name, req) // trace.go
 		defer span.End()
 		var args In
@@ -144,6 +160,28 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 			&sdk.TextContent{Text: summary}, &sdk.TextContent{Text: string(js)},
 		}}, nil
 	})
+}
+
+// standInSchema is the input schema the SDK holds for every tool (addTool).
+var standInSchema = json.RawMessage(`{"type":"object"}`)
+
+// listFull is the server's middleware that answers tools/list with the
+// tools as Ratchet describes them (t.listed) in place of the SDK's
+// stand-ins, after the SDK has paginated them.
+func (t *tools) listFull(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		list, ok := res.(*sdk.ListToolsResult)
+		if !ok || err != nil {
+			return res, err
+		}
+		out := *list
+		out.Tools = make([]*sdk.Tool, len(list.Tools))
+		for i, tool := range list.Tools {
+			out.Tools[i] = cmp.Or(t.listed[tool.Name], tool)
+		}
+		return &out, nil
+	}
 }
 
 // callKey holds a tool call's request in its handler's context.
