@@ -25,10 +25,10 @@ import (
 //   - Input schemas are derived from the engine's request types, with one
 //     documented field per property (toolSpec.fields), each with one type:
 //     a pointer is optional, never null.
-//   - Output schemas are derived from the engine's result types too, but list
-//     only the fields an agent acts on (toolSpec.output): the other fields are
-//     still returned, and allowed, since output objects are not closed
-//     either. A listed field the type lacks panics at start (and so in
+//   - Output schemas are derived from the result types too, but list only
+//     the fields an agent acts on (toolSpec.output): the other fields are
+//     still returned (but by report, whose answer is only those: reported),
+//     and allowed, since output objects are not closed either. A listed field the type lacks panics at start (and so in
 //     every test), so the schema cannot drift from the type; every result
 //     the tests produce is validated against it.
 

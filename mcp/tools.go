@@ -389,12 +389,16 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		return res, text, nil
 	})
-	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
+	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*reported, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
 		in.NotAgents = t.reservedIn(id)                     // and one that fixes none, no credential's
 		in.Principal = id.Principal
 		eff, err := t.eng.Report(ctx, *in)
-		return eff, effectSummary(eff), err
+		if err != nil {
+			return nil, "", err
+		}
+		return &reported{EffectID: eff.EffectID, IdempotencyKey: eff.IdempotencyKey, State: eff.State, Attempt: eff.Attempt,
+			Reason: eff.Reason, Result: eff.Result, VendorReference: eff.VendorReference, ResultNote: eff.ResultNote}, effectSummary(eff), nil
 	})
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
@@ -432,6 +436,24 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		return page, summary, nil
 	})
+}
+
+// reported is a report's answer: the effect's fields its output schema
+// lists (settledOutput), what an agent acts on after reporting. It sent the
+// rest itself a moment ago, and ratchet_get_effect returns the whole
+// record; the whole effect, about 600 bytes written twice (structured and
+// as text), was a tenth of an MCP begin+report pair's instructions in the
+// SDK's encoding and the client's decoding (docs/design.md, "The MCP
+// adapter").
+type reported struct {
+	EffectID        string          `json:"effect_id"`
+	IdempotencyKey  string          `json:"idempotency_key"`
+	State           ledger.State    `json:"state"`
+	Attempt         int             `json:"attempt"`
+	Reason          string          `json:"reason,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	VendorReference string          `json:"vendor_reference,omitempty"`
+	ResultNote      string          `json:"result_note,omitempty"`
 }
 
 type getInput struct {
