@@ -94,13 +94,15 @@ interop-vendors: build
 		RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec vendors.test.mjs
 
 # The operator console in Debian's Chromium (playwright-core) against a real
-# ratchet serve, an agent speaking MCP beside it (console/browser/, about 10
-# seconds). CHROMIUM names the browser when it is not /usr/bin/chromium.
+# ratchet serve, an agent speaking MCP beside it (console/browser/, about 15
+# seconds); conversation.test.mjs has the operator decide on the page an
+# agent's client was asked to open. CHROMIUM names the browser when it is not
+# /usr/bin/chromium.
 # console-screenshots also rewrites docs/console-*.png (docs/console.md's pictures).
 CONSOLE_NPM = cd console/browser && { [ node_modules/.installed -nt package.json ] || \
 	{ npm install --no-package-lock && touch node_modules/.installed; }; }
 console-test: build
-	$(CONSOLE_NPM) && RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec console.test.mjs
+	$(CONSOLE_NPM) && RATCHET_BIN=$(CURDIR)/bin/ratchet node --test --test-reporter=spec console.test.mjs conversation.test.mjs
 
 console-screenshots: build
 	$(CONSOLE_NPM) && RATCHET_BIN=$(CURDIR)/bin/ratchet RATCHET_SCREENSHOT_DIR=$(CURDIR)/docs node --test console.test.mjs

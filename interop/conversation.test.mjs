@@ -1,9 +1,12 @@
 // Approvals inside the conversation (issue 37) from the TypeScript side: a
 // real "ratchet serve" with the console's public address set, the
 // TypeScript SDK 1.x (2025-11-25: URL-mode elicitation, a server-initiated
-// elicitation/create) and the v2 client (2026-07-28: an input_required
-// result, retried by the client's own driver), the operator approving
-// through the admin API meanwhile. Run by "make interop".
+// elicitation/create, whose call answers the decision made while it
+// waited) and the v2 client (2026-07-28: an input_required result, retried
+// by the client's own driver), the operator approving through the admin API
+// meanwhile; and the v2 client's raw retries (its
+// manual mode hands back the requestState): replayed, altered, expired.
+// Run by "make interop".
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -28,11 +31,13 @@ const headers = { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } }
 const pay = (key) => ({ name: 'ratchet_begin_effect', arguments: {
   idempotency_key: key, effect_type: 'payment.charge', estimated_cost_micros: 150_000_000, dimensions: { counterparty: 'acct_1' } } });
 
-test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page; its accept approves nothing', async () => {
+test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page; its accept approves nothing; approved while the call waits, the call answers execute', async () => {
   const client = new Client1({ name: 'interop-conversation-sdk1', version: '1' }, { capabilities: { elicitation: { url: {} } } });
   const asked = [];
+  let operatorDecides = false;
   client.setRequestHandler(ElicitRequestSchema, async (req) => {
     asked.push(req.params);
+    if (operatorDecides) await approve(serve.admin, req.params.elicitationId); // the user went to the page; an operator approved there
     return { action: 'accept' };
   });
   await client.connect(new HTTP1(new URL(serve.mcp), headers));
@@ -44,6 +49,11 @@ test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page;
     assert.deepEqual(asked.map((p) => [p.mode, p.url, p.elicitationId]), [['url', out.approval_url, out.approval_id]]);
     const again = await client.callTool(pay('sdk1:big'));
     assert.equal(again.structuredContent.decision, 'approval_required', 'an accept is not an approval');
+
+    operatorDecides = true;
+    const approved = await client.callTool(pay('sdk1:approved'));
+    assert.equal(approved.structuredContent?.decision, 'execute', JSON.stringify(approved));
+    assert.equal(asked.length, 3);
   } finally {
     await client.close();
   }
@@ -71,6 +81,101 @@ test('v2 2026-07-28: input_required, the operator approves, the client\'s own re
     assert.match(asked[0].url, new RegExp(`^${CONSOLE}/approvals/apr_`));
   } finally {
     await client.close();
+  }
+});
+
+/** A v2 client in manual mode: callTool hands back the input_required result. */
+async function manualClient(server) {
+  const client = new Client2({ name: 'interop-conversation-manual', version: '1' }, {
+    capabilities: { elicitation: { url: {} } },
+    versionNegotiation: { mode: { pin: '2026-07-28' } },
+    inputRequired: { autoFulfill: false },
+  });
+  await client.connect(new HTTP2(new URL(server.mcp), headers));
+  const call = (params) => client.callTool(params, { allowInputRequired: true });
+  return {
+    client,
+    /** The begin; asserts it answered input_required and returns its approval's id and url, and the state. */
+    async ask(key) {
+      const res = await call(pay(key));
+      assert.equal(res.resultType, 'input_required', JSON.stringify(res));
+      const { url } = res.inputRequests.ratchet_approval.params;
+      return { res, url, approval: url.split('/').at(-1), state: res.requestState };
+    },
+    /** The retry of the same call with state, the user having opened the page. */
+    retry: (key, state) => call({ ...pay(key), requestState: state, inputResponses: { ratchet_approval: { action: 'accept' } } }),
+  };
+}
+
+/** The ledger error of a tool result, from its JSON text. */
+function errorOf(res) {
+  assert.equal(res.isError, true, JSON.stringify(res));
+  return JSON.parse(res.content.find((c) => c.text.startsWith('{"error"')).text).error;
+}
+
+/** How many events the audit holds (the tests of a file run one at a time). */
+const eventCount = async (server) => (await auditEvents(server.admin)).length;
+
+test('v2 2026-07-28: a requestState replayed after it was redeemed is refused (invalid_argument, requestState) and decides nothing', async () => {
+  const m = await manualClient(serve);
+  try {
+    const { approval, state } = await m.ask('v2:replay');
+    await approve(serve.admin, approval);
+    const done = await m.retry('v2:replay', state);
+    assert.equal(done.structuredContent?.decision, 'execute', JSON.stringify(done));
+    const before = await eventCount(serve);
+    assert.ok(before > 0);
+    const err = errorOf(await m.retry('v2:replay', state));
+    assert.deepEqual([err.code, err.field], ['invalid_argument', 'requestState']);
+    assert.match(err.message, /already used/);
+    assert.equal(await eventCount(serve), before, 'the replay recorded something');
+    const got = await m.client.callTool({ name: 'ratchet_get_effect', arguments: { effect_id: done.structuredContent.effect_id } });
+    assert.deepEqual([got.structuredContent.state, got.structuredContent.attempt], ['pending', 1], 'the replay began another attempt');
+  } finally {
+    await m.client.close();
+  }
+});
+
+test('v2 2026-07-28: an altered requestState (one byte flipped) is refused and spends nothing; the genuine one then gets execute', async () => {
+  const m = await manualClient(serve);
+  try {
+    const { approval, state } = await m.ask('v2:altered');
+    await approve(serve.admin, approval);
+    const raw = Buffer.from(state, 'base64url');
+    raw[raw.length >> 1] ^= 1;
+    const altered = raw.toString('base64url');
+    assert.notEqual(altered, state);
+    const before = await eventCount(serve);
+    assert.ok(before > 0);
+    const err = errorOf(await m.retry('v2:altered', altered));
+    assert.deepEqual([err.code, err.field], ['invalid_argument', 'requestState']);
+    assert.match(err.message, /altered/);
+    assert.equal(await eventCount(serve), before, 'the altered state recorded something');
+    const done = await m.retry('v2:altered', state);
+    assert.equal(done.structuredContent?.decision, 'execute', JSON.stringify(done));
+  } finally {
+    await m.client.close();
+  }
+});
+
+test('v2 2026-07-28: a requestState past its expiry asks again, a new input_required for a new approval', async () => {
+  const short = await startServe({ [TOKEN]: 'conversation' }, `notify:\n  console_url: ${CONSOLE}\ndefaults:\n  approval_ttl: 2s\n`);
+  const m = await manualClient(short);
+  try {
+    const first = await m.ask('v2:late');
+    await new Promise((ok) => setTimeout(ok, 2500)); // the approval, and the state, lapse
+    const again = await m.retry('v2:late', first.state);
+    assert.equal(again.resultType, 'input_required', JSON.stringify(again));
+    assert.notEqual(again.requestState, first.state);
+    const url = again.inputRequests.ratchet_approval.params.url;
+    assert.match(url, new RegExp(`^${CONSOLE}/approvals/apr_`));
+    assert.notEqual(url, first.url, 'asked again for the lapsed approval');
+    await approve(short.admin, url.split('/').at(-1));
+    const done = await m.retry('v2:late', again.requestState);
+    assert.equal(done.structuredContent?.decision, 'execute', JSON.stringify(done));
+  } finally {
+    await m.client.close();
+    await short.stop();
   }
 });
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"reflect"
 	"strings"
 
@@ -372,17 +371,20 @@ func (t *tools) register(s *sdk.Server) {
 		if err != nil {
 			return nil, "", err
 		}
-		text := string(res.Decision) + ": " + res.Message
-		if res.Decision == ledger.DecisionApprovalRequired && t.console != "" {
-			res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
-			text += " Show the user where an operator decides: " + res.ApprovalURL
-			// A redeemed retry still waiting gets today's answer, not a
-			// new input request: a client retrying at once would loop.
-			if req != nil && !redeemed {
-				if r := t.askToOpen(ctx, req, res, id.Namespace, agent, fp, in); r != nil {
-					return nil, "", &readyResult{r}
-				}
+		// A redeemed retry still waiting gets today's answer, not a new
+		// input request: a client retrying at once would loop.
+		if t.withPage(res) && req != nil && !redeemed {
+			r, again := t.askToOpen(ctx, req, res, id.Namespace, agent, fp, in)
+			if r != nil {
+				return nil, "", &readyResult{r}
 			}
+			if again {
+				res = t.lookAgain(ctx, in, res)
+			}
+		}
+		text := string(res.Decision) + ": " + res.Message
+		if res.ApprovalURL != "" {
+			text += " Show the user where an operator decides: " + res.ApprovalURL
 		}
 		if w := res.DimensionWarning; w != nil { // a limit that did not apply is said where the agent reads
 			text += " Warning: " + w.Message

@@ -27,6 +27,17 @@ func attackConfig(extra string) string {
 		"notify:\n  console_url: 'https://ratchet.example.com'\n"
 }
 
+// sharedLedger is the config of serves sharing one PostgreSQL ledger (a
+// fresh schema named from prefix) and one server secret, as replicas do.
+func sharedLedger(t *testing.T, prefix string) string {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, prefix)
+	t.Setenv("RATCHET_PG_DSN", dsn)
+	return "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
+		"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n"
+}
+
 // pendingState begins a $150 payment as a 2026-07-28 client that retries
 // by hand and returns the input_required result's requestState and the
 // approval it asks about.
@@ -99,11 +110,7 @@ func TestARequestStateReplayedAtOnceIsRedeemedOnce(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		dsn := pgtest.DSN(t)
-		schema := pgtest.Schema(t, dsn, "conv_")
-		t.Setenv("RATCHET_PG_DSN", dsn)
-		shared := "ledger: {backend: postgres, dsn_env: RATCHET_PG_DSN, schema: " + schema + "}\n" +
-			"secrets: {hmac_key_file: '" + filepath.Join(t.TempDir(), "hmac.key") + "'}\n"
+		shared := sharedLedger(t, "conv_")
 		sa := startServe(t, filepath.Join(t.TempDir(), "a"), attackConfig(shared))
 		sb := startServe(t, filepath.Join(t.TempDir(), "b"), attackConfig(shared))
 		a := elicitingClient(t, sa, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)

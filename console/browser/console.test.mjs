@@ -7,30 +7,26 @@
 // budgets pages go ("make console-screenshots" puts them in docs/).
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { chromium } from 'playwright-core';
 
-const BIN = resolve(process.env.RATCHET_BIN ?? new URL('../../bin/ratchet', import.meta.url).pathname);
-const CHROMIUM = process.env.CHROMIUM ||
-  (process.env.PATH ?? '').split(':').flatMap((d) => [join(d, 'chromium'), join(d, 'chromium-browser')]).find((p) => existsSync(p));
+import { CHROMIUM, serveWith, sha256 } from './serve.mjs';
+
 const SHOTS = process.env.RATCHET_SCREENSHOT_DIR;
 
 const ADMIN_TOKEN = 'console-admin-token-4f1c';
 const AGENT_TOKEN = 'console-agent-token-9b2e';
 const SECOND_ADMIN_TOKEN = 'console-second-admin-token-7d0a';
 const XSS_KEY = '<img src=x onerror=alert(1)>';
-const sha256 = (s) => createHash('sha256').update(s).digest('hex');
 
 const dir = mkdtempSync(join(tmpdir(), 'ratchet-console-'));
-let serve; // {proc, admin, mcp}
+let serve; // {proc, admin, mcp, stop}
 let browser;
 let page;
 let agent; // MCP client
@@ -66,22 +62,7 @@ policies:
     ceilings:
       - {name: emails-per-run, limit_count: 20, window: 1h, per: run}
 `);
-  const proc = spawn(BIN, ['serve', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const urls = await new Promise((ok, failed) => {
-    const timer = setTimeout(() => { proc.kill('SIGKILL'); failed(new Error(`ratchet serve did not start:\n${log}`)); }, 20_000);
-    proc.on('error', (err) => { clearTimeout(timer); failed(new Error(`running ${BIN} (make build, or set RATCHET_BIN): ${err.message}`)); });
-    proc.on('exit', (code) => { clearTimeout(timer); failed(new Error(`ratchet serve exited (${code}):\n${log}`)); });
-    proc.stderr.on('data', (b) => {
-      log += b;
-      const m = /mcp=(http:\/\/\S+\/mcp) admin=(http:\/\/\S+)/.exec(log);
-      if (m) { clearTimeout(timer); ok({ mcp: m[1], admin: m[2] }); }
-    });
-  });
-  proc.removeAllListeners('exit');
-  proc.stderr.removeAllListeners('data');
-  proc.stderr.resume();
-  return { proc, ...urls };
+  return serveWith(config);
 }
 
 /** The agent's begin, through the MCP endpoint; returns the structured answer. */
@@ -138,7 +119,7 @@ after(async () => {
   await browser?.close();
   await agent?.close().catch(() => {});
   if (serve) {
-    await new Promise((ok) => { serve.proc.on('exit', ok); serve.proc.kill('SIGTERM'); });
+    await serve.stop();
   }
   rmSync(dir, { recursive: true, force: true });
 });
@@ -473,7 +454,7 @@ test('without admin tokens the page takes its session with a POST; a GET makes n
     assert.equal((await ctx.cookies()).length, 1);
   } finally {
     await ctx.close();
-    await new Promise((ok) => { open.proc.on('exit', ok); open.proc.kill('SIGTERM'); });
+    await open.stop();
   }
 });
 
