@@ -15,7 +15,7 @@ import (
 // TestACallsCostDoesNotGrowWithItsInputSchema: for every tools/call of the
 // 2026-07-28 protocol the Go SDK encodes the tool's input schema and decodes
 // it again (its x-mcp-header check); the begin schema is 3.5 KB, and that
-// was an eighth of an MCP begin+report pair's instructions. The SDK checks a
+// was a ninth of an MCP begin+report pair's instructions. The SDK checks a
 // stand-in instead, and tools/list still lists the whole schema: here a tool
 // whose schema holds a 1 MiB description allocates less than that per call,
 // and tools/list carries the description whole.

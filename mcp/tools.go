@@ -120,11 +120,11 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	// For every tools/call of the 2026-07-28 protocol the SDK encodes the
 	// tool's input schema and decodes it again to find x-mcp-header
 	// annotations (go-sdk v1.8.0 validateParamHeaders): the begin schema's
-	// 3.5 KB, an eighth of an MCP begin+report pair's instructions
-	// (docs/design.md, "The MCP adapter"). Ratchet's schemas carry no such
-	// annotation, so the SDK holds a stand-in with none either, which is
-	// all it reads the schema for after AddTool, and listFull puts the
-	// whole tool back into tools/list.
+	// 3.5 KB, a ninth of an MCP begin+report pair's instructions
+	// (docs/design.md, "What an MCP pair hands the SDK"). Ratchet's
+	// schemas carry no such annotation, so the SDK holds a stand-in with
+	// none either, which is all it reads the schema for after AddTool, and
+	// listFull puts the whole tool back into tools/list.
 	if bytes.Contains(tool.InputSchema.(json.RawMessage), []byte(`"x-mcp-header"`)) {
 		panic(fmt.Sprintf("tool %s: an x-mcp-header annotation, which the SDK's stand-in schema would hide from its check", spec.name))
 	}
@@ -444,9 +444,9 @@ func (t *tools) register(s *sdk.Server) {
 // lists (settledOutput), what an agent acts on after reporting. It sent the
 // rest itself a moment ago, and ratchet_get_effect returns the whole
 // record; the whole effect, about 600 bytes written twice (structured and
-// as text), was a tenth of an MCP begin+report pair's instructions in the
-// SDK's encoding and the client's decoding (docs/design.md, "The MCP
-// adapter").
+// as text), was 7% of an MCP begin+report pair's instructions in the
+// SDK's encoding and the client's decoding (docs/design.md, "What an MCP
+// pair hands the SDK").
 type reported struct {
 	EffectID        string          `json:"effect_id"`
 	IdempotencyKey  string          `json:"idempotency_key"`
