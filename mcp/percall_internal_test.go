@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -73,4 +74,16 @@ func TestACallsCostDoesNotGrowWithItsInputSchema(t *testing.T) {
 	if d, _ := id["description"].(string); d != huge {
 		t.Errorf("tools/list: effect_id's description is %d bytes, want the whole %d", len(d), len(huge))
 	}
+}
+
+// TestAnXMCPHeaderAnnotationStopsTheStart: the SDK checks a stand-in schema
+// with no annotations, so a tool schema that had one would lose its check;
+// that panics at start rather than serving it unchecked.
+func TestAnXMCPHeaderAnnotationStopsTheStart(t *testing.T) {
+	defer func() {
+		if r, _ := recover().(string); !strings.Contains(r, "x-mcp-header") {
+			t.Errorf("recovered %q, want a panic naming x-mcp-header", r)
+		}
+	}()
+	held(&sdk.Tool{Name: "test_region", InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`)})
 }

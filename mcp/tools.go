@@ -125,16 +125,11 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	// schemas carry no such annotation, so the SDK holds a stand-in with
 	// none either, which is all it reads the schema for after AddTool, and
 	// listFull puts the whole tool back into tools/list.
-	if bytes.Contains(tool.InputSchema.(json.RawMessage), []byte(`"x-mcp-header"`)) {
-		panic(fmt.Sprintf("tool %s: an x-mcp-header annotation, which the SDK's stand-in schema would hide from its check", spec.name))
-	}
 	if t.listed == nil {
 		t.listed = map[string]*sdk.Tool{}
 	}
 	t.listed[spec.name] = tool
-	held := *tool
-	held.InputSchema = standInSchema
-	s.AddTool(&held, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	s.AddTool(held(tool), func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		ctx, span := startToolSpan(ctx, spec.name, req) // trace.go
 		defer span.End()
 		var args In
@@ -163,6 +158,18 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 
 // standInSchema is the input schema the SDK holds for every tool (addTool).
 var standInSchema = json.RawMessage(`{"type":"object"}`)
+
+// held is tool as the SDK holds it, with the stand-in input schema. It
+// panics (at start) for a schema with an x-mcp-header annotation, which the
+// stand-in would hide from the SDK's check.
+func held(tool *sdk.Tool) *sdk.Tool {
+	if schema, _ := tool.InputSchema.(json.RawMessage); bytes.Contains(schema, []byte(`"x-mcp-header"`)) {
+		panic(fmt.Sprintf("tool %s: an x-mcp-header annotation, which the SDK's stand-in schema would hide from its check", tool.Name))
+	}
+	h := *tool
+	h.InputSchema = standInSchema
+	return &h
+}
 
 // listFull is the server's middleware that answers tools/list with the
 // tools as Ratchet describes them (t.listed) in place of the SDK's
