@@ -28,9 +28,10 @@ import (
 //   - Output schemas are derived from the result types too, but list only
 //     the fields an agent acts on (toolSpec.output): the other fields are
 //     still returned (but by report, whose answer is only those: reported),
-//     and allowed, since output objects are not closed either. A listed field the type lacks panics at start (and so in
-//     every test), so the schema cannot drift from the type; every result
-//     the tests produce is validated against it.
+//     and allowed, since output objects are not closed either. A listed
+//     field the type lacks panics at start (and so in every test), so the
+//     schema cannot drift from the type; every result the tests produce is
+//     validated against it.
 
 // anyJSON is the schema of a field that holds any JSON value.
 func anyJSON() *jsonschema.Schema { return &jsonschema.Schema{Description: "any JSON value"} }
