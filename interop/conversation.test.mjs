@@ -1,12 +1,14 @@
 // Approvals inside the conversation (issue 37) from the TypeScript side: a
 // real "ratchet serve" with the console's public address set, the
 // TypeScript SDK 1.x (2025-11-25: URL-mode elicitation, a server-initiated
-// elicitation/create) and the v2 client (2026-07-28: an input_required
-// result, retried by the client's own driver), the operator approving
-// through the admin API meanwhile; the v2 client's raw retries (its
-// manual mode hands back the requestState): replayed, altered, expired;
-// and the 1.x experimental tasks client (2025-11-25 tasks: a begin that
-// waits for the operator in a task). Run by "make interop".
+// elicitation/create, whose call answers the decision made while it
+// waited) and the v2 client (2026-07-28: an input_required result, retried
+// by the client's own driver), the operator approving through the admin API
+// meanwhile; the v2 client's raw retries (its manual mode hands back the
+// requestState): replayed, altered, expired; and tasks: the 1.x
+// experimental tasks client (2025-11-25) and ext-tasks with the v2 client
+// (2026-07-28), each a begin that waits for the operator in a task. Run by
+// "make interop".
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -32,11 +34,13 @@ const headers = { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } }
 const pay = (key) => ({ name: 'ratchet_begin_effect', arguments: {
   idempotency_key: key, effect_type: 'payment.charge', estimated_cost_micros: 150_000_000, dimensions: { counterparty: 'acct_1' } } });
 
-test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page; its accept approves nothing', async () => {
+test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page; its accept approves nothing; approved while the call waits, the call answers execute', async () => {
   const client = new Client1({ name: 'interop-conversation-sdk1', version: '1' }, { capabilities: { elicitation: { url: {} } } });
   const asked = [];
+  let operatorDecides = false;
   client.setRequestHandler(ElicitRequestSchema, async (req) => {
     asked.push(req.params);
+    if (operatorDecides) await approve(serve.admin, req.params.elicitationId); // the user went to the page; an operator approved there
     return { action: 'accept' };
   });
   await client.connect(new HTTP1(new URL(serve.mcp), headers));
@@ -48,6 +52,11 @@ test('sdk1.x 2025-11-25 with URL elicitation is asked to open the approval page;
     assert.deepEqual(asked.map((p) => [p.mode, p.url, p.elicitationId]), [['url', out.approval_url, out.approval_id]]);
     const again = await client.callTool(pay('sdk1:big'));
     assert.equal(again.structuredContent.decision, 'approval_required', 'an accept is not an approval');
+
+    operatorDecides = true;
+    const approved = await client.callTool(pay('sdk1:approved'));
+    assert.equal(approved.structuredContent?.decision, 'execute', JSON.stringify(approved));
+    assert.equal(asked.length, 3);
   } finally {
     await client.close();
   }

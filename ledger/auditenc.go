@@ -192,13 +192,24 @@ func appendJSONString(b []byte, s string) []byte {
 
 // plainJSONString reports whether json.Marshal writes s as itself quoted:
 // printable ASCII without a quote, a backslash or a character it escapes
-// for HTML (<, >, &).
+// for HTML (<, >, &). A table lookup a byte: every audit record's strings
+// pass through here.
 func plainJSONString(s string) bool {
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+		if !plainJSONByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainJSONByte says which bytes plainJSONString accepts.
+var plainJSONByte = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = true
+	}
+	for _, c := range `"\<>&` {
+		t[c] = false
+	}
+	return t
+}()

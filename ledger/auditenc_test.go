@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	stdjson "encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -160,4 +161,42 @@ func TestAuditEncodingCoversEveryEventField(t *testing.T) {
 		}
 	}
 	checkAuditEncoding(t, ev)
+}
+
+// The audit head and the state counts are written by appenders too; their
+// bytes are json.Marshal's (segmentio's for the head, encoding/json's for
+// the counts, as before), so any version reads them.
+func TestAuditHeadEncodingIsMarshals(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456789000, time.UTC)
+	for name, h := range map[string]auditHead{
+		"zero":       {},
+		"head":       {Seq: 42, Hash: "9f8e7d", At: at},
+		"local time": {Seq: 1 << 63, Hash: "ab", At: at.In(time.FixedZone("", 5*3600))},
+		"year 10000": {Seq: 1, Hash: "ab", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		want, wantErr := json.Marshal(&h)
+		got, err := appendAuditHead(nil, &h)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%s: appendAuditHead error %v, json.Marshal's %v", name, err, wantErr)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s: appendAuditHead differs from json.Marshal (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+func TestStateCountsEncodingIsMarshals(t *testing.T) {
+	for name, c := range map[string]map[State]int64{
+		"empty":   {},
+		"states":  {StateSucceeded: 7, StatePending: 0, StateFailed: -2, StateAwaitingApproval: 1 << 62, StateCompensated: 1},
+		"escaped": {State(`a"b`): 1, State("<x>"): 2, StatePending: 3},
+	} {
+		want, err := stdjson.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(want), string(appendStateCounts(nil, c))); diff != "" {
+			t.Errorf("%s: appendStateCounts differs from json.Marshal (-want +got):\n%s", name, diff)
+		}
+	}
 }

@@ -53,6 +53,12 @@ func (c *genCache[V]) clear() {
 type writerCaches struct {
 	recs *genCache[*effectRec]
 	vals *genCache[[]byte]
+	// counts and head are the state counts and the audit chain's head as
+	// the writer last wrote them (nil until first read from the store).
+	// The writer writes both at the end of every batch and nothing else
+	// writes them, so a batch need not read and decode them again.
+	counts map[State]int64
+	head   *auditHead
 }
 
 // valueCached says which keys the value cache holds: not effect records
@@ -65,6 +71,7 @@ func valueCached(k []byte) bool {
 func (w *writerCaches) clear() {
 	w.recs.clear()
 	w.vals.clear()
+	w.counts, w.head = nil, nil
 }
 
 // clone copies what ops change in place (reservations, the approval); the

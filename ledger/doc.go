@@ -127,7 +127,7 @@
 //     expired, each the retention after it finished or expired; pending
 //     and indeterminate ones stay until someone acts, however old. A purged
 //     key is forgotten. (Approval effects written before this rule existed
-//     enter the retention index only when next changed.)
+//     have no retention time until next changed.)
 //   - Effect and approval ids are ULIDs (eff_/apr_ + 26 characters):
 //     unguessable, sorted by creation, monotonic within one engine.
 //   - The vendor idempotency key is derived from the bytes of HMAC(secret,

@@ -18,7 +18,8 @@ type effectRec struct {
 	GrantedAt      time.Time `json:"granted_at,omitzero"`
 	// UnreportedAt is set while the effect counts as an unreported expiry.
 	UnreportedAt time.Time `json:"unreported_at,omitzero"`
-	// RetainedAt is the time under which it sits in the retention index.
+	// RetainedAt is when retention starts counting for it (zero: kept);
+	// see retention.
 	RetainedAt time.Time `json:"retained_at,omitzero"`
 	// AttemptAgent is the agent that began the current attempt, which a
 	// token fixed to another agent may not report or resolve (see owner).
@@ -153,19 +154,10 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 		}
 		rec.stored = rec.State
 	}
-	if !retain.Equal(rec.RetainedAt) {
-		if !rec.RetainedAt.IsZero() {
-			if err := t.Delete(timeKey(kindRetention, rec.RetainedAt, rec.EffectID)); err != nil {
-				return err
-			}
-		}
-		if !retain.IsZero() {
-			if err := t.Set(timeKey(kindRetention, retain, rec.EffectID), nil); err != nil {
-				return err
-			}
-		}
-		rec.RetainedAt = retain
-	}
+	// No index entry follows RetainedAt: Purge finds due effects by their
+	// ids (purgeFinished). An entry a ledger written before holds is left
+	// to the sweep of that index, which drops one its effect no longer owns.
+	rec.RetainedAt = retain
 	b, err := encodeEffect(rec)
 	if err != nil {
 		return err
@@ -177,8 +169,8 @@ func (e *Engine) putEffect(t *opTxn, rec *effectRec, now time.Time) error {
 	return nil
 }
 
-// retention is the time from which retention counts for rec, under which
-// it sits in the retention index, or zero while it must stay: a finished
+// retention is the time from which retention counts for rec, or zero
+// while it must stay: a finished
 // effect from when it first finished; an approval request or an unused
 // grant from when it expires (nothing was done or reserved, and the next
 // begin would ask again anyway). Pending and indeterminate effects stay

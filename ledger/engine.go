@@ -588,7 +588,7 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 		results = append(results, opResult{v, err})
 	}
 	if len(states) > 0 {
-		if err := applyStateCounts(tx, e.countsKey, states); err != nil {
+		if err := e.applyStateCounts(tx, states); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,9 @@ type faultyStore struct {
 	*badgerstore.Store
 	failCommit, failSync atomic.Bool
 	rerun                atomic.Bool // run the next batch twice, discarding the first run
+	// failAfterRun makes commits fail after the batch ran (its writes
+	// discarded), as a commit failing in Badger would.
+	failAfterRun atomic.Bool
 }
 
 var errDiscardRun = errors.New("injected serialization failure")
@@ -26,6 +29,15 @@ var errDiscardRun = errors.New("injected serialization failure")
 func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
 	if s.failCommit.Load() {
 		return errors.New("injected commit failure")
+	}
+	if s.failAfterRun.Load() {
+		err := s.Store.UpdateDeferred(ctx, func(tx ledger.Txn) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return errors.New("injected commit failure after the batch ran")
+		})
+		return err
 	}
 	if s.rerun.Swap(false) {
 		// As a shared store does after a serialization failure: the
@@ -104,21 +116,39 @@ func beginUnavailable(t *testing.T, h *harness, key, why string) {
 	}
 }
 
+// A commit that fails, before the batch ran or after (its writes then
+// discarded by Badger), records nothing: not in the effects, and not in
+// the state counts and audit head the writer keeps as it last wrote them.
 func TestFailedCommitRecordsNothing(t *testing.T) {
-	h, fs := faultyHarness(t)
-	first := h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionExecute)
-	fs.failCommit.Store(true)
-	beginUnavailable(t, h, "fault:2", "nothing was recorded")
-	fs.failCommit.Store(false)
-	if n := h.obs.(*failures).count("commit"); n != 1 {
-		t.Fatalf("observer told of %d failed commits, want 1", n)
+	for name, fault := range map[string]func(*faultyStore) *atomic.Bool{
+		"before the batch runs": func(fs *faultyStore) *atomic.Bool { return &fs.failCommit },
+		"after the batch ran":   func(fs *faultyStore) *atomic.Bool { return &fs.failAfterRun },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, fs := faultyHarness(t)
+			first := h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionExecute)
+			fault(fs).Store(true)
+			beginUnavailable(t, h, "fault:2", "nothing was recorded")
+			fault(fs).Store(false)
+			if n := h.obs.(*failures).count("commit"); n != 1 {
+				t.Fatalf("observer told of %d failed commits, want 1", n)
+			}
+			// Nothing of the failed begin was kept; the engine goes on.
+			if r := h.beginWant(pay("fault:2", "acct_1", 1_000_000), ledger.DecisionExecute); r.Attempt != 1 {
+				t.Fatalf("attempt after a failed commit: %d", r.Attempt)
+			}
+			h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionInFlight)
+			h.report(first.EffectID, ledger.OutcomeSucceeded)
+			for _, when := range []string{"after a failed commit", "after a reopen"} {
+				assertStateCounts(t, h)
+				recs, heads := auditOf(t, h)
+				if brk := ledger.VerifyAudit(recs, heads); brk != nil {
+					t.Fatalf("the audit log does not verify %s: %v", when, brk)
+				}
+				h.reopen() // what is stored, read afresh, says the same
+			}
+		})
 	}
-	// Nothing of the failed begin was kept; the engine goes on.
-	if r := h.beginWant(pay("fault:2", "acct_1", 1_000_000), ledger.DecisionExecute); r.Attempt != 1 {
-		t.Fatalf("attempt after a failed commit: %d", r.Attempt)
-	}
-	h.beginWant(pay("fault:1", "acct_1", 1_000_000), ledger.DecisionInFlight)
-	h.report(first.EffectID, ledger.OutcomeSucceeded)
 }
 
 func TestFailedSyncStopsWritesUntilRestart(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"time"
 )
@@ -47,6 +48,27 @@ func (g *idGen) next(prefix string, now time.Time) string {
 		hi >>= 5
 	}
 	return string(out)
+}
+
+// idTime is the time an id made by idGen carries (its milliseconds), and
+// false for a string that is not such an id. An engine's ids never carry a
+// time before its clock's reading when it made them (a clock stepping back
+// keeps the last time), so an effect finishes no earlier than its id says,
+// by the clock of the engine that made it.
+func idTime(id string) (time.Time, bool) {
+	i := strings.LastIndexByte(id, '_')
+	if i < 0 || len(id)-i-1 != 26 {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for _, c := range []byte(id[i+1 : i+11]) { // 10 digits: 3 + 9×5 bits, the 48 of the time
+		d := strings.IndexByte(crockford, c)
+		if d < 0 {
+			return time.Time{}, false
+		}
+		ms = ms<<5 | uint64(d)
+	}
+	return time.UnixMilli(int64(ms)), true
 }
 
 // newReplicaID names an engine on a shared store, for as long as it runs.

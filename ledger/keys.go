@@ -22,7 +22,7 @@ import (
 //	g\0<ns>\0<group_key>                        group record (JSON)
 //	a\0<approval_id>                            → effect_id
 //	l\0<lease expiry, 8 bytes BE>\0<effect_id>  pending leases, for the reaper
-//	t\0<retained, 8 bytes BE>\0<effect_id>      retention index
+//	t\0<retained, 8 bytes BE>\0<effect_id>      retention index: written before 2026-12-02, still swept (Purge)
 //	u\0<ns>\0<agent_id>                         unreported expiries of an agent (JSON)
 //	c\0<ns>\0<ceiling>\0<scope>\0<run>          ceiling counter, or a shared store's pool (budget.go)
 //	c\0<ns>\0<ceiling>\0<scope>\0<run>\0<replica> one replica's share of a pool

@@ -20,7 +20,7 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 	s := step("hotel", "hotel.book", &ledger.Compensation{EffectType: "hotel.cancel"})
 	s.RunID = "run-1"
 	r := h.beginWant(s, ledger.DecisionExecute)
-	h.report(r.EffectID, ledger.OutcomeSucceeded) // into the retention index
+	h.report(r.EffectID, ledger.OutcomeSucceeded) // a finished effect
 	h.beginWant(email("mail", "bot"), ledger.DecisionExecute)
 	h.beginWant(email("mail-2", "bot"), ledger.DecisionExecute) // half the email rate: a threshold fires
 	// An approval, a spend ceiling per counterparty.
@@ -60,7 +60,9 @@ func TestEveryStoredKeyHasADocumentedLayout(t *testing.T) {
 		seen[k[:1]] = true
 	}
 	for _, kind := range ledger.KeyKinds() {
-		if !seen[kind] && !(kind == "s" && testBackend != "postgres") {
+		// t, the retention index, is only read: ledgers written before
+		// 2026-12-02 hold it (TestPurgeForgetsTheRetentionIndexOfAnOlderLedger).
+		if !seen[kind] && !(kind == "s" && testBackend != "postgres") && kind != "t" {
 			t.Errorf("the scenario wrote no key of kind %q: the test no longer covers it", kind)
 		}
 	}

@@ -144,8 +144,15 @@ func (e *Engine) reaper(maxSleep time.Duration) {
 // need someone's attention. A purged key is forgotten, so a later begin
 // with it is new. It returns how many effects it purged.
 func (e *Engine) Purge(ctx context.Context) (int, error) {
+	// The retention index (kindRetention) is written no more; what ledgers
+	// written before it stopped hold in it is swept as before.
 	n, _, err := e.sweep(ctx, kindRetention, func(now time.Time) time.Time { return now.Add(-e.defaults.Retention) }, e.purgeEffect,
 		func(rec *effectRec, at time.Time) bool { return rec.RetainedAt.Equal(at) })
+	if err == nil {
+		var m int
+		m, err = e.purgeFinished(ctx)
+		n += m
+	}
 	if err == nil {
 		err = e.purgeCounters(ctx)
 	}
@@ -247,6 +254,74 @@ func (e *Engine) sweep(ctx context.Context, kind string, cutoff func(time.Time) 
 	}
 }
 
+// purgeFinished purges the effects due for it, found by walking effect
+// records in id order, which is the order they were made in, up to the
+// first made after the cutoff: an effect finishes (or its approval request
+// expires) after it is made, so no later one is due. What it walks past
+// are effects made before the cutoff that must stay (pending,
+// indeterminate, an unreported expiry, one finished late), read at each
+// purge. This replaced an index entry written with every effect's finish
+// (kindRetention), a key a pair: the purge now reads, once an hour, what
+// every report used to write. A clock that stepped back makes ids run
+// ahead of it (see idTime), and such effects are purged late, never early.
+func (e *Engine) purgeFinished(ctx context.Context) (int, error) {
+	total := 0
+	var start []byte
+	for {
+		cutoff := e.clock.Now().Add(-e.defaults.Retention)
+		var ids []string
+		more := false
+		err := e.view(ctx, func(r Reader) error {
+			return r.Scan(prefix(kindEffect), start, func(k, v []byte) (bool, error) {
+				id := lastPart(k)
+				if at, ok := idTime(id); ok && at.After(cutoff) {
+					return false, nil
+				}
+				if len(ids) == sweepBatch {
+					more = true
+					return false, nil
+				}
+				start = append(append(start[:0], k...), 0) // just after it
+				var rec effectRec
+				if err := decodeEffect(v, &rec); err != nil {
+					return false, err
+				}
+				if !rec.RetainedAt.IsZero() && !rec.RetainedAt.After(cutoff) {
+					ids = append(ids, id)
+				}
+				return true, nil
+			})
+		})
+		if err != nil || len(ids) == 0 && !more {
+			return total, err
+		}
+		n, err := submit(ctx, e, func(t *opTxn, now time.Time) (int, error) {
+			n := 0
+			for _, id := range ids {
+				rec, err := e.effectByID(t, "", id)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return 0, err
+				}
+				acted, err := e.purgeEffect(t, rec, now)
+				if err != nil {
+					return 0, err
+				}
+				if acted {
+					n++
+				}
+			}
+			return n, nil
+		})
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
 func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 	if rec.RetainedAt.IsZero() || rec.RetainedAt.After(now.Add(-e.defaults.Retention)) {
 		return false, nil // not retained, or not yet due
@@ -254,7 +329,11 @@ func (e *Engine) purgeEffect(t *opTxn, rec *effectRec, now time.Time) (bool, err
 	del := [][]byte{
 		key(kindEffect, rec.EffectID),
 		key(kindNamespace, rec.Namespace, rec.EffectID),
-		timeKey(kindRetention, rec.RetainedAt, rec.EffectID),
+	}
+	if k := timeKey(kindRetention, rec.RetainedAt, rec.EffectID); !rec.RetainedAt.IsZero() {
+		if _, err := t.Get(k); err == nil { // an entry written before 2026-12-02
+			del = append(del, k)
+		}
 	}
 	if id, err := t.Get(key(kindIdemKey, rec.Namespace, rec.IdempotencyKey)); err == nil && string(id) == rec.EffectID {
 		del = append(del, key(kindIdemKey, rec.Namespace, rec.IdempotencyKey))

@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -139,4 +141,76 @@ func TestPurgeCleansCountersAndGroups(t *testing.T) {
 	_, err := h.eng.Unwind(ctx, ledger.UnwindRequest{GroupKey: "trip"})
 	wantCode(t, err, ledger.CodeGroupNotFound)
 	assertStateCounts(t, h)
+}
+
+// Purge finds finished effects by their ids: more than one sweep's worth of
+// them, made after effects that must stay, all go, and those stay.
+func TestPurgeWalksPastEffectsThatStay(t *testing.T) {
+	h := newHarness(t, []ledger.Rule{{Match: "job.*"}})
+	ctx := context.Background()
+	var stay []string
+	for i := range 3 {
+		r := h.beginWant(ledger.BeginRequest{IdempotencyKey: fmt.Sprint("stay:", i), EffectType: "job.run", LeaseSeconds: 3600}, ledger.DecisionExecute)
+		stay = append(stay, r.EffectID)
+	}
+	const done = 300 // over sweepBatch, 256
+	for i := range done {
+		r := h.beginWant(ledger.BeginRequest{IdempotencyKey: fmt.Sprint("done:", i), EffectType: "job.run"}, ledger.DecisionExecute)
+		h.report(r.EffectID, ledger.OutcomeSucceeded)
+	}
+	h.clock.Advance(720 * time.Hour)
+	if n, err := h.eng.Purge(ctx); n != done || err != nil {
+		t.Fatalf("purge = %d, %v; want %d", n, err, done)
+	}
+	for _, id := range stay {
+		if eff := h.get(id); eff.State != ledger.StateIndeterminate {
+			t.Fatalf("an effect nobody settled must outlive retention: %+v", eff)
+		}
+	}
+	if left := len(h.storedKeys("k\x00")); left != len(stay) {
+		t.Fatalf("%d idempotency keys left, want %d", left, len(stay))
+	}
+	if _, err := h.eng.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertStateCounts(t, h)
+}
+
+// A ledger written before 2026-12-02 holds a retention index entry for each
+// finished effect: Purge still purges by it and leaves none behind.
+func TestPurgeForgetsTheRetentionIndexOfAnOlderLedger(t *testing.T) {
+	h := newHarness(t, testRules())
+	ctx := context.Background()
+	r := h.beginWant(email("old", "bot"), ledger.DecisionExecute)
+	finished := h.clock.Now()
+	h.report(r.EffectID, ledger.OutcomeSucceeded)
+	// The entry the report used to write: t, NUL, the finish time, NUL, the id.
+	var ts [8]byte
+	binary.BigEndian.PutUint64(ts[:], uint64(finished.UnixNano()))
+	legacy := "t\x00" + string(ts[:]) + "\x00" + r.EffectID
+	if err := h.eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := h.openStore()
+	if err := st.Update(ctx, func(tx ledger.Txn) error { return tx.Set([]byte(legacy), nil) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	h.clock.Advance(720*time.Hour - time.Second)
+	if n, err := h.eng.Purge(ctx); n != 0 || err != nil {
+		t.Fatalf("purge = %d, %v before retention ran out", n, err)
+	}
+	h.clock.Advance(time.Second)
+	if n, err := h.eng.Purge(ctx); n != 1 || err != nil {
+		t.Fatalf("purge = %d, %v; want the finished effect", n, err)
+	}
+	if left := h.storedKeys("t\x00"); len(left) != 0 {
+		t.Fatalf("retention index entries left: %q", left)
+	}
+	if left := h.storedKeys("e\x00"); len(left) != 0 {
+		t.Fatalf("effects left: %q", left)
+	}
 }

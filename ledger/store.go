@@ -89,7 +89,9 @@ type WriteBuffer struct {
 // Put buffers a write of v to k; nil deletes k.
 func (b *WriteBuffer) Put(k string, v []byte) {
 	if b.vals == nil {
-		b.vals = map[string][]byte{}
+		// An engine op writes a handful of keys: room for 8 at once
+		// spares the slice and the map their first growths.
+		b.vals, b.order = make(map[string][]byte, 8), make([]string, 0, 8)
 	}
 	if _, ok := b.vals[k]; !ok {
 		b.order = append(b.order, k)

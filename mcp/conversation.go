@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +42,11 @@ import (
 //     one is refused (invalid_argument, field requestState), and an expired
 //     one is ignored, so that the call asks again.
 //   - A client of an older protocol with a session gets a server-initiated
-//     elicitation/create while the call waits (at most elicitWait), then
-//     today's approval_required answer.
+//     elicitation/create while the call waits (at most elicitWait). Once
+//     the client answered (whatever it answered) or the wait ran out, the
+//     begin is made again, same arguments and caller (idempotent): an
+//     operator who decided meanwhile is answered (execute or denied), else
+//     approval_required as before. A failed look again answers the first.
 //
 // Clients that declare neither get today's answer unchanged.
 
@@ -166,13 +170,24 @@ func statelessClient(req *sdk.CallToolRequest) bool {
 	return p != nil && protocolDateRe.MatchString(p.ProtocolVersion) && p.ProtocolVersion >= statelessProtocol
 }
 
+// withPage sets an approval_required answer's approval_url when the
+// console's address is known, and reports whether it did.
+func (t *tools) withPage(res *ledger.BeginResult) bool {
+	if res.Decision != ledger.DecisionApprovalRequired || t.console == "" {
+		return false
+	}
+	res.ApprovalURL = t.console + "/approvals/" + url.PathEscape(res.ApprovalID)
+	return true
+}
+
 // askToOpen asks a client that declared URL-mode elicitation to open the
 // approval's page: for a 2026-07-28 client it returns the input_required
 // result to answer with; for an older one it elicits while the call waits
-// and returns nil (answer as usual).
-func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *ledger.BeginResult, ns, agent, fp string, in *ledger.BeginRequest) *sdk.CallToolResult {
+// and reports whether to look again (the client answered, or the wait ran
+// out, and the call is still live).
+func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *ledger.BeginResult, ns, agent, fp string, in *ledger.BeginRequest) (*sdk.CallToolResult, bool) {
 	if res.ApprovalURL == "" || res.ExpiresAt == nil || !wantsURL(req) {
-		return nil
+		return nil, false
 	}
 	params := &sdk.ElicitParams{Mode: "url", URL: res.ApprovalURL, ElicitationID: res.ApprovalID,
 		Message: "An operator must approve this action in Ratchet's console before " + res.ExpiresAt.UTC().Format(time.RFC3339) +
@@ -182,20 +197,36 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 		state, ok := t.seal(sealed{ID: rand.Text(), Kind: approvalInput, Namespace: ns, Agent: agent, Key: in.IdempotencyKey, FP: fp,
 			Cost: in.EstimatedCostMicros, Approval: res.ApprovalID, Expires: res.ExpiresAt.UnixNano()})
 		if !ok {
-			return nil
+			return nil, false
 		}
-		return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{approvalInput: params}, RequestState: state}
+		return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{approvalInput: params}, RequestState: state}, false
 	}
 	ectx, cancel := context.WithTimeout(ctx, elicitWait)
 	defer cancel()
 	r, err := req.Session.Elicit(ectx, params)
-	switch {
-	case err != nil:
+	if err != nil {
 		t.log.Debug("asking the client to open an approval's page", "approval_id", res.ApprovalID, "error", err)
-	default:
-		t.log.Info("the client answered the approval page's elicitation (it approves nothing)", "approval_id", res.ApprovalID, "action", r.Action)
+		return nil, ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
 	}
-	return nil
+	t.log.Info("the client answered the approval page's elicitation (it approves nothing)", "approval_id", res.ApprovalID, "action", r.Action)
+	return nil, ctx.Err() == nil
+}
+
+// lookAgain begins again after a session client's elicitation, so that
+// a decision made while the user was on the page is the call's answer. It
+// is the begin the agent would make next (same arguments, same caller, the
+// same key), so idempotent: still undecided, it answers the same approval.
+// It records what any begin does (effect.begun, the begin metrics). On an
+// error it returns first, which was true when it was decided: the agent
+// begins again as it would have.
+func (t *tools) lookAgain(ctx context.Context, in *ledger.BeginRequest, first *ledger.BeginResult) *ledger.BeginResult {
+	res, err := t.eng.Begin(ctx, *in)
+	if err != nil {
+		t.log.Warn("beginning again after the approval page's elicitation; answering approval_required", "approval_id", first.ApprovalID, "error", err)
+		return first
+	}
+	t.withPage(res)
+	return res
 }
 
 // discard is the logger of a server given none.

@@ -142,7 +142,8 @@ func New(eng Engine, opts *Options) *sdk.Server {
 	t.tasks = newTaskStore(s)
 	t.register(s)
 	t.registerTasks(s)
-	s.AddReceivingMiddleware(t.taskMiddleware)
+	// taskMiddleware is outermost: it sees the tools as listFull answers them.
+	s.AddReceivingMiddleware(t.taskMiddleware, t.listFull)
 	return s
 }
 

@@ -27,9 +27,9 @@ func attackConfig(extra string) string {
 		"notify:\n  console_url: 'https://ratchet.example.com'\n"
 }
 
-// sharedPostgres is the config of serves sharing one PostgreSQL ledger (a
-// fresh schema named with prefix) and its server secret.
-func sharedPostgres(t *testing.T, prefix string) string {
+// sharedLedger is the config of serves sharing one PostgreSQL ledger (a
+// fresh schema named from prefix) and one server secret, as replicas do.
+func sharedLedger(t *testing.T, prefix string) string {
 	t.Helper()
 	dsn := pgtest.DSN(t)
 	schema := pgtest.Schema(t, dsn, prefix)
@@ -110,7 +110,7 @@ func TestARequestStateReplayedAtOnceIsRedeemedOnce(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		shared := sharedPostgres(t, "conv_")
+		shared := sharedLedger(t, "conv_")
 		sa := startServe(t, filepath.Join(t.TempDir(), "a"), attackConfig(shared))
 		sb := startServe(t, filepath.Join(t.TempDir(), "b"), attackConfig(shared))
 		a := elicitingClient(t, sa, "2026-07-28", func(*sdk.ElicitParams) *sdk.ElicitResult { return nil }, true)

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/mcp"
 )
 
@@ -267,6 +270,66 @@ func TestASessionClientIsAskedToOpenThePage(t *testing.T) {
 			t.Errorf("a %s client without elicitation gets another answer than a 2025-06-18 one (-want +got):\n%s", v, diff)
 		}
 	}
+}
+
+// TestASessionClientGetsTheDecisionMadeWhileItsUserWasOnThePage (issue
+// 37): a 2025-11-25 client's begin waits on its elicitation/create; when
+// an operator decides while the user is on the page, the call's answer is
+// the decision (execute, or denied after a rejection), whatever the client
+// answered, with no new begin by the agent. A client that accepts at once
+// with nobody deciding gets approval_required and the approval is still
+// pending: an accept approves nothing. On one serve with Badger, and on two
+// serves sharing a PostgreSQL ledger, the operator deciding on the other.
+func TestASessionClientGetsTheDecisionMadeWhileItsUserWasOnThePage(t *testing.T) {
+	run := func(t *testing.T, s, operator *server) {
+		decide := func(verb string, p *sdk.ElicitParams) {
+			if code, out, errs := cli(t, "admin-tok", nil, "approvals", verb, p.ElicitationID, "--admin", operator.admin); code != 0 {
+				t.Errorf("%s %s: %d %s %s", verb, p.ElicitationID, code, out, errs)
+			}
+		}
+		for _, c := range []struct {
+			name, operator, answer, want string
+		}{
+			{"approved, the client accepts", "approve", "accept", "execute"},
+			{"approved, the client declines", "approve", "decline", "execute"},
+			{"rejected, the client cancels", "reject", "cancel", "denied approval_rejected"},
+			{"nobody decided, the client accepts", "", "accept", "approval_required"},
+		} {
+			cs := elicitingClient(t, s, "2025-11-25", func(p *sdk.ElicitParams) *sdk.ElicitResult {
+				if c.operator != "" {
+					decide(c.operator, p) // the user went to the page; an operator decided there
+				}
+				return &sdk.ElicitResult{Action: c.answer}
+			}, false)
+			pay := map[string]any{"idempotency_key": "inv:" + c.name, "effect_type": "payment.charge", "estimated_cost_micros": 150_000_000}
+			got := structured(t, callResult(t, cs, pay))
+			answer := fmt.Sprint(got["decision"])
+			if r, ok := got["reason"].(string); ok {
+				answer += " " + r
+			}
+			if answer != c.want {
+				t.Errorf("%s: the call's answer is %v, want %s", c.name, got, c.want)
+			}
+			if c.operator == "" {
+				code, out, errs := cli(t, "admin-tok", nil, "approvals", "list", "-o", "json", "--admin", operator.admin)
+				var pending []ledger.Approval
+				if err := json.Unmarshal([]byte(out), &pending); code != 0 || err != nil ||
+					!slices.ContainsFunc(pending, func(a ledger.Approval) bool { return a.ApprovalID == got["approval_id"] }) {
+					t.Errorf("after an accept with nobody deciding, pending approvals: %d %s %s, want %v among them", code, out, errs, got["approval_id"])
+				}
+			}
+		}
+	}
+	t.Run("badger", func(t *testing.T) {
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+		run(t, s, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		shared := sharedLedger(t, "convsession_")
+		a := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
+		b := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
+		run(t, a, b)
+	})
 }
 
 // formClient connects as an agent whose client shows form elicitations and

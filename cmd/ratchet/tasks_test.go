@@ -255,7 +255,7 @@ func TestATaskAugmentedBeginCompletesWithTheOperatorsDecision(t *testing.T) {
 		check(t, s, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		shared := sharedPostgres(t, "tasks_")
+		shared := sharedLedger(t, "tasks_")
 		sa := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
 		sb := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
 		check(t, sa, sb)

@@ -5,8 +5,8 @@
 // approval. Its elicitation handler hands the URL it was given to Chromium,
 // which opens exactly that page, signs in as an operator there and decides;
 // the client's own input_required retry then gets the decision. The SDK
-// 1.x (2025-11-25) is sent elicitation/create while its call waits; it sees
-// the decision by beginning again. Run by "make console-test" beside
+// 1.x (2025-11-25) is sent elicitation/create while its call waits; the
+// call answers the decision made meanwhile. Run by "make console-test" beside
 // console.test.mjs.
 
 import assert from 'node:assert/strict';
@@ -148,7 +148,7 @@ test('the operator rejects on the page the client opened; the retry gets denied,
   assert.equal(asked.length, 1);
 });
 
-test('sdk1.x 2025-11-25: the operator approves in Chromium while the call waits on its elicitation; the call answers approval_required, the next begin executes', async () => {
+test('sdk1.x 2025-11-25: the operator approves in Chromium while the call waits on its elicitation; the call answers execute', async () => {
   const client = new Client1({ name: 'console-conversation-sdk1', version: '1' }, { capabilities: { elicitation: { url: {} } } });
   const asked = [];
   client.setRequestHandler(ElicitRequestSchema, async (req) => {
@@ -159,12 +159,12 @@ test('sdk1.x 2025-11-25: the operator approves in Chromium while the call waits 
   await client.connect(new HTTP1(new URL(serve.mcp), { requestInit: { headers: { Authorization: `Bearer ${AGENT_TOKEN}` } } }));
   try {
     const args = { idempotency_key: 'order-c37-3', effect_type: 'payment.charge', vendor: 'stripe', run_id: 'run-c37', estimated_cost_micros: 150_000_000 };
-    const first = await client.callTool({ name: 'ratchet_begin_effect', arguments: args });
-    assert.equal(first.structuredContent?.decision, 'approval_required', JSON.stringify(first));
-    assert.deepEqual(asked.map((p) => [p.mode, p.url, p.elicitationId]),
-      [['url', first.structuredContent.approval_url, first.structuredContent.approval_id]]);
-    const again = await client.callTool({ name: 'ratchet_begin_effect', arguments: args });
-    assert.equal(again.structuredContent?.decision, 'execute', JSON.stringify(again));
+    const res = await client.callTool({ name: 'ratchet_begin_effect', arguments: args });
+    assert.equal(res.structuredContent?.decision, 'execute', JSON.stringify(res));
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].mode, 'url');
+    assert.match(asked[0].elicitationId, /^apr_[0-9A-Z]+$/);
+    assert.equal(asked[0].url, `${serve.admin}/approvals/${asked[0].elicitationId}`);
   } finally {
     await client.close();
   }

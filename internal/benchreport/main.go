@@ -155,8 +155,11 @@ func main() {
 		if pgr, err := benchPG(*dur); err != nil {
 			w("Skipped: %v\n\n", err)
 		} else {
-			w("| design | pairs/s | begin p99 | batches re-run per pair (a key lock busy) | round trips per pair | statements per pair | pairs per commit |\n|---|---|---|---|---|---|---|\n| Ratchet, one engine | %.0f | %s | %.3f | %s |\n| Ratchet, three processes | %.0f | %s | %.3f | %s |\n| naive: a transaction per call | %.0f | %s | none (it waits on the budget row's lock) | not counted | not counted | 0.5 (a transaction per call) |\n\n",
-				pgr.one.perSec, ms(pgr.one.p99), pgr.oneRetries, pgr.perPair(pgr.oneStats, pgr.one.ops), pgr.three.perSec, ms(pgr.three.p99), pgr.threeRetries, pgr.perPair(pgr.threeStats, pgr.three.ops), pgr.naive.perSec, ms(pgr.naive.p99))
+			w("| design | pairs/s | begin p99 | batches re-run per pair (a key lock busy) | round trips per pair | statements per pair | pairs per commit | server CPU per pair |\n|---|---|---|---|---|---|---|---|\n| Ratchet, one engine | %.0f | %s | %.3f | %s | %s |\n| Ratchet, three processes | %.0f | %s | %.3f | %s | %s |\n| naive: a transaction per call | %.0f | %s | none (it waits on the budget row's lock) | not counted | not counted | 0.5 (a transaction per call) | %s |\n\n",
+				pgr.one.perSec, ms(pgr.one.p99), pgr.oneRetries, pgr.perPair(pgr.oneStats, pgr.one.ops), pgr.serverPerPair(pgr.oneServer),
+				pgr.three.perSec, ms(pgr.three.p99), pgr.threeRetries, pgr.perPair(pgr.threeStats, pgr.three.ops), pgr.serverPerPair(pgr.threeServer),
+				pgr.naive.perSec, ms(pgr.naive.p99), pgr.serverPerPair(pgr.naiveServer))
+			w("Server CPU per pair is the CPU time of the server processes serving each design's sessions (pg_stat_activity by application_name, their times from /proc; n/a when the server is not on this machine): it moves far less with the machine's load than the rates do, so it is what an A/B of the store's SQL compares.\n\n")
 			w("Ratio to the naive design: %.2f from one engine, %.2f from three (target ≥ 8).\n\n", pgr.one.perSec/pgr.naive.perSec, pgr.three.perSec/pgr.naive.perSec)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -23,9 +24,10 @@ import (
 )
 
 // openPG starts an engine on the PostgreSQL ledger in schema of the server
-// the tests use (pgtest.DSNOrDefault).
-func openPG(schema string) (*ledger.Engine, *pgstore.Store, error) {
-	st, err := pgstore.Open(context.Background(), pgtest.DSNOrDefault(), &pgstore.Options{Schema: schema})
+// the tests use (pgtest.DSNOrDefault), its sessions named app (see
+// serverCPU).
+func openPG(schema, app string) (*ledger.Engine, *pgstore.Store, error) {
+	st, err := pgstore.Open(context.Background(), withApp(pgtest.DSNOrDefault(), app), &pgstore.Options{Schema: schema})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,6 +43,90 @@ type pgResults struct {
 	// what the store's batches sent, from pgstore's Stats (load-insensitive
 	// where rates are not)
 	oneStats, threeStats pgstore.Stats
+	// the server's CPU time per pair, from its processes serving each
+	// design (false: not measured, see serverCPU)
+	oneServer, threeServer, naiveServer time.Duration
+	serverOK                            bool
+}
+
+// serverPerPair is a design's server CPU time per pair, for the table.
+func (r pgResults) serverPerPair(d time.Duration) string {
+	if !r.serverOK {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// withApp adds application_name to a DSN of either form (URL or
+// keyword=value).
+func withApp(dsn, app string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " application_name=" + app
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&application_name=" + url.QueryEscape(app)
+	}
+	return dsn + "?application_name=" + url.QueryEscape(app)
+}
+
+// serverCPU measures the CPU time of the server processes serving the
+// sessions named app, when the server runs on this machine: the processes
+// are found in pg_stat_activity, their times read from /proc (backendCPU).
+// The figure per pair moves far less with the machine's load than a rate
+// does, so it is what an A/B of the store's SQL compares.
+type serverCPU struct {
+	dsn, app string
+	before   map[uint32]time.Duration
+}
+
+// startServerCPU notes the CPU time app's server processes used so far.
+func startServerCPU(dsn, app string) (*serverCPU, bool) {
+	m := &serverCPU{dsn: dsn, app: app}
+	before, ok := m.read()
+	m.before = before
+	return m, ok
+}
+
+// read is the CPU time of each of app's server processes.
+func (m *serverCPU) read() (map[uint32]time.Duration, bool) {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, m.dsn)
+	if err != nil {
+		return nil, false
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", m.app)
+	if err != nil {
+		return nil, false
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return nil, false
+	}
+	out := map[uint32]time.Duration{}
+	for _, pid := range pids {
+		d, ok := backendCPU(pid)
+		if !ok {
+			return nil, false
+		}
+		out[pid] = d
+	}
+	return out, true
+}
+
+// used is the CPU time app's server processes used since startServerCPU
+// (a process started since then, all of its time); false when it cannot
+// be read.
+func (m *serverCPU) used() (time.Duration, bool) {
+	after, ok := m.read()
+	if !ok || m.before == nil {
+		return 0, false
+	}
+	var d time.Duration
+	for pid, t := range after {
+		d += t - m.before[pid]
+	}
+	return d, true
 }
 
 // perPair is a store's round trips and statements per pair and its pairs
@@ -64,20 +150,26 @@ func benchPG(d time.Duration) (pgResults, error) {
 	rand.Read(b[:])
 	schema := "bench_" + hex.EncodeToString(b[:])
 	defer pgtest.Drop(dsn, schema)
-	eng, st, err := openPG(schema)
+	eng, st, err := openPG(schema, schema+"-one")
 	if err != nil {
 		return out, err
 	}
+	meter, ok := startServerCPU(dsn, schema+"-one")
 	out.one = pairs(eng, 64, d, 0)
+	server, ok2 := meter.used()
+	out.oneServer, out.serverOK = server/time.Duration(max(out.one.ops, 1)), ok && ok2
 	out.oneRetries = float64(eng.Reruns()) / float64(max(out.one.ops, 1))
 	out.oneStats = st.Stats()
 	eng.Close(context.Background())
-	var retries int64
-	if out.three, retries, out.threeStats, err = threeProcesses(schema, d); err != nil {
+	var w workerResult
+	if out.three, w, err = threeProcesses(schema, d); err != nil {
 		return out, err
 	}
-	out.threeRetries = float64(retries) / float64(max(out.three.ops, 1))
-	out.naive, err = naivePG(context.Background(), schema, d)
+	out.threeRetries, out.threeStats = float64(w.Retries)/float64(max(out.three.ops, 1)), w.Stats
+	out.threeServer, out.serverOK = w.ServerCPU/time.Duration(max(out.three.ops, 1)), out.serverOK && w.ServerCPUOK
+	var naiveServer time.Duration
+	out.naive, naiveServer, ok, err = naivePG(context.Background(), schema, d)
+	out.naiveServer, out.serverOK = naiveServer/time.Duration(max(out.naive.ops, 1)), out.serverOK && ok
 	return out, err
 }
 
@@ -88,22 +180,24 @@ type workerResult struct {
 	Pairs   int           `json:"pairs"`
 	Retries int64         `json:"retries"`
 	Stats   pgstore.Stats `json:"stats"`
+	// the CPU time of the server processes serving the worker's store
+	ServerCPU   time.Duration `json:"server_cpu"`
+	ServerCPUOK bool          `json:"server_cpu_ok"`
 }
 
 // threeProcesses runs three worker processes (this program with
 // -pg-worker), 22, 21 and 21 callers each, each its own engine with its own
 // pool and writer on the shared schema, as three sidecars would run, all
 // starting at the same moment; their rates add up. It also returns their
-// batches re-run and their stores' counts, summed.
-func threeProcesses(schema string, d time.Duration) (result, int64, pgstore.Stats, error) {
-	var st pgstore.Stats
+// batches re-run, their stores' counts and their server CPU time, summed.
+func threeProcesses(schema string, d time.Duration) (result, workerResult, error) {
+	sum := workerResult{ServerCPUOK: true}
 	self, err := os.Executable()
 	if err != nil {
-		return result{}, 0, st, err
+		return result{}, sum, err
 	}
 	start := time.Now().Add(2 * time.Second).UnixNano()
 	var out result
-	var retries int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
@@ -124,14 +218,16 @@ func threeProcesses(schema string, d time.Duration) (result, int64, pgstore.Stat
 			out.perSec += r.PerSec
 			out.p99 = max(out.p99, r.P99)
 			out.ops += r.Pairs
-			retries += r.Retries
-			st.Commits += r.Stats.Commits
-			st.RoundTrips += r.Stats.RoundTrips
-			st.Statements += r.Stats.Statements
+			sum.Retries += r.Retries
+			sum.Stats.Commits += r.Stats.Commits
+			sum.Stats.RoundTrips += r.Stats.RoundTrips
+			sum.Stats.Statements += r.Stats.Statements
+			sum.ServerCPU += r.ServerCPU
+			sum.ServerCPUOK = sum.ServerCPUOK && r.ServerCPUOK
 		})
 	}
 	wg.Wait()
-	return out, retries, st, firstErr
+	return out, sum, firstErr
 }
 
 // pgWorker is one of threeProcesses' workers: arg is
@@ -147,29 +243,37 @@ func pgWorker(arg string) error {
 	if err := cmp.Or(err1, err2, err3); err != nil {
 		return fmt.Errorf("-pg-worker %q: %w", arg, err)
 	}
-	eng, st, err := openPG(parts[0])
+	app := parts[0] + "-" + parts[4]
+	eng, st, err := openPG(parts[0], app)
 	if err != nil {
 		return err
 	}
 	defer eng.Close(context.Background())
 	keyPrefix = "bench:" + parts[4] + ":"
+	meter, ok := startServerCPU(pgtest.DSNOrDefault(), app)
 	time.Sleep(time.Until(time.Unix(0, start)))
 	r := pairs(eng, callers, d, 0)
-	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99, Pairs: r.ops, Retries: eng.Reruns(), Stats: st.Stats()})
+	server, ok2 := meter.used()
+	return json.NewEncoder(os.Stdout).Encode(workerResult{PerSec: r.perSec, P99: r.p99, Pairs: r.ops, Retries: eng.Reruns(), Stats: st.Stats(),
+		ServerCPU: server, ServerCPUOK: ok && ok2})
 }
 
 // naivePG is the design Ratchet's batching replaces: every call its own
-// transaction, the budget a single row updated in place.
-func naivePG(ctx context.Context, schema string, d time.Duration) (result, error) {
+// transaction, the budget a single row updated in place. It also returns
+// the server CPU time its sessions used during the load (false: not
+// measured).
+func naivePG(ctx context.Context, schema string, d time.Duration) (result, time.Duration, bool, error) {
+	app := schema + "-naive"
 	cfg, err := pgxpool.ParseConfig(pgtest.DSNOrDefault())
 	if err != nil {
-		return result{}, err
+		return result{}, 0, false, err
 	}
 	cfg.MaxConns = 64
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return result{}, err
+		return result{}, 0, false, err
 	}
 	defer pool.Close()
 	for _, q := range []string{
@@ -178,9 +282,23 @@ func naivePG(ctx context.Context, schema string, d time.Duration) (result, error
 		"INSERT INTO naive_budget VALUES ('global', 0, 9223372036854775807)",
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
-			return result{}, err
+			return result{}, 0, false, err
 		}
 	}
+	// Every session starts before the meter does, so that the figure is
+	// the load's, not the sessions' start.
+	conns := make([]*pgxpool.Conn, 0, cfg.MaxConns)
+	for range cfg.MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return result{}, 0, false, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	meter, ok := startServerCPU(pgtest.DSNOrDefault(), app)
 	var lat latencies
 	r, err := load(64, d, 0, func(k int64) error {
 		key := fmt.Sprint("naive:", k)
@@ -200,5 +318,6 @@ func naivePG(ctx context.Context, schema string, d time.Duration) (result, error
 		return err
 	})
 	r.p50, r.p99 = lat.pct(0.5), lat.pct(0.99)
-	return r, err
+	server, ok2 := meter.used()
+	return r, server, ok && ok2, err
 }

@@ -12,8 +12,9 @@
 // pull 168353); versions without them answer that the function does not
 // exist, and Open refuses them with ErrNoAdvisoryLocks rather than run
 // replicas without locks. Not tested against CockroachDB: whether it runs
-// the PL/pgSQL lock function and answers txid_current and txid_status
-// (used to learn how a lost commit ended, below) is unknown.
+// the PL/pgSQL lock function and answers txid_current, txid_status and
+// pg_logical_emit_message (used to learn how a lost commit ended, below)
+// is unknown.
 //
 // Schema. The ledger is one table, kv(k bytea primary key, v bytea), in a
 // schema of its own (Options.Schema, default "ratchet"), created and
@@ -77,14 +78,18 @@
 // instead of 56, and pairs/s fell by a fifth to a third.
 //
 // What was measured and set aside (SERIALIZABLE without locks, one lock
-// for the whole ledger, the WAL flush taken out of the transaction) is in
+// for the whole ledger, the WAL flush taken out of the transaction so that
+// two batches are in flight, writes sent while the batch is still being
+// decided, plain INSERT and UPDATE for keys known absent or present) is in
 // docs/design.md.
 //
 // A commit's answer can be lost with its connection. The store learns
 // each transaction's id in its first round trip (txid_current, sent with
 // BEGIN), so when the round trip carrying the writes and COMMIT gets no
 // answer it closes that connection and asks the server, on another, how
-// the transaction ended (txid_status): committed, and the batch's
+// the transaction ended (txid_status, in a transaction that writes a WAL
+// record, so that its answer waits for that commit to be as durable as a
+// batch's: see commitOutcome): committed, and the batch's
 // decisions stand and are answered; rolled back, and the batch, which
 // recorded nothing, is run again. Only when the server cannot be asked
 // within a few seconds is the batch reported failed (unavailable) with its
@@ -455,21 +460,24 @@ const lostCommitWait = 5 * time.Second
 // commitOutcome finds out, on another connection, how a transaction whose commit
 // got no answer ended: committed (the batch is recorded and its decisions
 // stand) or rolled back (nothing was recorded; Update runs the batch
-// again). The question is asked in a transaction that takes an id of its
-// own, so its COMMIT waits, as any commit does under the server's
+// again). "Committed" is acted on (the batch's executes are answered), so
+// the question's COMMIT must wait, as a batch's does under the server's
 // synchronous_commit (and for any synchronous standbys), for the WAL that
-// holds the earlier commit. Until the server notices the lost connection
-// the transaction is still in progress; commitOutcome waits up to lostCommitWait for
-// it to end. An error means it cannot tell: the batch is then reported
-// failed, its outcome unknown.
+// holds the earlier commit: the question writes one WAL record (a
+// transactional logical message, which nothing needs to read), since a
+// transaction that writes none commits without waiting, id or not, and the
+// lost transaction's commit record, already written, comes before it.
+// Until the server notices the lost connection the transaction is still in
+// progress; commitOutcome waits up to lostCommitWait for it to end. An
+// error means it cannot tell: the batch is then reported failed, its
+// outcome unknown.
 func (s *Store) commitOutcome(ctx context.Context, lost *lostCommit) (committed bool, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, lostCommitWait)
 	defer cancel()
 	for {
 		var status *string
 		err := pgx.BeginFunc(ctx, s.writes, func(tx pgx.Tx) error {
-			var own int64
-			return tx.QueryRow(ctx, "SELECT txid_status($1), txid_current()", lost.xid).Scan(&status, &own)
+			return tx.QueryRow(ctx, "SELECT txid_status($1), pg_logical_emit_message(true, 'ratchet', '')", lost.xid).Scan(&status, nil)
 		})
 		switch {
 		case err != nil:

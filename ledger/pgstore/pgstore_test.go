@@ -228,6 +228,45 @@ func openFresh(t *testing.T) *Store {
 	return s
 }
 
+// TestTheOutcomeOfALostCommitIsAskedDurably: the answer "committed" to a
+// lost commit is acted on (its batch's executes are answered), so the
+// question's own COMMIT must wait for the WAL flush (and any synchronous
+// standbys) past the lost commit's record, as every batch's COMMIT does.
+// A transaction that writes no WAL commits without waiting for anything,
+// even with an id of its own, so the question writes a record.
+func TestTheOutcomeOfALostCommitIsAskedDurably(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := openFresh(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var xid int64
+	if err := conn.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	// Another session's flush can cover the question by chance; ten
+	// questions are not all covered.
+	for i := range 10 {
+		var before, flushed int64
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		committed, err := s.commitOutcome(ctx, &lostCommit{xid: xid, err: errors.New("cut")})
+		if err != nil || !committed {
+			t.Fatalf("commitOutcome = %v, %v; want committed", committed, err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() - '0/0'").Scan(&flushed); err != nil {
+			t.Fatal(err)
+		}
+		if flushed <= before {
+			t.Fatalf("question %d: the WAL is flushed to %d, not past %d where the question's commit began: it was answered before it was durable", i, flushed, before)
+		}
+	}
+}
+
 // TestLostCommitAnswers: when the connection goes during the round trip
 // that carries a batch's COMMIT, the store asks the server how the
 // transaction ended instead of reporting an unknown outcome: committed
