@@ -1,0 +1,98 @@
+package mcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ratchet-mcp/ratchet/internal/enginetest"
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease (review rev37): a
+// 2025-11-25 client over streamable HTTP is asked to open the approval's
+// page; an operator approves there; the client then goes away (its
+// connection drops, no notifications/cancelled) without answering. The
+// wait running out must not begin again for it: nobody would receive the
+// execute, and its lease would lapse into an indeterminate effect that an
+// operator must resolve. The approval stays unused, so that the agent's
+// next begin with the key gets execute.
+func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
+	defer func(w, p time.Duration) { elicitWait, pingWait = w, p }(elicitWait, pingWait)
+	elicitWait, pingWait = 300*time.Millisecond, 300*time.Millisecond
+	threshold := int64(100_000_000)
+	eng := enginetest.Open(t, t.TempDir(), ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: &threshold}}})
+	srv := New(eng, &Options{ConsoleURL: "https://ratchet.example.com"})
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+
+	session := ""
+	post := func(ctx context.Context, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+			session = id
+		}
+		return resp
+	}
+	ctx := t.Context()
+	r := post(ctx, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+		`"capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"gone-host","version":"1"}}}`)
+	r.Body.Close()
+	post(ctx, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+
+	callCtx, drop := context.WithCancel(ctx)
+	defer drop()
+	r = post(callCtx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+
+		`{"idempotency_key":"inv:gone","effect_type":"payment.charge","estimated_cost_micros":150000000}}}`)
+	sc := bufio.NewScanner(r.Body)
+	approval := ""
+	for approval == "" && sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || !strings.Contains(line, "elicitation/create") {
+			continue
+		}
+		var m struct {
+			Params struct {
+				ElicitationID string `json:"elicitationId"`
+			} `json:"params"`
+		}
+		json.Unmarshal([]byte(line), &m)
+		approval = m.Params.ElicitationID
+	}
+	if approval == "" {
+		t.Fatalf("no elicitation/create on the call's stream: %v", sc.Err())
+	}
+	if _, err := eng.Approve(ctx, approval, "admin:alice", ""); err != nil { // the user went to the page; an operator approved
+		t.Fatal(err)
+	}
+	drop() // the client goes away without answering or cancelling
+	r.Body.Close()
+	time.Sleep(3 * (elicitWait + pingWait))
+
+	eff, err := eng.Get(ctx, ledger.DefaultNamespace, "", "inv:gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eff.State != ledger.StateApproved || eff.LeaseExpiresAt != nil {
+		t.Errorf("after the call was abandoned: effect %s, attempt %d, lease until %v; want approved and unused (no begin for a call nobody hears)",
+			eff.State, eff.Attempt, eff.LeaseExpiresAt)
+	}
+}
