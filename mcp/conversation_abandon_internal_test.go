@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,7 +30,13 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 	elicitWait, pingWait = 300*time.Millisecond, 300*time.Millisecond
 	threshold := int64(100_000_000)
 	eng := enginetest.Open(t, t.TempDir(), ledger.Options{Policies: []ledger.Rule{{Match: "payment.*", ApprovalThresholdMicros: &threshold}}})
-	srv := New(eng, &Options{ConsoleURL: "https://ratchet.example.com"})
+	gaveUp := make(chan struct{}, 1) // the adapter logged that it does not look again
+	log := slog.New(logFunc(func(r slog.Record) {
+		if strings.Contains(r.Message, "not looking again") {
+			gaveUp <- struct{}{}
+		}
+	}))
+	srv := New(eng, &Options{ConsoleURL: "https://ratchet.example.com", Logger: log})
 	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
 
@@ -85,7 +92,10 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 	}
 	drop() // the client goes away without answering or cancelling
 	r.Body.Close()
-	time.Sleep(3 * (elicitWait + pingWait))
+	select { // (the handler reads elicitWait and pingWait: the test restores them after it)
+	case <-gaveUp:
+	case <-time.After(3 * (elicitWait + pingWait)):
+	}
 
 	eff, err := eng.Get(ctx, ledger.DefaultNamespace, "", "inv:gone")
 	if err != nil {
@@ -96,3 +106,11 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 			eff.State, eff.Attempt, eff.LeaseExpiresAt)
 	}
 }
+
+// logFunc is a slog.Handler calling f on each record.
+type logFunc func(slog.Record)
+
+func (f logFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (f logFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+func (f logFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
+func (f logFunc) WithGroup(string) slog.Handler                 { return f }
