@@ -25,12 +25,13 @@ import (
 //   - Input schemas are derived from the engine's request types, with one
 //     documented field per property (toolSpec.fields), each with one type:
 //     a pointer is optional, never null.
-//   - Output schemas are derived from the engine's result types too, but list
-//     only the fields an agent acts on (toolSpec.output): the other fields are
-//     still returned, and allowed, since output objects are not closed
-//     either. A listed field the type lacks panics at start (and so in
-//     every test), so the schema cannot drift from the type; every result
-//     the tests produce is validated against it.
+//   - Output schemas are derived from the result types too, but list only
+//     the fields an agent acts on (toolSpec.output): the other fields are
+//     still returned (but by report, whose answer is only those: reported),
+//     and allowed, since output objects are not closed either. A listed
+//     field the type lacks panics at start (and so in every test), so the
+//     schema cannot drift from the type; every result the tests produce is
+//     validated against it.
 
 // anyJSON is the schema of a field that holds any JSON value.
 func anyJSON() *jsonschema.Schema { return &jsonschema.Schema{Description: "any JSON value"} }

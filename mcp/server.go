@@ -131,6 +131,7 @@ func New(eng Engine, opts *Options) *sdk.Server {
 		}
 	}
 	t.register(s)
+	s.AddReceivingMiddleware(t.listFull)
 	return s
 }
 

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,9 @@ type tools struct {
 	reserved map[Identity]bool // Options.Reserved
 	console  string            // Options.ConsoleURL, without a trailing slash
 	log      *slog.Logger      // Options.Logger, or discard
+	// listed are the tools as tools/list shows them, by name; the SDK
+	// holds each with a stand-in input schema (addTool, listFull).
+	listed map[string]*sdk.Tool
 }
 
 // field documents and bounds one input property.
@@ -102,14 +106,9 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	destructive := false
 	tool := &sdk.Tool{
 		Name: spec.name, Title: spec.title, Description: spec.desc,
-		// The schemas go to the SDK as their JSON, encoded once here: for
-		// every tools/call of the 2026-07-28 protocol the SDK encodes the
-		// tool's input schema and decodes it again to find x-mcp-header
-		// annotations (go-sdk v1.8.0 validateParamHeaders), and a
+		// The schemas are their JSON, encoded once here: a
 		// *jsonschema.Schema encodes through a MarshalJSON per subschema,
-		// each of whose output encoding/json compacts again: 2.0M of a
-		// begin+report pair's 6.7M instructions (docs/design.md,
-		// "Performance, round two"). tools/list carries the same bytes.
+		// each of whose output encoding/json compacts again.
 		InputSchema: schemaJSON(in), OutputSchema: schemaJSON(outputSchema[Out](spec.output)),
 		// The title is the tool's own; annotations.title would repeat it.
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: spec.readOnly,
@@ -118,7 +117,19 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 	if !spec.readOnly { // destructiveHint means nothing for a read-only tool
 		tool.Annotations.DestructiveHint = &destructive
 	}
-	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	// For every tools/call of the 2026-07-28 protocol the SDK encodes the
+	// tool's input schema and decodes it again to find x-mcp-header
+	// annotations (go-sdk v1.8.0 validateParamHeaders): the begin schema's
+	// 3.5 KB, a ninth of an MCP begin+report pair's instructions
+	// (docs/design.md, "What an MCP pair hands the SDK"). Ratchet's
+	// schemas carry no such annotation, so the SDK holds a stand-in with
+	// none either, which is all it reads the schema for after AddTool, and
+	// listFull puts the whole tool back into tools/list.
+	if t.listed == nil {
+		t.listed = map[string]*sdk.Tool{}
+	}
+	t.listed[spec.name] = tool
+	s.AddTool(held(tool), func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		ctx, span := startToolSpan(ctx, spec.name, req) // trace.go
 		defer span.End()
 		var args In
@@ -143,6 +154,40 @@ func addTool[In, Out any](s *sdk.Server, t *tools, spec toolSpec, call func(cont
 			&sdk.TextContent{Text: summary}, &sdk.TextContent{Text: string(js)},
 		}}, nil
 	})
+}
+
+// standInSchema is the input schema the SDK holds for every tool (addTool).
+var standInSchema = json.RawMessage(`{"type":"object"}`)
+
+// held is tool as the SDK holds it, with the stand-in input schema. It
+// panics (at start) for a schema with an x-mcp-header annotation, which the
+// stand-in would hide from the SDK's check.
+func held(tool *sdk.Tool) *sdk.Tool {
+	if schema, _ := tool.InputSchema.(json.RawMessage); bytes.Contains(schema, []byte(`"x-mcp-header"`)) {
+		panic(fmt.Sprintf("tool %s: an x-mcp-header annotation, which the SDK's stand-in schema would hide from its check", tool.Name))
+	}
+	h := *tool
+	h.InputSchema = standInSchema
+	return &h
+}
+
+// listFull is the server's middleware that answers tools/list with the
+// tools as Ratchet describes them (t.listed) in place of the SDK's
+// stand-ins, after the SDK has paginated them.
+func (t *tools) listFull(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		list, ok := res.(*sdk.ListToolsResult)
+		if !ok || err != nil {
+			return res, err
+		}
+		out := *list
+		out.Tools = make([]*sdk.Tool, len(list.Tools))
+		for i, tool := range list.Tools {
+			out.Tools[i] = cmp.Or(t.listed[tool.Name], tool)
+		}
+		return &out, nil
+	}
 }
 
 // callKey holds a tool call's request in its handler's context.
@@ -353,12 +398,16 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		return res, text, nil
 	})
-	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*ledger.Effect, string, error) {
+	addTool(s, t, reportSpec, func(ctx context.Context, id Identity, in *ledger.ReportRequest) (*reported, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID // a fixed agent settles only its own attempts
 		in.NotAgents = t.reservedIn(id)                     // and one that fixes none, no credential's
 		in.Principal = id.Principal
 		eff, err := t.eng.Report(ctx, *in)
-		return eff, effectSummary(eff), err
+		if err != nil {
+			return nil, "", err
+		}
+		return &reported{EffectID: eff.EffectID, IdempotencyKey: eff.IdempotencyKey, State: eff.State, Attempt: eff.Attempt,
+			Reason: eff.Reason, Result: eff.Result, VendorReference: eff.VendorReference, ResultNote: eff.ResultNote}, effectSummary(eff), nil
 	})
 	addTool(s, t, resolveSpec, func(ctx context.Context, id Identity, in *ledger.ResolveRequest) (*ledger.Effect, string, error) {
 		in.Namespace, in.AgentID = id.Namespace, id.AgentID
@@ -396,6 +445,24 @@ func (t *tools) register(s *sdk.Server) {
 		}
 		return page, summary, nil
 	})
+}
+
+// reported is a report's answer: the effect's fields its output schema
+// lists (settledOutput), what an agent acts on after reporting. It sent the
+// rest itself a moment ago, and ratchet_get_effect returns the whole
+// record; the whole effect, about 600 bytes written twice (structured and
+// as text), was 7% of an MCP begin+report pair's instructions in the
+// SDK's encoding and the client's decoding (docs/design.md, "What an MCP
+// pair hands the SDK").
+type reported struct {
+	EffectID        string          `json:"effect_id"`
+	IdempotencyKey  string          `json:"idempotency_key"`
+	State           ledger.State    `json:"state"`
+	Attempt         int             `json:"attempt"`
+	Reason          string          `json:"reason,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	VendorReference string          `json:"vendor_reference,omitempty"`
+	ResultNote      string          `json:"result_note,omitempty"`
 }
 
 type getInput struct {

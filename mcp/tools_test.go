@@ -2,10 +2,12 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	gocmp "github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/mcp"
@@ -70,5 +72,33 @@ func TestToolsList(t *testing.T) {
 	}
 	if n := strings.Count(desc, "budget_warning"); n != 1 {
 		t.Errorf("budget_warning explained %d times", n)
+	}
+}
+
+// TestAReportAnswersWithWhatSettled: a report's answer is the effect's
+// fields its output schema lists, structured and as the same JSON in its
+// second text item; the agent sent the rest, and ratchet_get_effect returns
+// the whole record.
+func TestAReportAnswersWithWhatSettled(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)}
+	cs := inMemory(t, mcp.New(newEngine(t, c), nil))
+	b := decision(t, cs, map[string]any{"idempotency_key": "mail:1", "effect_type": "email.send"}, "execute")
+	out, res := call(t, cs, "ratchet_report_effect", map[string]any{"effect_id": b["effect_id"], "attempt": 1, "outcome": "succeeded",
+		"result": map[string]any{"id": "msg_1"}, "vendor_reference": "msg_1", "actual_cost_micros": 10})
+	want := map[string]any{"effect_id": b["effect_id"], "idempotency_key": "mail:1", "state": "succeeded", "attempt": float64(1),
+		"result": map[string]any{"id": "msg_1"}, "vendor_reference": "msg_1"}
+	if diff := gocmp.Diff(want, out); diff != "" {
+		t.Errorf("report's answer (-want +got):\n%s", diff)
+	}
+	var text map[string]any
+	if err := json.Unmarshal([]byte(res.Content[1].(*sdk.TextContent).Text), &text); err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff(out, text); diff != "" {
+		t.Errorf("the text JSON differs from the structured content (-structured +text):\n%s", diff)
+	}
+	eff, _ := call(t, cs, "ratchet_get_effect", map[string]any{"effect_id": b["effect_id"]})
+	if eff["namespace"] != "default" || eff["actual_cost_micros"] != float64(10) || eff["completed_at"] == nil {
+		t.Errorf("get's answer %v, want the whole record", eff)
 	}
 }

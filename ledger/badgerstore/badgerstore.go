@@ -73,6 +73,7 @@ type Options struct {
 	NoSync bool
 
 	valueThreshold int64         // tests put values in the value log with a lower one
+	blockSize      int           // tests write Badger's 4 KiB blocks, as ledgers from before 16 KiB have
 	idleAfter      time.Duration // tests stop the compactors sooner (zero: idleAfter)
 }
 
@@ -101,16 +102,29 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	// Memory is bounded for a sidecar: two memtables of 16 MiB instead of
 	// five of 64, three compactors instead of four (each builds tables in
-	// memory), and 16 MiB of block cache and 8 MiB of index cache instead
+	// memory), and 8 MiB of block cache and 8 MiB of index cache instead
 	// of Badger's 256 MiB and unbounded defaults (measured: a million
 	// effects took the server past 600 MiB with the defaults). Ratchet's
 	// load writes new keys and bloom filters answer most reads, so the
-	// caches were mostly memory: on 2026-12-02 a million-effect ledger
-	// under MCP load held 139 MiB resident with these (75 anonymous, Go
-	// heap 59) against 176 MiB (111, 103) with 64 and 32 MiB, its engine
-	// pairs/s 109% of the empty ledger's (105% before) and the first
-	// flush's peak 131 MiB (147) (make bench, "Scale"). The
-	// memtable is where a fresh sidecar's memory peaks: its first flush
+	// caches were mostly memory: a million-effect ledger under MCP load
+	// held 176 MiB resident with 64 and 32 MiB and 139-142 with 16 and 8,
+	// where the block cache's decompressed blocks were the largest part of
+	// the Go heap after the memtable's arena (12-20 MiB of 43-51 in heap
+	// profiles). Blocks are 16 KiB, not Badger's 4: each table's index (a
+	// key and an offset per block, and its bloom filter) is read when the
+	// table opens and stays mapped, so resident, while it is open, and
+	// Linux maps a file 64 KiB around each page read. With 4 KiB blocks a
+	// million effects' 287 tables held 61 MiB of file-backed pages; with
+	// 16 KiB, 263 tables held 28 MiB (their indexes 10 MiB in all instead
+	// of 18), and the ledger took 7% less disk. A read that gets past the
+	// bloom filter and the block cache decompresses 16 KiB instead of 4.
+	// With 16 KiB blocks and an 8 MiB block cache that ledger held
+	// 112-123 MiB under MCP load, the engine on it 81-164% of its pairs/s
+	// on an empty ledger (make bench, "Scale"). While a compaction runs,
+	// its table builders still take hundreds of MiB (see the table size
+	// below; issue 31 in docs/design.md).
+	//
+	// The memtable is where a fresh sidecar's memory peaks: its first flush
 	// builds a table from the full memtable while the next one fills, each
 	// an arena of the memtable's size and a log file mapped at twice it.
 	// With 32 MiB memtables a "ratchet serve" peaked at 228-311 MiB
@@ -150,7 +164,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
 		WithNumCompactors(3).
-		WithBlockCacheSize(16 << 20).
+		WithBlockSize(cmp.Or(opts.blockSize, 16<<10)).
+		WithBlockCacheSize(8 << 20).
 		WithIndexCacheSize(8 << 20).
 		WithValueThreshold(cmp.Or(opts.valueThreshold, 1<<20)).
 		WithValueLogFileSize(64 << 20).
