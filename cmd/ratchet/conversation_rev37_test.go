@@ -44,14 +44,20 @@ func TestTwoCallsWaitingOnThePageForOneKeyExecuteOnce(t *testing.T) {
 			t.Errorf("two waiting calls for one key, approved meanwhile (-want +got):\n%s", diff)
 		}
 	}
+	onOneAndTwoServes(t, "convtwice_", run)
+}
+
+// onOneAndTwoServes runs run on one serve with Badger (a and b the same),
+// and on two serves sharing a PostgreSQL ledger (schema named from
+// prefix), each with conversationConfig and the console's address.
+func onOneAndTwoServes(t *testing.T, prefix string, run func(t *testing.T, a, b *server)) {
+	cfg := conversationConfig("https://ratchet.example.com")
 	t.Run("badger", func(t *testing.T) {
-		s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), cfg)
 		run(t, s, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		shared := sharedLedger(t, "convtwice_")
-		a := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
-		b := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
-		run(t, a, b)
+		shared := sharedLedger(t, prefix)
+		run(t, startServe(t, filepath.Join(t.TempDir(), "a"), shared+cfg), startServe(t, filepath.Join(t.TempDir(), "b"), shared+cfg))
 	})
 }
