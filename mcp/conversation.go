@@ -214,9 +214,9 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 		if ctx.Err() != nil || !errors.Is(ectx.Err(), context.DeadlineExceeded) {
 			return nil, false
 		}
-		// The wait ran out: a client that went away without cancelling
-		// (its connection dropped) is not told, so look again only if it
-		// still answers on the call's stream; else the execute (and its
+		// The wait ran out: the call's context does not end when a client
+		// goes away without cancelling (its connections dropped), so look
+		// again only if it still answers a ping; else the execute (and its
 		// lease) would go to nobody and lapse into an indeterminate effect.
 		pctx, cancel := context.WithTimeout(ctx, pingWait)
 		defer cancel()

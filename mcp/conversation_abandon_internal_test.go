@@ -11,16 +11,14 @@ import (
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/ratchet-mcp/ratchet/internal/enginetest"
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 // TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease (review rev37): a
-// 2025-11-25 client over streamable HTTP is asked to open the approval's
+// 2025-11-25 client over streamable HTTP (Ratchet's handler) is asked to open the approval's
 // page; an operator approves there; the client then goes away (its
-// connection drops, no notifications/cancelled) without answering. The
+// connections drop, no notifications/cancelled) without answering. The
 // wait running out must not begin again for it: nobody would receive the
 // execute, and its lease would lapse into an indeterminate effect that an
 // operator must resolve. The approval stays unused, so that the agent's
@@ -37,13 +35,13 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 		}
 	}))
 	srv := New(eng, &Options{ConsoleURL: "https://ratchet.example.com", Logger: log})
-	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	hs := httptest.NewServer(Handler(srv, nil)) // Ratchet's: JSON answers, server requests on the standalone stream
 	t.Cleanup(hs.Close)
 
 	session := ""
-	post := func(ctx context.Context, body string) *http.Response {
+	send := func(ctx context.Context, method, body string) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL, strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, method, hs.URL, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
@@ -60,16 +58,24 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 		return resp
 	}
 	ctx := t.Context()
-	r := post(ctx, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
-		`"capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"gone-host","version":"1"}}}`)
-	r.Body.Close()
-	post(ctx, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+		`"capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"gone-host","version":"1"}}}`).Body.Close()
+	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
 
-	callCtx, drop := context.WithCancel(ctx)
-	defer drop()
-	r = post(callCtx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+
-		`{"idempotency_key":"inv:gone","effect_type":"payment.charge","estimated_cost_micros":150000000}}}`)
-	sc := bufio.NewScanner(r.Body)
+	clientCtx, crash := context.WithCancel(ctx) // the client process: its standalone stream and its call
+	defer crash()
+	standalone := send(clientCtx, http.MethodGet, "")
+	defer standalone.Body.Close()
+	call, _ := http.NewRequestWithContext(clientCtx, http.MethodPost, hs.URL, strings.NewReader(
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+
+			`{"idempotency_key":"inv:gone","effect_type":"payment.charge","estimated_cost_micros":150000000}}}`))
+	call.Header = standalone.Request.Header.Clone()
+	go func() { // the call waits for its answer until the client goes
+		if r, err := http.DefaultClient.Do(call); err == nil {
+			r.Body.Close()
+		}
+	}()
+	sc := bufio.NewScanner(standalone.Body)
 	approval := ""
 	for approval == "" && sc.Scan() {
 		line, ok := strings.CutPrefix(sc.Text(), "data: ")
@@ -85,13 +91,12 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 		approval = m.Params.ElicitationID
 	}
 	if approval == "" {
-		t.Fatalf("no elicitation/create on the call's stream: %v", sc.Err())
+		t.Fatalf("no elicitation/create on the standalone stream: %v", sc.Err())
 	}
 	if _, err := eng.Approve(ctx, approval, "admin:alice", ""); err != nil { // the user went to the page; an operator approved
 		t.Fatal(err)
 	}
-	drop() // the client goes away without answering or cancelling
-	r.Body.Close()
+	crash()  // the client goes away without answering or cancelling: both its connections drop
 	select { // (the handler reads elicitWait and pingWait: the test restores them after it)
 	case <-gaveUp:
 	case <-time.After(3 * (elicitWait + pingWait)):
