@@ -44,8 +44,8 @@ import (
 //   - A client of an older protocol with a session gets a server-initiated
 //     elicitation/create while the call waits (at most elicitWait). Once
 //     the client answered (whatever it answered) or the wait ran out and
-//     it still answers a ping (a client gone without cancelling is not
-//     begun for), the begin is made again, same arguments and caller (idempotent): an
+//     it still answers a ping (a client gone without cancelling, its
+//     connections dropped, is not begun for), the begin is made again, same arguments and caller (idempotent): an
 //     operator who decided meanwhile is answered (execute or denied), else
 //     approval_required as before. A failed look again answers the first.
 //
