@@ -43,8 +43,9 @@ import (
 //     one is ignored, so that the call asks again.
 //   - A client of an older protocol with a session gets a server-initiated
 //     elicitation/create while the call waits (at most elicitWait). Once
-//     the client answered (whatever it answered) or the wait ran out, the
-//     begin is made again, same arguments and caller (idempotent): an
+//     the client answered (whatever it answered) or the wait ran out and
+//     it still answers a ping (a client gone without cancelling, its
+//     connections dropped, is not begun for), the begin is made again, same arguments and caller (idempotent): an
 //     operator who decided meanwhile is answered (execute or denied), else
 //     approval_required as before. A failed look again answers the first.
 //
@@ -62,6 +63,10 @@ type stateEngine interface {
 // client that never answers only delays today's answer. A variable so
 // that tests can shorten it.
 var elicitWait = 2 * time.Minute
+
+// pingWait bounds how long a begin whose elicitWait ran out waits for the
+// client to answer a ping before looking again. A variable for tests.
+var pingWait = 5 * time.Second
 
 // statePurpose names the key sealed request states use (ledger.StateKey).
 const statePurpose = "mcp-request-state-v1"
@@ -184,7 +189,7 @@ func (t *tools) withPage(res *ledger.BeginResult) bool {
 // approval's page: for a 2026-07-28 client it returns the input_required
 // result to answer with; for an older one it elicits while the call waits
 // and reports whether to look again (the client answered, or the wait ran
-// out, and the call is still live).
+// out and it answers a ping, and the call is still live).
 func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *ledger.BeginResult, ns, agent, fp string, in *ledger.BeginRequest) (*sdk.CallToolResult, bool) {
 	if res.ApprovalURL == "" || res.ExpiresAt == nil || !wantsURL(req) {
 		return nil, false
@@ -206,7 +211,20 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 	r, err := req.Session.Elicit(ectx, params)
 	if err != nil {
 		t.log.Debug("asking the client to open an approval's page", "approval_id", res.ApprovalID, "error", err)
-		return nil, ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
+		if ctx.Err() != nil || !errors.Is(ectx.Err(), context.DeadlineExceeded) {
+			return nil, false
+		}
+		// The wait ran out: the call's context does not end when a client
+		// goes away without cancelling (its connections dropped), so look
+		// again only if it still answers a ping; else the execute (and its
+		// lease) would go to nobody and lapse into an indeterminate effect.
+		pctx, cancel := context.WithTimeout(ctx, pingWait)
+		defer cancel()
+		if err := req.Session.Ping(pctx, nil); err != nil {
+			t.log.Info("the client did not answer the approval page's elicitation, nor a ping: not looking again", "approval_id", res.ApprovalID, "error", err)
+			return nil, false
+		}
+		return nil, ctx.Err() == nil
 	}
 	t.log.Info("the client answered the approval page's elicitation (it approves nothing)", "approval_id", res.ApprovalID, "action", r.Action)
 	return nil, ctx.Err() == nil

@@ -320,16 +320,7 @@ func TestASessionClientGetsTheDecisionMadeWhileItsUserWasOnThePage(t *testing.T)
 			}
 		}
 	}
-	t.Run("badger", func(t *testing.T) {
-		s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
-		run(t, s, s)
-	})
-	t.Run("postgres", func(t *testing.T) {
-		shared := sharedLedger(t, "convsession_")
-		a := startServe(t, filepath.Join(t.TempDir(), "a"), shared+conversationConfig("https://ratchet.example.com"))
-		b := startServe(t, filepath.Join(t.TempDir(), "b"), shared+conversationConfig("https://ratchet.example.com"))
-		run(t, a, b)
-	})
+	onOneAndTwoServes(t, "convsession_", run)
 }
 
 // formClient connects as an agent whose client shows form elicitations and
