@@ -28,9 +28,10 @@ import (
 // tools/call) and execution.taskSupport "optional" on the begin tool. Its
 // task-augmented begin runs as any begin; if the answer is
 // approval_required, the call answers a task (working) that watches the
-// approval in the ledger and completes with the begin's answer once an
-// operator decided (execute, denied), or with the expiry answer (still
-// approval_required, saying the request lapsed) when it lapses undecided.
+// approval in the ledger and, once an operator decided, completes with the
+// answer of a begin made when the client next asks (execute, denied), or
+// with the expiry answer (still approval_required, saying the request
+// lapsed) when it lapses undecided.
 // Any other answer makes a task that is already completed (failed for a
 // tool error). The client polls tasks/get, blocks on tasks/result, lists
 // its tasks and cancels one: cancelling stops the watching, the approval
@@ -151,16 +152,25 @@ type task struct {
 	size    int           // bytes counted against maxTaskBytes
 	v2      bool          // made for a 2026-07-28 client (the tasks extension)
 
+	// A watching task's begin (set by watch before its watcher starts),
+	// how often to begin again anyway, and one begin again at a time.
+	in      ledger.BeginRequest
+	res     ledger.BeginResult
+	retry   time.Duration
+	beginMu sync.Mutex
+
 	// Under taskStore.mu.
-	ttl      time.Duration
-	status   string // working, completed, failed, cancelled
-	message  string
-	updated  time.Time
-	watching bool
-	result   *sdk.CallToolResult
-	timer    *time.Timer   // removes the task at created+ttl
-	done     chan struct{} // closed when the status is terminal
-	gone     chan struct{} // closed when the task is removed or cancelled: the watching stops
+	ttl       time.Duration
+	status    string // working, completed, failed, cancelled
+	message   string
+	updated   time.Time
+	watching  bool
+	ready     bool      // the approval is no longer pending: begin again when the client asks
+	nextBegin time.Time // when to begin again anyway (retry_after_seconds)
+	result    *sdk.CallToolResult
+	timer     *time.Timer   // removes the task at created+ttl
+	done      chan struct{} // closed when the status is terminal
+	gone      chan struct{} // closed when the task is removed or cancelled: the watching stops
 }
 
 // taskStore holds the tasks of one server, and which of its sessions
@@ -263,11 +273,14 @@ func (ts *taskStore) remove(tk *task) {
 	}
 }
 
-// watch marks tk as waiting for approval a, until its expiry.
-func (ts *taskStore) watch(tk *task, res *ledger.BeginResult) {
+// watch marks tk as waiting for res's approval (of the begin in), until
+// its expiry.
+func (ts *taskStore) watch(tk *task, in ledger.BeginRequest, res *ledger.BeginResult) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	tk.watching = true
+	tk.in, tk.res, tk.watching = in, *res, true
+	tk.retry = max(time.Duration(res.RetryAfterSeconds)*time.Second, taskWatchEvery)
+	tk.nextBegin = time.Now().Add(tk.retry)
 	tk.message = "Waiting for an operator to decide approval " + res.ApprovalID + " (it lapses at " + res.ExpiresAt.UTC().Format(time.RFC3339) + ")."
 	if res.ApprovalURL != "" {
 		tk.message += " Show the user where an operator decides: " + res.ApprovalURL
@@ -554,76 +567,89 @@ func (t *tools) watchApproval(ctx context.Context, in ledger.BeginRequest, res *
 	if tk == nil || res.Decision != ledger.DecisionApprovalRequired || res.ExpiresAt == nil || res.EffectID == "" {
 		return false
 	}
-	t.tasks.watch(tk, res)
 	in.Confirmation = nil // an approval covers the begin again, as for an agent's own retry
-	go t.watch(tk, in, *res)
+	t.tasks.watch(tk, in, res)
+	go t.watch(tk)
 	return true
 }
 
-// watch waits for an operator's decision on res's approval: it reads the
-// effect every taskWatchEvery and, once the approval is no longer pending
-// (or every retry_after_seconds, as a polling agent would, so that a grant
-// is seen), begins again with the same request and completes the task
-// with that answer. At the approval's expiry it completes with the expiry
-// answer instead of beginning again (which would ask anew, for a client
-// that may be gone).
-func (t *tools) watch(tk *task, in ledger.BeginRequest, res ledger.BeginResult) {
-	exp := *res.ExpiresAt
-	retry := max(time.Duration(res.RetryAfterSeconds)*time.Second, taskWatchEvery)
-	nextBegin := time.Now().Add(retry)
+// watch waits for an operator's decision on the task's approval: it
+// reads the effect every taskWatchEvery and marks the task ready once the
+// approval is no longer pending; at the approval's expiry it completes the
+// task with the expiry answer (without beginning again, which would ask
+// anew for a client that may be gone).
+//
+// It never begins again itself: beginAgain does, when the client asks
+// (tasks/get, or a tasks/result waiting). A begin for a client that went
+// would take the execute lease for nobody, which lapses into an
+// indeterminate effect for an operator to resolve, where the agent's own
+// next begin would have got execute.
+func (t *tools) watch(tk *task) {
+	exp := *tk.res.ExpiresAt
 	tick := time.NewTicker(taskWatchEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tk.gone:
 			return
+		case <-tk.done:
+			return
 		case <-t.done:
 			return
 		case <-tick.C:
 		}
-		if done := t.watchOnce(tk, &in, &res, exp, &nextBegin, retry); done {
+		if !time.Now().Before(exp.Add(-taskWatchEvery / 2)) {
+			t.tasks.finish(tk, t.beginResult(lapsed(&tk.res), nil))
 			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		eff, err := t.eng.Get(ctx, tk.in.Namespace, tk.res.EffectID, "")
+		cancel()
+		if err != nil {
+			t.log.Debug("a task reading its effect", "task_id", tk.id, "error", err)
+			continue
+		}
+		a := eff.Approval
+		if a != nil && a.ApprovalID == tk.res.ApprovalID && a.State == ledger.ApprovalExpired {
+			t.tasks.finish(tk, t.beginResult(lapsed(&tk.res), nil))
+			return
+		}
+		if eff.State != ledger.StateAwaitingApproval || a == nil || a.ApprovalID != tk.res.ApprovalID || a.State != ledger.ApprovalPending {
+			t.tasks.mu.Lock()
+			tk.ready = true
+			t.tasks.mu.Unlock()
 		}
 	}
 }
 
-func (t *tools) watchOnce(tk *task, in *ledger.BeginRequest, res *ledger.BeginResult, exp time.Time, nextBegin *time.Time, retry time.Duration) bool {
+// beginAgain begins again for a waiting task whose client asked, when the
+// approval was decided or retry_after_seconds have passed since the last
+// begin (what a polling agent does, so that a grant made since is seen),
+// and completes the task unless the answer is still the same wait. One
+// begin at a time per task: a second caller finds the task done.
+func (t *tools) beginAgain(ctx context.Context, tk *task) {
+	tk.beginMu.Lock()
+	defer tk.beginMu.Unlock()
 	now := time.Now()
-	if !now.Before(exp.Add(-taskWatchEvery / 2)) {
-		t.tasks.finish(tk, t.beginResult(lapsed(res), nil))
-		return true
+	t.tasks.mu.Lock()
+	due := tk.status == "working" && tk.watching && (tk.ready || !now.Before(tk.nextBegin))
+	t.tasks.mu.Unlock()
+	if !due || !now.Add(taskWatchEvery).Before(*tk.res.ExpiresAt) { // near the expiry the watcher answers
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	again := !now.Before(*nextBegin)
-	if !again {
-		eff, err := t.eng.Get(ctx, in.Namespace, res.EffectID, "")
-		if err != nil {
-			t.log.Debug("a task reading its effect", "task_id", tk.id, "error", err)
-			return false
-		}
-		a := eff.Approval
-		if a != nil && a.ApprovalID == res.ApprovalID && a.State == ledger.ApprovalExpired {
-			t.tasks.finish(tk, t.beginResult(lapsed(res), nil))
-			return true
-		}
-		again = eff.State != ledger.StateAwaitingApproval || a == nil || a.ApprovalID != res.ApprovalID || a.State != ledger.ApprovalPending
-	}
-	if !again {
-		return false
-	}
-	*nextBegin = now.Add(retry)
-	r, err := t.eng.Begin(ctx, *in)
+	r, err := t.eng.Begin(ctx, tk.in)
 	if le := ledger.Classify(err); err != nil && (le.Code == ledger.CodeUnavailable || le.Code == ledger.CodeInternal) {
 		t.log.Debug("a task beginning again", "task_id", tk.id, "error", err)
-		return false
+		return
 	}
-	if err == nil && r.Decision == ledger.DecisionApprovalRequired && r.ApprovalID == res.ApprovalID {
-		return false // still waiting (one approver of several so far)
+	if err == nil && r.Decision == ledger.DecisionApprovalRequired && r.ApprovalID == tk.res.ApprovalID {
+		t.tasks.mu.Lock() // still waiting (one approver of several so far)
+		tk.ready, tk.nextBegin = false, now.Add(tk.retry)
+		t.tasks.mu.Unlock()
+		return
 	}
 	t.tasks.finish(tk, t.beginResult(r, err))
-	t.log.Info("task completed", "task_id", tk.id, "namespace", in.Namespace, "agent_id", in.AgentID)
-	return true
+	t.log.Info("task completed", "task_id", tk.id, "namespace", tk.in.Namespace, "agent_id", tk.in.AgentID)
 }
 
 // lapsed is the expiry answer: the action still needs approval, and the
@@ -665,6 +691,7 @@ func (t *tools) registerTasks(s *sdk.Server) {
 		if err != nil {
 			return nil, err
 		}
+		t.beginAgain(ctx, tk) // the client is here
 		return &taskResult{taskInfo: t.tasks.info(tk)}, nil
 	}))
 	must(sdk.AddReceivingCustomMethod(s, "tasks/result", func(ctx context.Context, _ *sdk.ServerSession, p *taskIDParams) (*sdk.CallToolResult, error) {
@@ -672,13 +699,22 @@ func (t *tools) registerTasks(s *sdk.Server) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case <-tk.done:
-		case <-tk.gone:
-		case <-t.done:
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "Ratchet is shutting down and forgets its tasks: begin again with the same idempotency key"}
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		tick := time.NewTicker(taskWatchEvery)
+		defer tick.Stop()
+	wait:
+		for {
+			t.beginAgain(ctx, tk) // the client is here, waiting
+			select {
+			case <-tk.done:
+				break wait
+			case <-tk.gone:
+				break wait
+			case <-t.done:
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "Ratchet is shutting down and forgets its tasks: begin again with the same idempotency key"}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
 		}
 		t.tasks.mu.Lock()
 		status, res := tk.status, tk.result
@@ -831,6 +867,7 @@ func (t *tools) taskMiddlewareV2(ctx context.Context, next sdk.MethodHandler, me
 		}
 		switch method {
 		case "tasks/get":
+			t.beginAgain(ctx, tk) // the client is here
 			return t.tasks.infoV2(tk, "complete"), nil
 		case "tasks/cancel": // an acknowledgement, whatever the task's state
 			if _, err := t.tasks.cancel(owner, tk.id); err == nil {

@@ -599,3 +599,23 @@ func TestA2026ClientWithTheTasksExtensionGetsATask(t *testing.T) {
 		t.Errorf("a begin without the extension: %v, want the ordinary approval_required", now)
 	}
 }
+
+// TestATaskBeginsAgainOnlyForAClientThatAsks: after the operator approves,
+// the task begins again only when its client next asks (tasks/get): for a
+// client that went away, the agent's own next begin gets execute, not
+// in_flight behind a lease taken for nobody (which would lapse into an
+// indeterminate effect). The task still gets its answer if asked after.
+func TestATaskBeginsAgainOnlyForAClientThatAsks(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:gone"), 3_600_000)
+	approveByAPI(t, s.admin, approvalInTask(t, tk))
+	time.Sleep(2500 * time.Millisecond) // the watcher has seen the decision; nobody asks
+	cs := connect(t, s.mcp, "agent-tok")
+	if got := structured(t, callResult(t, cs, bigPayment("inv:gone"))); got["decision"] != "execute" {
+		t.Fatalf("the agent's own begin after the approval, the task's client silent: %v, want execute", got)
+	}
+	if got := raw.getTask(tk.TaskID); got.Status != "completed" || !strings.HasPrefix(got.StatusMessage, "in_flight: ") {
+		t.Errorf("the task asked afterwards: %+v, want completed with what a begin now answers (in_flight)", got)
+	}
+}
