@@ -43,7 +43,9 @@ import (
 //   - A task belongs to the caller's identity (namespace, agent, OAuth
 //     principal) and to nobody else: another caller's task id is "not
 //     found", as an unknown one is.
-//   - Tasks are bounded (maxTasksPerOwner, maxTasks, maxTaskBytes) and live
+//   - Tasks are bounded (maxTasksPerOwner, maxTaskBytesPerOwner, maxTasks,
+//     maxTaskBytes), counting what a task keeps (a watching task its begin,
+//     a completed one its result), and live
 //     at most until the approval's expiry plus taskKeep; they are in this
 //     process's memory only (the begin's arguments too, never persisted): a
 //     restart forgets tasks, not decisions, and a task lives in the replica
@@ -69,7 +71,11 @@ const (
 const (
 	maxTasksPerOwner = 16       // tasks one caller holds at once
 	maxTasks         = 1024     // tasks held at once
-	maxTaskBytes     = 32 << 20 // arguments and results held at once
+	maxTaskBytes     = 32 << 20 // begins and results held at once
+	// maxTaskBytesPerOwner is one caller's share of maxTaskBytes: it takes
+	// eight callers at their bound to fill the store (review rev37), and
+	// sixteen watched begins with the largest payloads fit in it.
+	maxTaskBytesPerOwner = maxTaskBytes / 8
 	// taskKeep is how long a task's answer stays after the approval's
 	// expiry, or after it was created for one that completed at once.
 	taskKeep = 5 * time.Minute
@@ -149,7 +155,7 @@ type task struct {
 	owner   Identity
 	created time.Time
 	ask     time.Duration // the ttl asked for; zero for none
-	size    int           // bytes counted against maxTaskBytes
+	size    int           // bytes counted against maxTaskBytes: what the task keeps
 	v2      bool          // made for a 2026-07-28 client (the tasks extension)
 
 	// A watching task's begin (set by watch before its watcher starts),
@@ -182,12 +188,15 @@ type taskStore struct {
 	sessions map[*sdk.ServerSession]bool
 	live     int // sessions open at the last prune
 	tasks    map[string]*task
-	owned    map[Identity]int
+	owned    map[Identity]holding
 	bytes    int
 }
 
+// holding is what one caller's tasks hold.
+type holding struct{ tasks, bytes int }
+
 func newTaskStore(s *sdk.Server) *taskStore {
-	return &taskStore{server: s, sessions: map[*sdk.ServerSession]bool{}, tasks: map[string]*task{}, owned: map[Identity]int{}}
+	return &taskStore{server: s, sessions: map[*sdk.ServerSession]bool{}, tasks: map[string]*task{}, owned: map[Identity]holding{}}
 }
 
 func (ts *taskStore) declare(ss *sdk.ServerSession) {
@@ -222,24 +231,44 @@ func tooMany(msg string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg + "; cancel a task, or begin without one"}
 }
 
-// open makes a working task for owner, refusing one past the bounds.
-func (ts *taskStore) open(owner Identity, size int, ask time.Duration, v2 bool) (*task, error) {
+// open makes a working task for owner, refusing one past the bounds. It
+// holds no bytes yet: the begin's arguments count only if its task keeps
+// them (watch), so a begin refused at once (a failed task) counts its
+// error only, not the megabyte of arguments it was refused for.
+func (ts *taskStore) open(owner Identity, ask time.Duration, v2 bool) (*task, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	h := ts.owned[owner]
 	switch {
-	case ts.owned[owner] >= maxTasksPerOwner:
+	case h.tasks >= maxTasksPerOwner:
 		return nil, tooMany(fmt.Sprintf("too many tasks: at most %d at once per caller", maxTasksPerOwner))
-	case len(ts.tasks) >= maxTasks || ts.bytes+size > maxTaskBytes:
+	case h.bytes >= maxTaskBytesPerOwner:
+		return nil, tooMany(fmt.Sprintf("too many task bytes: at most %d MiB held at once per caller", maxTaskBytesPerOwner>>20))
+	case len(ts.tasks) >= maxTasks || ts.bytes >= maxTaskBytes:
 		return nil, tooMany("too many tasks held by this server")
 	}
 	now := time.Now()
-	tk := &task{id: "task_" + rand.Text(), owner: owner, created: now, ask: ask, size: size, v2: v2,
+	tk := &task{id: "task_" + rand.Text(), owner: owner, created: now, ask: ask, v2: v2,
 		status: "working", updated: now, done: make(chan struct{}), gone: make(chan struct{})}
 	ts.tasks[tk.id] = tk
-	ts.owned[owner]++
-	ts.bytes += size
+	h.tasks++
+	ts.owned[owner] = h
 	ts.setTTL(tk, taskKeep)
 	return tk, nil
+}
+
+// hold counts n more bytes kept by tk; the caller holds ts.mu.
+func (ts *taskStore) hold(tk *task, n int) {
+	h := ts.owned[tk.owner]
+	h.bytes += n
+	ts.owned[tk.owner] = h
+	ts.bytes += n
+	tk.size += n
+}
+
+// fits reports whether tk may keep n more bytes; the caller holds ts.mu.
+func (ts *taskStore) fits(tk *task, n int) bool {
+	return ts.owned[tk.owner].bytes+n <= maxTaskBytesPerOwner && ts.bytes+n <= maxTaskBytes
 }
 
 // setTTL sets tk's ttl to keep (from its creation), or to what its client
@@ -263,10 +292,13 @@ func (ts *taskStore) remove(tk *task) {
 		return
 	}
 	delete(ts.tasks, tk.id)
-	if ts.owned[tk.owner]--; ts.owned[tk.owner] <= 0 {
+	ts.hold(tk, -tk.size)
+	if h := ts.owned[tk.owner]; h.tasks <= 1 {
 		delete(ts.owned, tk.owner)
+	} else {
+		h.tasks--
+		ts.owned[tk.owner] = h
 	}
-	ts.bytes -= tk.size
 	tk.timer.Stop()
 	if tk.status == "working" {
 		close(tk.gone)
@@ -274,10 +306,20 @@ func (ts *taskStore) remove(tk *task) {
 }
 
 // watch marks tk as waiting for res's approval (of the begin in), until
-// its expiry.
-func (ts *taskStore) watch(tk *task, in ledger.BeginRequest, res *ledger.BeginResult) {
+// its expiry, keeping in: it reports false, and tk does not wait, when in
+// does not fit in the byte bounds (the task then completes with the
+// approval_required; a 2026-07-28 begin answers as without a task).
+func (ts *taskStore) watch(tk *task, in ledger.BeginRequest, res *ledger.BeginResult) bool {
+	js, err := json.Marshal(in) // about what in holds (its payloads are most of it)
+	if err != nil {
+		return false
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if !ts.fits(tk, len(js)) {
+		return false
+	}
+	ts.hold(tk, len(js))
 	tk.in, tk.res, tk.watching = in, *res, true
 	tk.retry = max(time.Duration(res.RetryAfterSeconds)*time.Second, taskWatchEvery)
 	tk.nextBegin = time.Now().Add(tk.retry)
@@ -286,6 +328,7 @@ func (ts *taskStore) watch(tk *task, in ledger.BeginRequest, res *ledger.BeginRe
 		tk.message += " Show the user where an operator decides: " + res.ApprovalURL
 	}
 	ts.setTTL(tk, res.ExpiresAt.Sub(tk.created)+taskKeep)
+	return true
 }
 
 // finish completes tk with res, unless it was cancelled meanwhile.
@@ -304,9 +347,11 @@ func (ts *taskStore) finish(tk *task, res *sdk.CallToolResult) {
 			tk.message = tc.Text
 		}
 	}
+	// A result is a begin's answer (a few KB at most): counted, not
+	// refused, as the task exists already; open refuses tasks past the
+	// bounds.
 	if js, err := json.Marshal(res); err == nil {
-		ts.bytes += len(js)
-		tk.size += len(js)
+		ts.hold(tk, len(js))
 	}
 	close(tk.done)
 }
@@ -531,7 +576,7 @@ func (t *tools) taskCall(ctx context.Context, next sdk.MethodHandler, req *sdk.C
 		ask = time.Duration(ms) * time.Millisecond
 	}
 	owner := t.identityOf(req.Extra)
-	tk, err := t.tasks.open(owner, len(req.Params.Arguments), ask, false)
+	tk, err := t.tasks.open(owner, ask, false)
 	if err != nil {
 		return nil, err
 	}
@@ -567,8 +612,12 @@ func (t *tools) watchApproval(ctx context.Context, in ledger.BeginRequest, res *
 	if tk == nil || res.Decision != ledger.DecisionApprovalRequired || res.ExpiresAt == nil || res.EffectID == "" {
 		return false
 	}
-	in.Confirmation = nil // an approval covers the begin again, as for an agent's own retry
-	t.tasks.watch(tk, in, res)
+	// in keeps its user confirmation, which was obtained for this very
+	// call: a begin again that a grant (not an approval) lets through must
+	// not ask the user anew (review rev37).
+	if !t.tasks.watch(tk, in, res) {
+		return false
+	}
 	go t.watch(tk)
 	return true
 }
@@ -844,7 +893,7 @@ func (t *tools) taskMiddlewareV2(ctx context.Context, next sdk.MethodHandler, me
 		if !ok || cr.Params.Name != beginSpec.name || !declaresTasksExtension(req) {
 			break
 		}
-		tk, err := t.tasks.open(t.identityOf(cr.Extra), len(cr.Params.Arguments), 0, true)
+		tk, err := t.tasks.open(t.identityOf(cr.Extra), 0, true)
 		if err != nil {
 			return next(ctx, method, req) // no room for a task: the begin answers as usual
 		}

@@ -475,11 +475,12 @@ func TestTasksAreBoundedPerCaller(t *testing.T) {
 }
 
 // rawV2 speaks the stateless 2026-07-28 protocol in raw JSON-RPC, each
-// request carrying its capabilities (with the tasks extension when ext).
+// request carrying its capabilities (with the tasks extension when ext,
+// form elicitation when forms).
 type rawV2 struct {
 	t          *testing.T
 	url, token string
-	ext        bool
+	ext, forms bool
 	next       int
 }
 
@@ -488,6 +489,9 @@ func (c *rawV2) call(method, name string, params map[string]any) rpcAnswer {
 	caps := map[string]any{}
 	if c.ext {
 		caps["extensions"] = map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}
+	}
+	if c.forms {
+		caps["elicitation"] = map[string]any{"form": map[string]any{}}
 	}
 	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-v2", "version": "1"},
@@ -617,5 +621,121 @@ func TestATaskBeginsAgainOnlyForAClientThatAsks(t *testing.T) {
 	}
 	if got := raw.getTask(tk.TaskID); got.Status != "completed" || !strings.HasPrefix(got.StatusMessage, "in_flight: ") {
 		t.Errorf("the task asked afterwards: %+v, want completed with what a begin now answers (in_flight)", got)
+	}
+}
+
+// TestThreeCallersCannotFillTheTaskStoreForOthers (review rev37): three
+// agents, each within its own bound of 16 tasks, send task-augmented
+// begins of up to 1 MB of arguments (refused at once, invalid_argument:
+// payload over 64 KiB; each a failed task kept five minutes, which keeps
+// its error, not the arguments), sending less when refused. A fourth agent's ordinary
+// task-augmented begin must still get a task: three callers within their
+// bounds must not be able to refuse everyone else (-32600 "too many tasks
+// held by this server"), renewable every five minutes. (Two callers of
+// 16 x 1 MiB alone take all of it.)
+func TestThreeCallersCannotFillTheTaskStoreForOthers(t *testing.T) {
+	cfg := "auth:\n  agents: [{token_sha256: '" + sha("agent-tok") + "', namespace: default, agent_id: bot}, " +
+		"{token_sha256: '" + sha("other-tok") + "', namespace: default, agent_id: other}, " +
+		"{token_sha256: '" + sha("third-tok") + "', namespace: default, agent_id: third}, " +
+		"{token_sha256: '" + sha("fourth-tok") + "', namespace: default, agent_id: fourth}]\n" +
+		"  admins: [{token_sha256: '" + sha("admin-tok") + "', name: alice}]\n" +
+		"policies:\n  - match: 'payment.*'\n    approval_threshold_micros: 100000000\n"
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), cfg)
+	fill := func(raw *rawSession, key string, n int) bool { // a begin with n bytes of payload, refused at once; whether it got a task
+		args := map[string]any{"idempotency_key": key, "effect_type": "email.send", "payload": map[string]any{"x": strings.Repeat("a", n)}}
+		return raw.call("tools/call", `{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(args)))+`,"task":{"ttl":3600000}}`).Error == nil
+	}
+	for _, tok := range []string{"agent-tok", "other-tok", "third-tok"} {
+		raw, _ := openRaw(t, s.mcp, tok, tasksCaps)
+		n, held := 1_000_000, 0
+		for i := 0; held < 16 && n > 16; i++ { // at most 16 tasks each: its own bound
+			if fill(raw, "fill:"+tok+itoa(i), n) {
+				held++
+			} else {
+				n /= 2 // the store is nearly full: what still fits
+			}
+		}
+	}
+	fourth, _ := openRaw(t, s.mcp, "fourth-tok", tasksCaps)
+	a := fourth.call("tools/call", `{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(bigPayment("inv:fourth"))))+`,"task":{"ttl":3600000}}`)
+	if a.Error != nil {
+		t.Fatalf("a fourth caller's task-augmented begin, after three others used their own bounds: %s, want a task", a.raw)
+	}
+}
+
+// TestATasksExecuteIsLeasedWhenCollectedNotWhenDecided (review rev37): a task-augmented
+// begin with a 2-second lease waits for its approval; the operator
+// approves, and the client collects the result 4 seconds later (it polls
+// at its own pace, or reconnects). The execute it collects must hold a
+// lease that has not already run out, and the agent's own begin with the
+// key must not find the action blocked (lease_expired, "may or may not
+// have happened") for a lease nobody ever held. Today the watcher begins
+// again the moment the operator decides, so the lease runs from then.
+func TestATasksExecuteIsLeasedWhenCollectedNotWhenDecided(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	args := bigPayment("inv:late-collect")
+	args["lease_seconds"] = 2
+	tk := raw.beginTask(args, 3_600_000)
+	approveByAPI(t, s.admin, approvalInTask(t, tk))
+	time.Sleep(4 * time.Second) // the client is slow to collect
+	d, answer := raw.taskOutcome(tk.TaskID)
+	if d == "execute" {
+		exp, err := time.Parse(time.RFC3339Nano, answer["lease_expires_at"].(string))
+		if err != nil || !exp.After(time.Now()) {
+			t.Errorf("the execute collected from the task holds a lease until %v (%v): already run out when collected", answer["lease_expires_at"], err)
+		}
+	}
+	again := raw.call("tools/call", `{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(args)))+`}`)
+	var r struct {
+		Structured map[string]any `json:"structuredContent"`
+	}
+	json.Unmarshal(again.Result, &r)
+	if r.Structured["decision"] == "blocked" {
+		t.Errorf("the agent's begin after collecting: %v; an approved action is now indeterminate for a lease the watcher took", r.Structured)
+	}
+}
+
+// TestATaskKeepsItsCallsUserConfirmation (review rev37): under a rule
+// that asks the user from $50 and an operator from $100, a 2026-07-28
+// client with the tasks extension confirms a $150 payment (the
+// confirmation's retry) and gets a task waiting for the approval; the
+// operator then makes a grant instead of approving. The task's begin
+// again, which the grant lets through, must complete with execute under
+// the grant, not confirmation_required: the user confirmed this very
+// call.
+func TestATaskKeepsItsCallsUserConfirmation(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), "auth:\n  agents: [{token_sha256: '"+sha("agent-tok")+"', namespace: default, agent_id: bot}]\n"+
+		"  admins: [{token_sha256: '"+sha("admin-tok")+"', name: alice}]\n"+
+		"policies:\n  - match: 'payment.*'\n    confirm_with: user\n    confirm_threshold_micros: 50000000\n    approval_threshold_micros: 100000000\n"+
+		"defaults:\n  approval_retry_after: 1s\n")
+	c := &rawV2{t: t, url: s.mcp, token: "agent-tok", ext: true, forms: true}
+	params := map[string]any{"name": "ratchet_begin_effect", "arguments": bigPayment("inv:confirmed")}
+	first := c.call("tools/call", "ratchet_begin_effect", params)
+	var ask struct {
+		InputRequests map[string]any `json:"inputRequests"`
+		RequestState  string         `json:"requestState"`
+	}
+	if first.Error != nil || json.Unmarshal(first.Result, &ask) != nil || ask.InputRequests["ratchet_confirm"] == nil {
+		t.Fatalf("the begin: %s, want input_required asking ratchet_confirm", first.raw)
+	}
+	params["requestState"] = ask.RequestState
+	params["inputResponses"] = map[string]any{"ratchet_confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}
+	tk := c.task(c.call("tools/call", "ratchet_begin_effect", params))
+	if tk.Status != "working" || !strings.Contains(tk.StatusMessage, "apr_") {
+		t.Fatalf("the confirmed begin: %+v, want a task waiting for the approval", tk)
+	}
+	code, out, errs := cli(t, "admin-tok", nil, "grants", "create", "--effect-type", "payment.*", "--agent-id", "bot",
+		"--max-effects", "1", "--max-cost-micros", "400000000", "--ttl", "1h", "-o", "json", "--admin", s.admin)
+	if code != 0 {
+		t.Fatalf("grants create: %d %s %s", code, out, errs)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	done := c.task(c.call("tasks/get", "", map[string]any{"taskId": tk.TaskID}))
+	for ; done.Status == "working" && time.Now().Before(deadline); done = c.task(c.call("tasks/get", "", map[string]any{"taskId": tk.TaskID})) {
+		time.Sleep(300 * time.Millisecond)
+	}
+	if done.Status != "completed" || done.Result == nil || done.Result.Structured["decision"] != "execute" || done.Result.Structured["grant_id"] == nil {
+		t.Fatalf("the task after the grant: %s, want completed with execute under the grant", must(json.Marshal(done)))
 	}
 }
