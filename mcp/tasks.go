@@ -310,16 +310,20 @@ func (ts *taskStore) remove(tk *task) {
 // does not fit in the byte bounds (the task then completes with the
 // approval_required; a 2026-07-28 begin answers as without a task).
 func (ts *taskStore) watch(tk *task, in ledger.BeginRequest, res *ledger.BeginResult) bool {
-	js, err := json.Marshal(in) // about what in holds (its payloads are most of it)
-	if err != nil {
+	// About what in holds (its payloads are most of it), not escaping
+	// HTML, which would count a payload's "<" six times.
+	var js bytes.Buffer
+	enc := json.NewEncoder(&js)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(in) != nil {
 		return false
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if !ts.fits(tk, len(js)) {
+	if ts.tasks[tk.id] != tk || !ts.fits(tk, js.Len()) { // removed meanwhile, or too big
 		return false
 	}
-	ts.hold(tk, len(js))
+	ts.hold(tk, js.Len())
 	tk.in, tk.res, tk.watching = in, *res, true
 	tk.retry = max(time.Duration(res.RetryAfterSeconds)*time.Second, taskWatchEvery)
 	tk.nextBegin = time.Now().Add(tk.retry)
