@@ -144,7 +144,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// enough behind that the engine ran at 76-79% of its empty-ledger
 	// figure. A 256 MiB base level and more level 0 tables before a stall
 	// keep a million effects within two levels: 100-108% of the empty
-	// figure. Tables are 2 MiB: a compaction builds each table it writes in
+	// figure then (2026-11-30). Each level 0 compaction still rewrites the
+	// whole base level (every level 0 table spans the key range); with the
+	// engine cheaper since, that is a larger share, 53-76% (docs/design.md,
+	// "Where a million-effect ledger's engine time went").
+	//
+	// Tables are 2 MiB: a compaction builds each table it writes in
 	// memory, with a compressed copy, and lets 8 and more wait to be written
 	// at once, so its memory grows with the table size. With 8 MiB tables a
 	// million-effect ledger opened just after being written (a restart)
