@@ -739,3 +739,70 @@ func TestATaskKeepsItsCallsUserConfirmation(t *testing.T) {
 		t.Fatalf("the task after the grant: %s, want completed with execute under the grant", must(json.Marshal(done)))
 	}
 }
+
+// TestAnAbandonedTasksResultBeginsNothing (review rev37b): a client sends
+// tasks/result and goes (its HTTP request is cut after half a second, as
+// a crashed or timed-out client's is); the operator then approves. The
+// SDK does not cancel a handler when its HTTP request goes, so the
+// tasks/result kept waiting and began again for nobody once the decision
+// came: the agent's own next begin found in_flight behind a lease nobody
+// holds (lapsing into an indeterminate effect), where it must get execute.
+func TestAnAbandonedTasksResultBeginsNothing(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:abandoned"), 3_600_000)
+	req, _ := http.NewRequest(http.MethodPost, s.mcp, strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"tasks/result","params":{"taskId":"`+tk.TaskID+`"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("Authorization", "Bearer agent-tok")
+	req.Header.Set("Mcp-Session-Id", raw.session)
+	if resp, err := (&http.Client{Timeout: 500 * time.Millisecond}).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("tasks/result answered %d before any decision", resp.StatusCode)
+	}
+	approveByAPI(t, s.admin, approvalInTask(t, tk))
+	time.Sleep(2500 * time.Millisecond) // the watcher has seen the decision; the client is gone
+	cs := connect(t, s.mcp, "agent-tok")
+	if got := structured(t, callResult(t, cs, bigPayment("inv:abandoned"))); got["decision"] != "execute" {
+		t.Fatalf("the agent's own begin after the approval, its tasks/result abandoned: %v, want execute", got)
+	}
+}
+
+// TestTasksAreDeclaredOnlyWhereTheSDKReadsThem (review rev37b): the SDK
+// matches a message's keys exactly; an initialize whose "params" declares
+// no tasks, with a "Params" that does, or a tools/call whose task is in
+// "PARAMS" only, is a client without tasks there: its initialize answers
+// no tasks capability (before the fix the peek, matching case-blind, read
+// the second key and answered one), and its begin is an ordinary answer,
+// not a task.
+func TestTasksAreDeclaredOnlyWhereTheSDKReadsThem(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw := &rawSession{t: t, url: s.mcp, token: "agent-tok"}
+	_, b := raw.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}},` +
+		`"Params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"raw","version":"1"}}}`)
+	var init struct {
+		Result struct {
+			Capabilities map[string]any `json:"capabilities"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &init); err != nil || init.Result.Capabilities == nil {
+		t.Fatalf("initialize: %s (%v)", b, err)
+	}
+	if tasks, ok := init.Result.Capabilities["tasks"]; ok {
+		t.Errorf("initialize declaring tasks only in a \"Params\" key the SDK does not read: capabilities.tasks %v, want none", tasks)
+	}
+	raw.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	declared, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	args := string(must(json.Marshal(bigPayment("inv:params-twice"))))
+	_, b = declared.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":` + args + `},` +
+		`"PARAMS":{"name":"ratchet_begin_effect","arguments":` + args + `,"task":{"ttl":60000}}}`)
+	var call struct {
+		Result map[string]any `json:"result"`
+	}
+	json.Unmarshal(b, &call)
+	if _, ok := call.Result["task"]; ok || call.Result["structuredContent"] == nil {
+		t.Errorf("a tools/call with its task only in a \"PARAMS\" key the SDK does not read: %s, want the ordinary begin answer", b)
+	}
+}
