@@ -169,20 +169,23 @@ func markTasks(h http.Header, body []byte) (wait bool) {
 
 // whileClientWaits is ctx, cancelled when the HTTP request of ex (a
 // tasks/result peekTasks marked) has gone, or at once if it has gone
-// already; stop releases it.
-func whileClientWaits(ctx context.Context, ex *sdk.RequestExtra) (_ context.Context, stop func()) {
+// already; stop releases it. A tasks/result peekTasks did not mark (in a
+// batch, or written with escapes so that it has no "task) is refused: it
+// would wait without its HTTP request (review rev37b).
+func whileClientWaits(ctx context.Context, ex *sdk.RequestExtra) (_ context.Context, stop func(), _ error) {
 	key := ex.Header.Get(waitHeader)
-	if key == "" { // not marked (a body peekTasks did not read): as before
-		return ctx, func() {}
+	if key == "" {
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+			Message: "tasks/result must be sent alone in its POST, its method and taskId written without escapes"}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	hc, ok := httpWaits.Load(key)
 	if !ok {
 		cancel()
-		return ctx, cancel
+		return ctx, cancel, nil
 	}
 	after := context.AfterFunc(hc.(context.Context), cancel)
-	return ctx, func() { after(); cancel() }
+	return ctx, func() { after(); cancel() }, nil
 }
 
 // task is one task-augmented begin.
@@ -587,9 +590,12 @@ func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 			}
 			ctx = context.WithValue(ctx, ownerKey{}, t.identityOf(ex))
 			if method == "tasks/result" {
-				var stop func()
-				ctx, stop = whileClientWaits(ctx, ex)
+				wctx, stop, err := whileClientWaits(ctx, ex)
+				if err != nil {
+					return nil, err
+				}
 				defer stop()
+				ctx = wctx
 			}
 		}
 		return next(ctx, method, req)

@@ -45,8 +45,8 @@ func openRaw(t *testing.T, url, token, capabilities string) (*rawSession, rpcAns
 	return s, init
 }
 
-func (s *rawSession) post(body string) (http.Header, []byte) {
-	s.t.Helper()
+// request is a POST of body in the session.
+func (s *rawSession) request(body string) *http.Request {
 	req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -55,7 +55,12 @@ func (s *rawSession) post(body string) (http.Header, []byte) {
 	if s.session != "" {
 		req.Header.Set("Mcp-Session-Id", s.session)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+func (s *rawSession) post(body string) (http.Header, []byte) {
+	s.t.Helper()
+	resp, err := http.DefaultClient.Do(s.request(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -751,13 +756,7 @@ func TestAnAbandonedTasksResultBeginsNothing(t *testing.T) {
 	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
 	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
 	tk := raw.beginTask(bigPayment("inv:abandoned"), 3_600_000)
-	req, _ := http.NewRequest(http.MethodPost, s.mcp, strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"tasks/result","params":{"taskId":"`+tk.TaskID+`"}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	req.Header.Set("Authorization", "Bearer agent-tok")
-	req.Header.Set("Mcp-Session-Id", raw.session)
-	if resp, err := (&http.Client{Timeout: 500 * time.Millisecond}).Do(req); err == nil {
+	if resp, err := (&http.Client{Timeout: 500 * time.Millisecond}).Do(raw.request(`{"jsonrpc":"2.0","id":99,"method":"tasks/result","params":{"taskId":"` + tk.TaskID + `"}}`)); err == nil {
 		resp.Body.Close()
 		t.Fatalf("tasks/result answered %d before any decision", resp.StatusCode)
 	}
@@ -804,5 +803,37 @@ func TestTasksAreDeclaredOnlyWhereTheSDKReadsThem(t *testing.T) {
 	json.Unmarshal(b, &call)
 	if _, ok := call.Result["task"]; ok || call.Result["structuredContent"] == nil {
 		t.Errorf("a tools/call with its task only in a \"PARAMS\" key the SDK does not read: %s, want the ordinary begin answer", b)
+	}
+}
+
+// TestATasksResultThePeekCannotReadIsRefused (review rev37b): a
+// tasks/result whose body the peek does not read (here its strings
+// are written with unicode escapes, so the body has no "task; a batch is
+// another) would wait without its HTTP request's context, and begin again
+// for a client that went. It is refused at once (-32600, saying to send
+// it alone and plainly), not left waiting.
+func TestATasksResultThePeekCannotReadIsRefused(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:escaped"), 3_600_000)
+	answered := make(chan []byte, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(raw.request(`{"jsonrpc":"2.0","id":42,"method":"ta\u0073ks/result","params":{"t\u0061skId":"\u0074` + tk.TaskID[1:] + `"}}`))
+		if err != nil {
+			answered <- []byte(err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answered <- b
+	}()
+	select {
+	case b := <-answered:
+		var a rpcAnswer
+		if json.Unmarshal(b, &a) != nil || a.Error == nil || a.Error.Code != -32600 {
+			t.Errorf("a tasks/result the peek cannot read: %s, want error -32600", b)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a tasks/result the peek cannot read waits on the task without its HTTP request")
 	}
 }
