@@ -837,3 +837,42 @@ func TestATasksResultThePeekCannotReadIsRefused(t *testing.T) {
 		t.Fatal("a tasks/result the peek cannot read waits on the task without its HTTP request")
 	}
 }
+
+// TestAClientCannotSendTheInternalTaskHeaders (review rev37b): the
+// headers the peek sets, sent by a client itself (lower case, twice),
+// change nothing: an initialize without tasks gets no tasks capability,
+// and a begin without params.task in a session that declared tasks gets
+// its ordinary answer, not a task.
+func TestAClientCannotSendTheInternalTaskHeaders(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	send := func(raw *rawSession, body string) []byte {
+		req := raw.request(body)
+		for _, h := range []string{"x-ratchet-internal-tasks-client", "X-RATCHET-INTERNAL-TASK", "x-ratchet-internal-wait"} {
+			req.Header.Add(h, "1")
+			req.Header.Add(h, "60000")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+			raw.session = id
+		}
+		return must(io.ReadAll(resp.Body))
+	}
+	plain := &rawSession{t: t, url: s.mcp, token: "agent-tok"}
+	b := send(plain, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if strings.Contains(string(b), `"tasks"`) {
+		t.Errorf("initialize without tasks, the internal headers sent by the client: %s, want no tasks capability", b)
+	}
+	declared, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	b = send(declared, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(bigPayment("inv:headers"))))+`}}`)
+	var call struct {
+		Result map[string]any `json:"result"`
+	}
+	json.Unmarshal(b, &call)
+	if _, ok := call.Result["task"]; ok || call.Result["structuredContent"] == nil {
+		t.Errorf("a begin without params.task, the internal headers sent by the client: %s, want the ordinary begin answer", b)
+	}
+}
