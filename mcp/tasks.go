@@ -58,14 +58,24 @@ import (
 // The Go SDK (v1.8.0) has no tasks: its types drop params.task and the
 // tasks capability, so peekTasks reads them from the HTTP body before the
 // SDK parses it and passes them on in headers only it sets; the middleware
-// answers the task shapes the SDK has no types for.
+// answers the task shapes the SDK has no types for. The SDK does not
+// cancel a handler whose HTTP request went, so peekTasks also hands a
+// tasks/result its request's context (httpWaits): a tasks/result whose
+// client went stops waiting, and never begins again for nobody.
 
 // The headers peekTasks sets (and removes from every request first, so a
 // client cannot send them).
 const (
 	taskHeader        = "X-Ratchet-Internal-Task"         // a tools/call's params.task: its ttl in ms, or "-"
 	tasksClientHeader = "X-Ratchet-Internal-Tasks-Client" // an initialize that declares capabilities.tasks
+	waitHeader        = "X-Ratchet-Internal-Wait"         // a tasks/result's key in httpWaits
 )
+
+// httpWaits holds, by waitHeader's key, the context of each tasks/result's
+// HTTP request while it is served: the SDK does not cancel a handler whose
+// HTTP request went, and a tasks/result waiting for a client that went
+// would begin again for nobody (review rev37b).
+var httpWaits sync.Map
 
 // Bounds of the task store.
 const (
@@ -94,6 +104,7 @@ const relatedTask = "io.modelcontextprotocol/related-task"
 func stripTaskHeaders(h http.Header) {
 	h.Del(taskHeader)
 	h.Del(tasksClientHeader)
+	h.Del(waitHeader)
 }
 
 // peekTasks reads a POST body (up to maxBody; a larger one goes on
@@ -110,35 +121,39 @@ func peekTasks(next http.Handler, maxBody int64) http.Handler {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-		if err == nil && int64(len(body)) <= maxBody && bytes.Contains(body, []byte(`"task`)) {
-			markTasks(r.Header, body)
+		if err == nil && int64(len(body)) <= maxBody && bytes.Contains(body, []byte(`"task`)) && markTasks(r.Header, body) {
+			key := rand.Text()
+			httpWaits.Store(key, r.Context())
+			defer httpWaits.Delete(key)
+			r.Header.Set(waitHeader, key)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// markTasks sets the task headers for one JSON-RPC request body. Keys are
-// matched exactly, as the SDK matches them.
-func markTasks(h http.Header, body []byte) {
-	var msg struct {
-		Method json.RawMessage `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg.Params, &params) != nil {
-		return
+// markTasks sets the task headers for one JSON-RPC request body, and
+// reports whether it is a tasks/result (whose HTTP request's context the
+// handler must see). Keys are matched exactly, as the SDK matches them.
+func markTasks(h http.Header, body []byte) (wait bool) {
+	// Maps, not a struct: encoding/json matches a struct's fields
+	// case-blind, and the SDK would read "params" where this read "Params"
+	// (review rev37b).
+	var msg, params map[string]json.RawMessage
+	var method string
+	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg["method"], &method) != nil || json.Unmarshal(msg["params"], &params) != nil {
+		return false
 	}
 	isObject := func(v json.RawMessage) bool { return len(v) > 0 && v[0] == '{' }
-	switch string(msg.Method) {
-	case `"initialize"`:
+	switch method {
+	case "initialize":
 		var caps map[string]json.RawMessage
 		if json.Unmarshal(params["capabilities"], &caps) == nil && isObject(caps["tasks"]) {
 			h.Set(tasksClientHeader, "1")
 		}
-	case `"tools/call"`:
+	case "tools/call":
 		var task map[string]json.RawMessage
 		if !isObject(params["task"]) || json.Unmarshal(params["task"], &task) != nil {
-			return
+			return false
 		}
 		ttl := "-"
 		var ms float64
@@ -146,7 +161,31 @@ func markTasks(h http.Header, body []byte) {
 			ttl = strconv.FormatInt(int64(min(ms, 1e15)), 10)
 		}
 		h.Set(taskHeader, ttl)
+	case "tasks/result":
+		return true
 	}
+	return false
+}
+
+// whileClientWaits is ctx, cancelled when the HTTP request of ex (a
+// tasks/result peekTasks marked) has gone, or at once if it has gone
+// already; stop releases it. A tasks/result peekTasks did not mark (in a
+// batch, or written with escapes so that it has no "task) is refused: it
+// would wait without its HTTP request (review rev37b).
+func whileClientWaits(ctx context.Context, ex *sdk.RequestExtra) (_ context.Context, stop func(), _ error) {
+	key := ex.Header.Get(waitHeader)
+	if key == "" {
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+			Message: "tasks/result must be sent alone in its POST, its method and taskId written without escapes"}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	hc, ok := httpWaits.Load(key)
+	if !ok {
+		cancel()
+		return ctx, cancel, nil
+	}
+	after := context.AfterFunc(hc.(context.Context), cancel)
+	return ctx, func() { after(); cancel() }, nil
 }
 
 // task is one task-augmented begin.
@@ -550,6 +589,14 @@ func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + ": this session did not declare the tasks capability in initialize"}
 			}
 			ctx = context.WithValue(ctx, ownerKey{}, t.identityOf(ex))
+			if method == "tasks/result" {
+				wctx, stop, err := whileClientWaits(ctx, ex)
+				if err != nil {
+					return nil, err
+				}
+				defer stop()
+				ctx = wctx
+			}
 		}
 		return next(ctx, method, req)
 	}

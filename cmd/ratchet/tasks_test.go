@@ -45,8 +45,8 @@ func openRaw(t *testing.T, url, token, capabilities string) (*rawSession, rpcAns
 	return s, init
 }
 
-func (s *rawSession) post(body string) (http.Header, []byte) {
-	s.t.Helper()
+// request is a POST of body in the session.
+func (s *rawSession) request(body string) *http.Request {
 	req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -55,7 +55,12 @@ func (s *rawSession) post(body string) (http.Header, []byte) {
 	if s.session != "" {
 		req.Header.Set("Mcp-Session-Id", s.session)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+func (s *rawSession) post(body string) (http.Header, []byte) {
+	s.t.Helper()
+	resp, err := http.DefaultClient.Do(s.request(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -737,5 +742,137 @@ func TestATaskKeepsItsCallsUserConfirmation(t *testing.T) {
 	}
 	if done.Status != "completed" || done.Result == nil || done.Result.Structured["decision"] != "execute" || done.Result.Structured["grant_id"] == nil {
 		t.Fatalf("the task after the grant: %s, want completed with execute under the grant", must(json.Marshal(done)))
+	}
+}
+
+// TestAnAbandonedTasksResultBeginsNothing (review rev37b): a client sends
+// tasks/result and goes (its HTTP request is cut after half a second, as
+// a crashed or timed-out client's is); the operator then approves. The
+// SDK does not cancel a handler when its HTTP request goes, so the
+// tasks/result kept waiting and began again for nobody once the decision
+// came: the agent's own next begin found in_flight behind a lease nobody
+// holds (lapsing into an indeterminate effect), where it must get execute.
+func TestAnAbandonedTasksResultBeginsNothing(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:abandoned"), 3_600_000)
+	if resp, err := (&http.Client{Timeout: 500 * time.Millisecond}).Do(raw.request(`{"jsonrpc":"2.0","id":99,"method":"tasks/result","params":{"taskId":"` + tk.TaskID + `"}}`)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("tasks/result answered %d before any decision", resp.StatusCode)
+	}
+	approveByAPI(t, s.admin, approvalInTask(t, tk))
+	time.Sleep(2500 * time.Millisecond) // the watcher has seen the decision; the client is gone
+	cs := connect(t, s.mcp, "agent-tok")
+	if got := structured(t, callResult(t, cs, bigPayment("inv:abandoned"))); got["decision"] != "execute" {
+		t.Fatalf("the agent's own begin after the approval, its tasks/result abandoned: %v, want execute", got)
+	}
+}
+
+// TestTasksAreDeclaredOnlyWhereTheSDKReadsThem (review rev37b): the SDK
+// matches a message's keys exactly; an initialize whose "params" declares
+// no tasks, with a "Params" that does, or a tools/call whose task is in
+// "PARAMS" only, is a client without tasks there: its initialize answers
+// no tasks capability (before the fix the peek, matching case-blind, read
+// the second key and answered one), and its begin is an ordinary answer,
+// not a task.
+func TestTasksAreDeclaredOnlyWhereTheSDKReadsThem(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw := &rawSession{t: t, url: s.mcp, token: "agent-tok"}
+	_, b := raw.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}},` +
+		`"Params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"raw","version":"1"}}}`)
+	var init struct {
+		Result struct {
+			Capabilities map[string]any `json:"capabilities"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &init); err != nil || init.Result.Capabilities == nil {
+		t.Fatalf("initialize: %s (%v)", b, err)
+	}
+	if tasks, ok := init.Result.Capabilities["tasks"]; ok {
+		t.Errorf("initialize declaring tasks only in a \"Params\" key the SDK does not read: capabilities.tasks %v, want none", tasks)
+	}
+	raw.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	declared, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	args := string(must(json.Marshal(bigPayment("inv:params-twice"))))
+	_, b = declared.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":` + args + `},` +
+		`"PARAMS":{"name":"ratchet_begin_effect","arguments":` + args + `,"task":{"ttl":60000}}}`)
+	var call struct {
+		Result map[string]any `json:"result"`
+	}
+	json.Unmarshal(b, &call)
+	if _, ok := call.Result["task"]; ok || call.Result["structuredContent"] == nil {
+		t.Errorf("a tools/call with its task only in a \"PARAMS\" key the SDK does not read: %s, want the ordinary begin answer", b)
+	}
+}
+
+// TestATasksResultThePeekCannotReadIsRefused (review rev37b): a
+// tasks/result whose body the peek does not read (here its strings
+// are written with unicode escapes, so the body has no "task; a batch is
+// another) would wait without its HTTP request's context, and begin again
+// for a client that went. It is refused at once (-32600, saying to send
+// it alone and plainly), not left waiting.
+func TestATasksResultThePeekCannotReadIsRefused(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	raw, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	tk := raw.beginTask(bigPayment("inv:escaped"), 3_600_000)
+	answered := make(chan []byte, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(raw.request(`{"jsonrpc":"2.0","id":42,"method":"ta\u0073ks/result","params":{"t\u0061skId":"\u0074` + tk.TaskID[1:] + `"}}`))
+		if err != nil {
+			answered <- []byte(err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answered <- b
+	}()
+	select {
+	case b := <-answered:
+		var a rpcAnswer
+		if json.Unmarshal(b, &a) != nil || a.Error == nil || a.Error.Code != -32600 {
+			t.Errorf("a tasks/result the peek cannot read: %s, want error -32600", b)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a tasks/result the peek cannot read waits on the task without its HTTP request")
+	}
+}
+
+// TestAClientCannotSendTheInternalTaskHeaders (review rev37b): the
+// headers the peek sets, sent by a client itself (lower case, twice),
+// change nothing: an initialize without tasks gets no tasks capability,
+// and a begin without params.task in a session that declared tasks gets
+// its ordinary answer, not a task.
+func TestAClientCannotSendTheInternalTaskHeaders(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), conversationConfig("https://ratchet.example.com"))
+	send := func(raw *rawSession, body string) []byte {
+		req := raw.request(body)
+		for _, h := range []string{"x-ratchet-internal-tasks-client", "X-RATCHET-INTERNAL-TASK", "x-ratchet-internal-wait"} {
+			req.Header.Add(h, "1")
+			req.Header.Add(h, "60000")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+			raw.session = id
+		}
+		return must(io.ReadAll(resp.Body))
+	}
+	plain := &rawSession{t: t, url: s.mcp, token: "agent-tok"}
+	b := send(plain, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if strings.Contains(string(b), `"tasks"`) {
+		t.Errorf("initialize without tasks, the internal headers sent by the client: %s, want no tasks capability", b)
+	}
+	declared, _ := openRaw(t, s.mcp, "agent-tok", tasksCaps)
+	b = send(declared, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+string(must(json.Marshal(bigPayment("inv:headers"))))+`}}`)
+	var call struct {
+		Result map[string]any `json:"result"`
+	}
+	json.Unmarshal(b, &call)
+	if _, ok := call.Result["task"]; ok || call.Result["structuredContent"] == nil {
+		t.Errorf("a begin without params.task, the internal headers sent by the client: %s, want the ordinary begin answer", b)
 	}
 }
