@@ -108,11 +108,14 @@ func TestHostileTokensAreRefused(t *testing.T) {
 
 func TestAnUnknownKidCostsOneFetchThenIsRefused(t *testing.T) {
 	is := jwtauthtest.New(t)
-	now := time.Now()
+	// The verifier's clock runs with the wall clock the tokens are signed
+	// by (a clock stopped at the start refused a token signed a second
+	// later as not yet valid), ahead by what the test moves it on.
+	var ahead time.Duration
 	v, err := jwtauth.New(jwtauth.Options{
 		Issuers: []jwtauth.Issuer{{Name: "corp", Issuer: is.URL, JWKSURL: is.URL + "/jwks", Audiences: []string{aud},
 			Algorithms: []string{"RS256"}, Namespace: "payments"}},
-		AgentScope: "ratchet:agent", AdminScope: "ratchet:admin", Now: func() time.Time { return now },
+		AgentScope: "ratchet:agent", AdminScope: "ratchet:admin", Now: func() time.Time { return time.Now().Add(ahead) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +144,7 @@ func TestAnUnknownKidCostsOneFetchThenIsRefused(t *testing.T) {
 	if _, err := v.Verify(ctx, is.Sign(t, is.Std("bot", aud, "ratchet:agent")), jwtauth.RightAgent); err != nil {
 		t.Errorf("the known kid after the unknown ones: %v", err)
 	}
-	now = now.Add(jwtauth.DefaultMinRefresh)
+	ahead = jwtauth.DefaultMinRefresh
 	unknown("made-up-4")
 	if got := is.Fetches(); got != 3 {
 		t.Errorf("fetches after a minute and another unknown kid = %d, want 3", got)
