@@ -169,9 +169,14 @@ func wantsURL(req *sdk.CallToolRequest) bool {
 }
 
 // statelessClient reports whether the caller speaks 2026-07-28 or later,
-// where a result may be input_required (as the SDK decides it).
-func statelessClient(req *sdk.CallToolRequest) bool {
-	p := req.Session.InitializeParams()
+// where a result may be input_required (as the SDK decides it) and tasks
+// are the extension (tasks.go).
+func statelessClient(req sdk.Request) bool {
+	ss, ok := req.GetSession().(*sdk.ServerSession)
+	if !ok {
+		return false
+	}
+	p := ss.InitializeParams()
 	return p != nil && protocolDateRe.MatchString(p.ProtocolVersion) && p.ProtocolVersion >= statelessProtocol
 }
 
@@ -243,8 +248,7 @@ func (t *tools) lookAgain(ctx context.Context, in *ledger.BeginRequest, first *l
 		t.log.Warn("beginning again after the approval page's elicitation; answering approval_required", "approval_id", first.ApprovalID, "error", err)
 		return first
 	}
-	t.withPage(res)
-	return res
+	return res // its approval_url is set with its summary (beginSummary)
 }
 
 // discard is the logger of a server given none.

@@ -381,14 +381,9 @@ func (ts *taskStore) finish(tk *task, res *sdk.CallToolResult) {
 	if tk.status != "working" || ts.tasks[tk.id] != tk { // cancelled, or removed
 		return
 	}
-	tk.status, tk.message, tk.result, tk.updated = "completed", "", res, time.Now()
+	tk.status, tk.message, tk.result, tk.updated = "completed", summaryOf(res), res, time.Now()
 	if res.IsError && !tk.v2 { // the extension's failed is for JSON-RPC errors only
 		tk.status = "failed"
-	}
-	if len(res.Content) > 0 {
-		if tc, ok := res.Content[0].(*sdk.TextContent); ok {
-			tk.message = tc.Text
-		}
 	}
 	// A result is a begin's answer (a few KB at most): counted, not
 	// refused, as the task exists already; open refuses tasks past the
@@ -397,6 +392,17 @@ func (ts *taskStore) finish(tk *task, res *sdk.CallToolResult) {
 		ts.hold(tk, len(js))
 	}
 	close(tk.done)
+}
+
+// summaryOf is a tool result's first text (a begin's one-line summary),
+// or "" when it has none.
+func summaryOf(res *sdk.CallToolResult) string {
+	if len(res.Content) > 0 {
+		if tc, ok := res.Content[0].(*sdk.TextContent); ok {
+			return tc.Text
+		}
+	}
+	return ""
 }
 
 func taskNotFound() error {
@@ -546,7 +552,7 @@ func (t *tools) taskMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 		if ex == nil || ex.Header == nil || !taskMethod(method, req, ex) { // stdio; most calls: at once
 			return next(ctx, method, req)
 		}
-		if method == "server/discover" || v2Request(req) { // discover is of 2026-07-28 only, and sets the session's version itself
+		if method == "server/discover" || statelessClient(req) { // discover is of 2026-07-28 only, and sets the session's version itself
 			return t.taskMiddlewareV2(ctx, next, method, req)
 		}
 		switch {
@@ -648,10 +654,8 @@ func (t *tools) taskCall(ctx context.Context, next sdk.MethodHandler, req *sdk.C
 	}
 	t.log.Info("task created", "task_id", tk.id, "namespace", owner.Namespace, "agent_id", owner.AgentID, "watching", watching)
 	out := &createTaskResult{Task: t.tasks.info(tk)}
-	if len(cr.Content) > 0 {
-		if tc, ok := cr.Content[0].(*sdk.TextContent); ok {
-			out.Meta = sdk.Meta{"io.modelcontextprotocol/model-immediate-response": tc.Text}
-		}
+	if text := summaryOf(cr); text != "" {
+		out.Meta = sdk.Meta{"io.modelcontextprotocol/model-immediate-response": text}
 	}
 	return out, nil
 }
@@ -861,16 +865,6 @@ func (t *tools) registerTasks(s *sdk.Server) {
 
 // tasksExtension is the extension's identifier.
 const tasksExtension = "io.modelcontextprotocol/tasks"
-
-// v2Request reports whether req is of the 2026-07-28 protocol or later.
-func v2Request(req sdk.Request) bool {
-	ss, ok := req.GetSession().(*sdk.ServerSession)
-	if !ok {
-		return false
-	}
-	p := ss.InitializeParams()
-	return p != nil && protocolDateRe.MatchString(p.ProtocolVersion) && p.ProtocolVersion >= statelessProtocol
-}
 
 // declaresTasksExtension reports whether req's capabilities (in its
 // _meta, as the SDK decoded it) include the tasks extension.
