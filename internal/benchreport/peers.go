@@ -118,19 +118,29 @@ func (s *redisServer) cpu() time.Duration {
 	if err != nil {
 		return 0
 	}
-	return statCPU(b)
+	d, _ := statCPU(b)
+	return d
 }
 
-// statCPU is utime+stime of a /proc/<pid>/stat line.
-func statCPU(b []byte) time.Duration {
-	// The command name (field 2) is in parentheses and may hold spaces.
+// userHZ is the unit of /proc/<pid>/stat's CPU times: USER_HZ, 100 on
+// every Linux architecture Go builds for.
+const userHZ = 100
+
+// statCPU is utime+stime of a /proc/<pid>/stat line, false (and zero) for
+// a line it cannot read.
+func statCPU(b []byte) (time.Duration, bool) {
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// utime and stime are the 12th and 13th fields after it.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, false
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+s) * time.Second / userHZ, true
 }
 
 // redisConn is one connection speaking RESP2: each call writes one command

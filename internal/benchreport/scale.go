@@ -258,7 +258,8 @@ func procFigures(pid int) (time.Duration, int64, int, error) {
 			}
 		}
 	}
-	return statCPU(b), sw, len(tasks), nil
+	cpu, _ := statCPU(b)
+	return cpu, sw, len(tasks), nil
 }
 
 // beginReport is one MCP begin+report pair of a distinct key (prefix and
