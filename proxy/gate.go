@@ -463,8 +463,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 				pr.Out.Header.Del("Accept-Encoding")
 			}
 		},
-		Transport: traced(p.opts.Transport, v.Name()),
-		ErrorLog:  p.pass.ErrorLog,
+		Transport:  traced(p.opts.Transport, v.Name()),
+		ErrorLog:   p.pass.ErrorLog,
+		BufferPool: copyBuffers,
 	}
 	if c != nil {
 		rp.ModifyResponse = func(resp *http.Response) error { return p.settle(ctx, c, resp, start) }
