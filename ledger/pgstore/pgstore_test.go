@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -774,4 +775,138 @@ func TestStatsCountWhatABatchSent(t *testing.T) {
 		t.Errorf("a failed batch counted %+v; want no commit and its opening, read and ROLLBACK round trips", bad)
 	}
 	t.Logf("committed batch: %+v", ok)
+}
+
+// TestBatchWritesInsertRewriteAndDelete: a batch's writes insert keys not
+// there, rewrite keys there (read first or not) and delete keys, in both
+// of the forms the store sends them (MERGE, on PostgreSQL 15 and later,
+// and the upsert older servers get), and a batch taking the ledger key
+// exclusively (no key locks) writes the same way.
+func TestBatchWritesInsertRewriteAndDelete(t *testing.T) {
+	for _, merge := range []bool{true, false} {
+		t.Run(fmt.Sprintf("merge=%v", merge), func(t *testing.T) {
+			s := openFresh(t)
+			if merge && !s.merge {
+				t.Skip("this server has no MERGE")
+			}
+			s.merge = merge
+			ctx := context.Background()
+			if err := s.Update(ctx, func(tx ledger.Txn) error {
+				for _, k := range []string{"a", "b", "c", "d"} {
+					tx.Set([]byte("p\x00"+k), []byte("1"+k))
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Update(ctx, func(tx ledger.Txn) error {
+				if _, err := tx.Get([]byte("p\x00a")); err != nil {
+					return err
+				}
+				if _, err := tx.Get([]byte("p\x00x")); err != ledger.ErrNotFound {
+					return fmt.Errorf("p x: %v, want not found", err)
+				}
+				tx.Set([]byte("p\x00a"), []byte("2a")) // read, present
+				tx.Set([]byte("p\x00b"), []byte("2b")) // blind, present
+				tx.Set([]byte("p\x00x"), []byte("2x")) // read, absent
+				tx.Set([]byte("p\x00y"), nil)          // blind, absent, empty
+				tx.Delete([]byte("p\x00c"))
+				tx.Set([]byte("p\x00z"), []byte("gone")) // written, then deleted
+				return tx.Delete([]byte("p\x00z"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Update(ctx, func(tx ledger.Txn) error {
+				// a scan: the ledger key taken exclusively, then run again
+				if err := tx.Scan([]byte("q\x00"), nil, func(_, _ []byte) (bool, error) { return true, nil }); err != nil {
+					return err
+				}
+				tx.Set([]byte("p\x00d"), []byte("3d"))
+				return tx.Set([]byte("p\x00w"), []byte("3w"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			if err := s.View(ctx, func(r ledger.Reader) error {
+				return r.Scan([]byte("p\x00"), nil, func(k, v []byte) (bool, error) {
+					got[string(k[2:])] = string(v)
+					return true, nil
+				})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"a": "2a", "b": "2b", "d": "3d", "w": "3w", "x": "2x", "y": ""}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("the ledger after the batches (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestBatchWritesDoNotScanALedgerThatGrew: a batch's writes find their
+// keys through the index however the table has grown since the
+// connection's first batches. A plan the server cached for the MERGE while
+// the table was small joins the batch's keys by scanning the whole table,
+// and kept doing so at every batch after it grew (until statistics
+// changed). The server's counters of the table's sequential scans, read
+// once it has published the writes of each phase, tell.
+func TestBatchWritesDoNotScanALedgerThatGrew(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn, "s_")
+	s, err := Open(context.Background(), dsn, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	n := 0
+	batch := func() {
+		t.Helper()
+		if err := s.Update(ctx, func(tx ledger.Txn) error {
+			for i := range 100 {
+				n++
+				tx.Set(fmt.Appendf(nil, "p\x00%08d", n), []byte("new"))
+				tx.Set(fmt.Appendf(nil, "r\x00%03d", i), []byte("rewritten"))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// seqScans waits until the server's counters include writes rows
+	// written to the table, and reads its sequential scans so far.
+	seqScans := func(writes int64) int64 {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			var w, scans int64
+			if err := c.QueryRow(ctx, "SELECT n_tup_ins + n_tup_upd, seq_scan FROM pg_stat_user_tables WHERE relid = $1::regclass", schema+".kv").Scan(&w, &scans); err != nil {
+				t.Fatal(err)
+			}
+			if w >= writes {
+				return scans
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server's counters show %d rows written to the table, want %d", w, writes)
+			}
+		}
+	}
+	for range 10 { // more than the five runs after which a plan may be cached
+		batch()
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO "+schema+".kv SELECT ('q' || i)::bytea, repeat('x', 100)::bytea FROM generate_series(1, 200000) i"); err != nil {
+		t.Fatal(err)
+	}
+	before := seqScans(10*200 + 200000)
+	for range 5 {
+		batch()
+	}
+	s.Close() // its sessions publish their counters as they end
+	if scans := seqScans(15*200+200000) - before; scans != 0 {
+		t.Errorf("5 batches after the table grew to 200,000 rows scanned it %d times, want 0", scans)
+	}
 }
