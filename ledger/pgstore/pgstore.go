@@ -171,9 +171,6 @@ type Store struct {
 	lock          int64  // advisory lock key of the whole ledger (schema)
 	seed          uint64 // keys' locks are hashes of the schema and the key
 	stats         struct{ commits, roundTrips, statements atomic.Int64 }
-	// merge: the server has MERGE (PostgreSQL 15 and later), which a
-	// batch's writes use (see "Writes").
-	merge bool
 }
 
 // Stats counts what the store's batches (Update) sent since Open. Unlike a
@@ -278,12 +275,6 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	var version int
-	if err := s.writes.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("asking the postgres version: %w", err)
-	}
-	s.merge = version >= 150000
 	return s, nil
 }
 
@@ -816,12 +807,7 @@ func (t *txn) writes() *pgx.Batch {
 	if len(dels) > 0 {
 		b.Queue("DELETE FROM kv WHERE k = ANY($1)", dels)
 	}
-	if len(ks) > 0 && t.s != nil && t.s.merge {
-		// Planned for these keys each time: a plan cached while the table
-		// was small joins by scanning it (see "Writes").
-		b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
-		b.Queue("MERGE INTO kv USING unnest($1::bytea[], $2::bytea[]) AS u(k, v) ON kv.k = u.k WHEN MATCHED THEN UPDATE SET v = u.v WHEN NOT MATCHED THEN INSERT (k, v) VALUES (u.k, u.v)", ks, vs)
-	} else if len(ks) > 0 {
+	if len(ks) > 0 {
 		b.Queue("INSERT INTO kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) ON CONFLICT (k) DO UPDATE SET v = excluded.v", ks, vs)
 	}
 	t.pending = ledger.WriteBuffer{}
