@@ -274,6 +274,9 @@ func (s *scaleSide) kill() {
 func settled(sides ...*scaleSide) time.Duration {
 	t0 := time.Now()
 	last := make([]int64, len(sides))
+	for i, s := range sides {
+		last[i] = writeBytes(s.cmd.Process.Pid)
+	}
 	lastChange, still := t0, 0
 	for still < 4 && time.Since(t0) < time.Minute {
 		time.Sleep(250 * time.Millisecond)
