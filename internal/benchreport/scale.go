@@ -43,7 +43,7 @@ func (f sideFigures) perSec() float64 { return float64(f.pairs) / f.elapsed.Seco
 
 // The scale section's slices: each side runs scaleSlice pairs at a time,
 // the two alternating, until each has written scaleMemtables memtables
-// (16 MiB each, about 8,000 pairs): several level 0 compactions each at
+// (16 MiB each, about 6,000 pairs): several level 0 compactions each at
 // Badger's trigger of 8 or 16 level 0 tables, so the mean does not depend
 // on where they fall. scaleCap bounds the slices on a slow machine.
 const (
