@@ -149,10 +149,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// level 0 tables before a compaction (stall at 48), not 8 (24), halve
 	// how often it is: on make bench's scale section (each side over 32
 	// memtables, its compactions in its own time) 79-81% of the empty
-	// figure against 69-72%, 6.9 KiB written and 132-149 µs of CPU a pair
-	// against 9.4-10.0 KiB and 201-216 µs; a read checks up to 16 level 0
-	// tables, and opening took the same 31-52 ms (docs/design.md, "The
-	// scale section over level 0 cycles").
+	// figure against 69-72% in alternating rounds, 6.9 KiB written and
+	// 132-174 µs of CPU a loaded pair against 9.4-10.0 KiB and 201-216 µs;
+	// a read checks up to 16 level 0 tables, and opening took about the
+	// same (docs/design.md, "The scale section over level 0 cycles").
 	//
 	// Tables are 2 MiB: a compaction builds each table it writes in
 	// memory, with a compressed copy, and lets 8 and more wait to be written
