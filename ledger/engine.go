@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
 	"github.com/ratchet-mcp/ratchet/vendors/all"
@@ -745,14 +746,18 @@ func (t *opTxn) Delete(k []byte) error {
 	return nil
 }
 
+// flush hands the op's writes to the batch's transaction. Each key goes as
+// the bytes of the buffer's string, not a copy: a Txn changes no key it is
+// given, and Badger copies each into its own entries at commit.
 func (t *opTxn) flush() (int, error) {
 	n := 0
 	for k, v := range t.writes.All() {
+		kb := unsafe.Slice(unsafe.StringData(k), len(k))
 		var err error
 		if v == nil {
-			err = t.tx.Delete([]byte(k))
+			err = t.tx.Delete(kb)
 		} else {
-			err = t.tx.Set([]byte(k), v)
+			err = t.tx.Set(kb, v)
 		}
 		if err != nil {
 			return n, fmt.Errorf("writing ledger key: %w", err)
