@@ -160,6 +160,7 @@ type Engine struct {
 	ids      idGen
 	obs      Observer
 	cache    *writerCaches // nil unless the store is exclusive; writer only
+	opTxn    opTxn         // the writer's, each op's in turn (decideBatch)
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
@@ -568,11 +569,15 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	size := 0
 	states := map[State]int64{}
 	var events []Event
+	// One opTxn serves every op in turn, emptied before each: its buffer,
+	// maps and events are copied out or dropped once an op is done.
+	t := &e.opTxn
+	t.tx, t.cache = tx, e.cache
 	for _, o := range batch {
 		if size > batchBytes {
 			break
 		}
-		t := &opTxn{tx: tx, cache: e.cache}
+		t.reset()
 		v, err := o.fn(t, now)
 		if err == nil {
 			n, ferr := t.flush()
@@ -588,6 +593,8 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 		}
 		results = append(results, opResult{v, err})
 	}
+	t.reset()
+	t.tx = nil // the batch's, done with once it commits
 	if len(states) > 0 {
 		if err := e.applyStateCounts(tx, states); err != nil {
 			return nil, err
@@ -678,6 +685,18 @@ type opTxn struct {
 	// principal is the OAuth identity of the agent whose op this is
 	// (BeginRequest.Principal, …), stamped on each event it emits.
 	principal string
+}
+
+// reset readies t for the batch's next op: nothing of the op before it
+// stays (its events were copied into the batch's, its records into the
+// cache, its buffered values handed to the store and the cache, which keep
+// them; the buffer's keys are strings, which nothing changes).
+func (t *opTxn) reset() {
+	t.writes.Reset()
+	clear(t.states)
+	clear(t.recs)
+	t.events = t.events[:0]
+	t.principal = ""
 }
 
 func (t *opTxn) Get(k []byte) ([]byte, error) {

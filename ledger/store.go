@@ -119,5 +119,11 @@ func (b *WriteBuffer) All() iter.Seq2[string, []byte] {
 	}
 }
 
+// Reset empties b, keeping its room for the next writes.
+func (b *WriteBuffer) Reset() {
+	clear(b.vals)
+	b.order = b.order[:0]
+}
+
 // Len is the number of keys written.
 func (b *WriteBuffer) Len() int { return len(b.order) }
