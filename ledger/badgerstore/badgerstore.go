@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -75,6 +76,7 @@ type Options struct {
 	valueThreshold int64         // tests put values in the value log with a lower one
 	blockSize      int           // tests write Badger's 4 KiB blocks, as ledgers from before 16 KiB have
 	idleAfter      time.Duration // tests stop the compactors sooner (zero: idleAfter)
+	segmentSize    int64         // tests fill the log's segments sooner (zero: walSegment)
 }
 
 // Store is a ledger.Store on Badger.
@@ -83,7 +85,11 @@ type Store struct {
 	dir     string
 	minFree int64
 	logs    *logSync // nil when nothing is synced (NoSync, InMemory)
+	wal     *wal     // nil with logs
 	comp    *compactors
+
+	wmu sync.Mutex // orders the batches' sequence numbers as Badger applies them
+	seq uint64     // the last batch applied
 }
 
 // The store, and the optional powers the engine finds by assertion.
@@ -198,7 +204,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes, comp: newCompactors(db, cmp.Or(opts.idleAfter, idleAfter))}
 	if !opts.NoSync && !opts.InMemory {
-		if st.logs, err = newLogSync(dir); err != nil {
+		if st.logs, err = newLogSync(dir); err == nil {
+			st.wal, st.seq, err = openWAL(dir, opts.EncryptionKey, cmp.Or(opts.segmentSize, walSegment), db, st.logs)
+		}
+		if err != nil {
 			st.comp.close()
 			db.Close()
 			return nil, err
@@ -233,16 +242,45 @@ func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) e
 		return err
 	}
 	s.comp.wake()
-	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
+	if s.wal == nil {
+		return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
+	}
+	if err := s.wal.err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	seq, rec := s.seq+1, newWALRecord()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := fn(txnAdapter{txn: txn, rec: rec}); err != nil {
+			return err
+		}
+		return txn.Set(appliedKey, appliedValue(seq))
+	})
+	if err != nil {
+		return err
+	}
+	s.seq = seq
+	s.wal.add(seq, rec)
+	return nil
 }
 
 // Sync implements ledger.Deferred: everything committed before it was
 // called is durable when it returns.
 func (s *Store) Sync() error {
-	if s.logs == nil {
+	if s.wal == nil {
 		return nil
 	}
-	return s.logs.sync()
+	return s.wal.sync()
+}
+
+// syncBadger makes Badger's own files durable too: for writes that bypass
+// the log.
+func (s *Store) syncBadger() error {
+	if s.wal == nil {
+		return nil
+	}
+	return s.wal.syncBadger()
 }
 
 // checkDisk refuses writes on a full or read-only filesystem.
@@ -280,7 +318,12 @@ func (s *Store) Exclusive() bool { return true }
 // Close implements ledger.Store.
 func (s *Store) Close() error {
 	s.comp.close()
-	return s.db.Close()
+	var err error
+	if s.wal != nil {
+		err = s.wal.syncBadger()
+		s.wal.close()
+	}
+	return errors.Join(err, s.db.Close())
 }
 
 // Backup writes a full backup stream (Badger's own format) to w.
@@ -296,7 +339,18 @@ func (s *Store) Restore(r io.Reader) error {
 	if err := s.db.Load(r, 256); err != nil {
 		return err
 	}
-	return s.Sync()
+	if s.wal == nil {
+		return nil
+	}
+	// The stream holds the source's applied sequence number: put this
+	// store's back before the checkpoint makes Badger durable.
+	s.wmu.Lock()
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(s.seq)) })
+	s.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.syncBadger()
 }
 
 // txnAdapter is a Badger transaction as a ledger.Txn; ctx, when set (a
@@ -304,6 +358,7 @@ func (s *Store) Restore(r io.Reader) error {
 type txnAdapter struct {
 	txn *badger.Txn
 	ctx context.Context
+	rec *walRecord // an update's writes, for the log (nil: not logged)
 }
 
 func (t txnAdapter) ctxErr() error {
@@ -339,6 +394,9 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 			return err
 		}
 		item := it.Item()
+		if len(prefix) == 0 && bytes.Equal(item.Key(), appliedKey) {
+			continue
+		}
 		val, err := item.ValueCopy(nil)
 		if err != nil {
 			return err
@@ -351,9 +409,25 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 	return nil
 }
 
-func (t txnAdapter) Set(key, val []byte) error { return t.txn.Set(key, val) }
+func (t txnAdapter) Set(key, val []byte) error {
+	if err := t.txn.Set(key, val); err != nil {
+		return err
+	}
+	if t.rec != nil {
+		t.rec.set(key, val)
+	}
+	return nil
+}
 
-func (t txnAdapter) Delete(key []byte) error { return t.txn.Delete(key) }
+func (t txnAdapter) Delete(key []byte) error {
+	if err := t.txn.Delete(key); err != nil {
+		return err
+	}
+	if t.rec != nil {
+		t.rec.delete(key)
+	}
+	return nil
+}
 
 // badgerLogger forwards Badger's log lines to slog, dropping its chatty
 // informational lines.
@@ -381,6 +455,9 @@ func (s *Store) Empty() (bool, error) {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		it.Rewind()
+		if it.Valid() && bytes.Equal(it.Item().Key(), appliedKey) {
+			it.Next()
+		}
 		empty = !it.Valid()
 		return nil
 	})
@@ -411,7 +488,7 @@ func (s *Store) Compact() error {
 			return fmt.Errorf("value log GC: %w", err)
 		}
 	}
-	if err := s.Sync(); err != nil {
+	if err := s.syncBadger(); err != nil {
 		return fmt.Errorf("syncing after value log GC: %w", err)
 	}
 	return nil
