@@ -2,8 +2,14 @@ package ledger_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	json "github.com/segmentio/encoding/json"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
@@ -101,5 +107,50 @@ func TestAnObservedCeilingPagesNobody(t *testing.T) {
 	}
 	if !observed {
 		t.Fatal("no policy.observed record of the would-be refusal")
+	}
+}
+
+// TestEachAuditRecordsHashIsSHA256OfItsPrevAndJSON holds the chain's hash
+// to its definition (AuditRecord), computed here apart from the engine's
+// code: hex SHA-256 of Prev, a newline and the record's JSON with Hash
+// empty, each record's Prev its predecessor's hash, the head the last's.
+// Batches of several records (concurrent begins) and single ones both.
+func TestEachAuditRecordsHashIsSHA256OfItsPrevAndJSON(t *testing.T) {
+	h := newHarness(t, testRules())
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 4 {
+				res := h.beginWant(email(fmt.Sprint("k", g, "-", i), fmt.Sprint("bot", g, "-", i)), ledger.DecisionExecute)
+				h.report(res.EffectID, ledger.OutcomeSucceeded)
+			}
+		})
+	}
+	wg.Wait()
+	recs, heads := auditOf(t, h)
+	if len(recs) < 64 {
+		t.Fatalf("%d audit records for 32 pairs, want at least 64", len(recs))
+	}
+	last := map[string]string{}
+	for i, r := range recs {
+		c := r
+		c.Hash = ""
+		b, err := json.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(r.Prev + "\n" + string(b)))
+		if want := hex.EncodeToString(sum[:]); r.Hash != want {
+			t.Fatalf("record %d (seq %d): hash %s, want %s, the SHA-256 of prev, a newline and\n%s", i, r.Seq, r.Hash, want, b)
+		}
+		if r.Prev != last[r.Chain] {
+			t.Fatalf("record %d (seq %d): prev %q, want the previous record's hash %q", i, r.Seq, r.Prev, last[r.Chain])
+		}
+		last[r.Chain] = r.Hash
+	}
+	for chain, hash := range last {
+		if heads[chain].Hash != hash {
+			t.Errorf("chain %s: head %q, want the last record's hash %q", chain, heads[chain].Hash, hash)
+		}
 	}
 }

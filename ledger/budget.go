@@ -353,7 +353,11 @@ func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error)
 		u := &ceilingUse{c: c, key: k}
 		load := func(k []byte, replica string) (*counterRec, error) {
 			r := &counterRec{}
-			if err := getCounter(t, k, r); err != nil && !errors.Is(err, ErrNotFound) {
+			if b, err := t.Get(k); err == nil {
+				if err := decodeCounterLabelled(b, r, false); err != nil {
+					return nil, err
+				}
+			} else if !errors.Is(err, ErrNotFound) {
 				return nil, err
 			}
 			r.Namespace, r.Ceiling, r.Per, r.Scope, r.RunID = in.req.Namespace, c.Name, c.Per, scope, run
@@ -724,6 +728,15 @@ func appendString(b []byte, s string) []byte {
 var errBadCounter = errors.New("ledger: corrupt ceiling counter record")
 
 func decodeCounter(b []byte, r *counterRec) error {
+	return decodeCounterLabelled(b, r, true)
+}
+
+// decodeCounterLabelled is decodeCounter, which leaves the labels (the
+// namespace, ceiling, per, scope, run, unit, window and replica) as they
+// are in r unless labels: a begin sets them from its ceiling (ceilingsFor),
+// so copying them out of the record would be 7 allocations a counter
+// wasted.
+func decodeCounterLabelled(b []byte, r *counterRec, labels bool) error {
 	if len(b) == 0 || (b[0] != counterVersion && b[0] != counterVersionShares) {
 		return errBadCounter
 	}
@@ -738,6 +751,19 @@ func decodeCounter(b []byte, r *counterRec) error {
 		b = b[k+int(n):]
 		return s, true
 	}
+	label := func(p *string) bool {
+		if labels {
+			s, ok := str()
+			*p = s
+			return ok
+		}
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return false
+		}
+		b = b[k+int(n):]
+		return true
+	}
 	num := func() (int64, bool) {
 		v, k := binary.Varint(b)
 		if k <= 0 {
@@ -747,11 +773,9 @@ func decodeCounter(b []byte, r *counterRec) error {
 		return v, true
 	}
 	for _, p := range []*string{&r.Namespace, &r.Ceiling, &r.Per, &r.Scope, &r.RunID, &r.Unit, &r.Window} {
-		s, ok := str()
-		if !ok {
+		if !label(p) {
 			return errBadCounter
 		}
-		*p = s
 	}
 	var ok bool
 	if r.Limit, ok = num(); !ok {
@@ -770,11 +794,14 @@ func decodeCounter(b []byte, r *counterRec) error {
 			}
 		}
 	}
-	r.Replica, r.Grant, r.Shares = "", 0, nil
+	if labels {
+		r.Replica = ""
+	}
+	r.Grant, r.Shares = 0, nil
 	if !shared {
 		return nil
 	}
-	if r.Replica, ok = str(); !ok {
+	if !label(&r.Replica) {
 		return errBadCounter
 	}
 	if r.Grant, ok = num(); !ok {

@@ -62,6 +62,19 @@ func TestCounterCodec(t *testing.T) {
 				t.Fatalf("%s: a record cut to %d bytes decoded", tc.name, i)
 			}
 		}
+		// Unlabelled (a begin's read, which sets the labels itself): the
+		// counts, grant and shares as labelled, the labels left alone.
+		bare := counterRec{Namespace: "mine", Replica: "mine", Grant: 7, Shares: []string{"stale"}}
+		want := tc.r
+		want.Namespace, want.Ceiling, want.Per, want.Scope, want.RunID, want.Unit, want.Window, want.Replica = "mine", "", "", "", "", "", "", "mine"
+		if err := decodeCounterLabelled(b, &bare, false); err != nil || fmt.Sprintf("%+v", bare) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("%s: unlabelled: %+v %v, want %+v", tc.name, bare, err, want)
+		}
+		for i := range len(b) {
+			if err := decodeCounterLabelled(b[:i], &bare, false); err == nil {
+				t.Fatalf("%s: unlabelled: a record cut to %d bytes decoded", tc.name, i)
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
 	"github.com/ratchet-mcp/ratchet/vendors/all"
@@ -159,6 +160,7 @@ type Engine struct {
 	ids      idGen
 	obs      Observer
 	cache    *writerCaches // nil unless the store is exclusive; writer only
+	opTxn    opTxn         // the writer's, each op's in turn (decideBatch)
 	deferred Deferred      // nil unless the store syncs separately
 	unsynced chan unsynced
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
@@ -567,11 +569,15 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	size := 0
 	states := map[State]int64{}
 	var events []Event
+	// One opTxn serves every op in turn, emptied before each: its buffer,
+	// maps and events are copied out or dropped once an op is done.
+	t := &e.opTxn
+	t.tx, t.cache = tx, e.cache
 	for _, o := range batch {
 		if size > batchBytes {
 			break
 		}
-		t := &opTxn{tx: tx, cache: e.cache}
+		t.reset()
 		v, err := o.fn(t, now)
 		if err == nil {
 			n, ferr := t.flush()
@@ -587,6 +593,8 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 		}
 		results = append(results, opResult{v, err})
 	}
+	t.reset()
+	t.tx = nil // the batch's, done with once it commits
 	if len(states) > 0 {
 		if err := e.applyStateCounts(tx, states); err != nil {
 			return nil, err
@@ -679,6 +687,18 @@ type opTxn struct {
 	principal string
 }
 
+// reset readies t for the batch's next op: nothing of the op before it
+// stays (its events were copied into the batch's, its records into the
+// cache, its buffered values handed to the store and the cache, which keep
+// them; the buffer's keys are strings, which nothing changes).
+func (t *opTxn) reset() {
+	t.writes.Reset()
+	clear(t.states)
+	clear(t.recs)
+	t.events = t.events[:0]
+	t.principal = ""
+}
+
 func (t *opTxn) Get(k []byte) ([]byte, error) {
 	if v, ok := t.writes.Lookup(string(k)); ok {
 		if v == nil {
@@ -745,14 +765,18 @@ func (t *opTxn) Delete(k []byte) error {
 	return nil
 }
 
+// flush hands the op's writes to the batch's transaction. Each key goes as
+// the bytes of the buffer's string, not a copy: a Txn changes no key it is
+// given, and Badger copies each into its own entries at commit.
 func (t *opTxn) flush() (int, error) {
 	n := 0
 	for k, v := range t.writes.All() {
+		kb := unsafe.Slice(unsafe.StringData(k), len(k))
 		var err error
 		if v == nil {
-			err = t.tx.Delete([]byte(k))
+			err = t.tx.Delete(kb)
 		} else {
-			err = t.tx.Set([]byte(k), v)
+			err = t.tx.Set(kb, v)
 		}
 		if err != nil {
 			return n, fmt.Errorf("writing ledger key: %w", err)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -205,12 +206,19 @@ func (r *AuditRecord) computeHash() (string, error) {
 // auditHash is the hash of a record whose JSON with its hash empty is b
 // and whose chain's previous hash is prev.
 func auditHash(prev string, b []byte) string {
-	h := sha256.New()
-	h.Write([]byte(prev))
-	h.Write([]byte{'\n'})
-	h.Write(b)
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	in := make([]byte, 0, len(prev)+1+len(b))
+	in = append(append(append(in, prev...), '\n'), b...)
+	return hashedInput(in)
+}
+
+// hashedInput is the hash, in the hex that records and heads hold, of in:
+// a record's Prev, a newline and its JSON with its hash empty.
+// sha256.Sum256 keeps its digest on the stack; sha256.New's is allocated.
+func hashedInput(in []byte) string {
+	sum := sha256.Sum256(in)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	return string(hx[:])
 }
 
 // auditChainName is this engine's chain.
@@ -280,24 +288,28 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 	first := head.Seq + 1
 	block := make([]byte, 0, 512*len(events))
 	block = append(block, '[')
-	rec := make([]byte, 0, 512)
+	// in is what a record's hash is of (auditHash): Prev, a newline, then
+	// the record, encoded straight after them.
+	in := make([]byte, 0, 576)
 	for i, ev := range events {
 		if ev.At.Before(head.At) {
 			ev.At = head.At
 		}
 		r := AuditRecord{Chain: chain, Seq: head.Seq + 1, Prev: head.Hash, Event: ev}
+		in = append(append(in[:0], r.Prev...), '\n')
+		off := len(in)
 		var at int
 		var err error
-		if rec, at, err = appendAuditRecord(rec[:0], &r); err != nil {
+		if in, at, err = appendAuditRecord(in, &r); err != nil {
 			return err
 		}
-		h := auditHash(r.Prev, rec)
+		h := hashedInput(in)
 		if i > 0 {
 			block = append(block, ',')
 		}
-		block = append(block, rec[:at]...)
+		block = append(block, in[off:at]...)
 		block = append(block, h...)
-		block = append(block, rec[at:]...)
+		block = append(block, in[at:]...)
 		head = auditHead{Seq: r.Seq, Hash: h, At: ev.At}
 	}
 	block = append(block, ']')
@@ -335,7 +347,11 @@ func appendAuditHead(b []byte, h *auditHead) ([]byte, error) {
 // auditKey is the key of a block of records: its first record's sequence
 // number in 16 hex digits, so keys sort in chain order and hold no NUL.
 func auditKey(chain string, seq uint64) []byte {
-	return key(kindAudit, chain, fmt.Sprintf("%016x", seq))
+	var hx [16]byte
+	var be [8]byte
+	binary.BigEndian.PutUint64(be[:], seq)
+	hex.Encode(hx[:], be[:])
+	return key(kindAudit, chain, string(hx[:]))
 }
 
 // Audit calls fn for every audit record with an event at or after since

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -82,7 +83,9 @@ func (e *Engine) Report(ctx context.Context, req ReportRequest) (*Effect, error)
 	}
 	eff.ResultNote = strings.Join(slices.DeleteFunc([]string{resultNote, refNote, errorNote}, func(s string) bool { return s == "" }), " ")
 	e.obs.Report(req.Outcome, time.Since(start))
-	e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
+	if e.log.Enabled(ctx, slog.LevelInfo) { // as Begin's
+		e.log.Info("report", "namespace", eff.Namespace, "effect_id", eff.EffectID, "attempt", eff.Attempt, "outcome", req.Outcome, "state", eff.State)
+	}
 	return eff, nil
 }
 

@@ -36,7 +36,9 @@ type Reader interface {
 	Scan(prefix, start []byte, fn func(key, val []byte) (bool, error)) error
 }
 
-// Txn is a read-write transaction.
+// Txn is a read-write transaction. Set and Delete may keep key and val
+// until the transaction ends, and must not modify either: the engine hands
+// them bytes it shares with its write buffer (opTxn.flush).
 type Txn interface {
 	Reader
 	Set(key, val []byte) error
@@ -115,6 +117,12 @@ func (b *WriteBuffer) All() iter.Seq2[string, []byte] {
 			}
 		}
 	}
+}
+
+// Reset empties b, keeping its room for the next writes.
+func (b *WriteBuffer) Reset() {
+	clear(b.vals)
+	b.order = b.order[:0]
 }
 
 // Len is the number of keys written.

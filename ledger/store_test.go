@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
@@ -43,5 +45,27 @@ func TestWriteBuffer(t *testing.T) {
 	}
 	if v, ok := b.Lookup("b"); !ok || v != nil {
 		t.Errorf("deleted key = %q, %v; want a buffered delete", v, ok)
+	}
+}
+
+// TestAResetWriteBufferHoldsNothingOfBefore: the writer reuses one buffer
+// for a batch's ops, so a reset one must forget every key, in Lookup and
+// in All, and order what is written after it afresh.
+func TestAResetWriteBufferHoldsNothingOfBefore(t *testing.T) {
+	var b ledger.WriteBuffer
+	b.Put("a", []byte("1"))
+	b.Put("b", nil)
+	b.Reset()
+	if _, ok := b.Lookup("a"); ok || b.Len() != 0 {
+		t.Fatalf("after Reset: Lookup(a) found %v, Len %d: want nothing", ok, b.Len())
+	}
+	b.Put("c", []byte("3"))
+	b.Put("a", []byte("4"))
+	var got []string
+	for k, v := range b.All() {
+		got = append(got, k+"="+string(v))
+	}
+	if diff := cmp.Diff([]string{"c=3", "a=4"}, got); diff != "" {
+		t.Errorf("writes after Reset (-want +got):\n%s", diff)
 	}
 }

@@ -397,42 +397,59 @@ func cleanPath(path string) (string, bool) {
 // the payload of every body that fitted before stays as it was, so an
 // effect begun before an upgrade is still the same content after it.
 func canonicalContent(method, path, contentType string, body []byte, e vendors.Effect) json.RawMessage {
-	content := map[string]any{"method": method, "path": path}
-	if e.Scope != "" {
-		content["scope"] = e.Scope
-	}
-	var obj map[string]json.RawMessage
+	c := content{Method: method, Path: path, Scope: e.Scope}
 	switch {
 	case len(body) == 0:
 	case strings.HasPrefix(contentType, "application/x-www-form-urlencoded"):
 		if form, err := url.ParseQuery(string(body)); err == nil {
-			content["form"] = form
+			c.Form = &form
 		} else {
-			content["body_sha256"] = hashed(string(body))
+			c.BodySHA256 = hashed(string(body))
 		}
-	case json.Unmarshal(body, &obj) == nil && obj != nil:
+	default:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(body, &obj) != nil || obj == nil {
+			c.BodySHA256 = hashed(string(body))
+			break
+		}
 		if e.Key.Location == vendors.InBody {
 			delete(obj, e.Key.Name)
 		}
-		content["json"] = obj
-	default:
-		content["body_sha256"] = hashed(string(body))
+		c.JSON = &obj
 	}
-	b, _ := json.Marshal(content) // maps of strings and raw JSON always encode
+	b, _ := json.Marshal(c) // strings, maps of strings and raw JSON always encode
 	if len(b) <= ledger.MaxPayloadBytes {
 		return b
 	}
-	for _, k := range []string{"json", "form"} {
-		if part, ok := content[k]; ok {
-			pb, _ := json.Marshal(part)
-			delete(content, k)
-			content[k+"_sha256"] = hashed(string(pb))
-		}
+	if c.JSON != nil {
+		pb, _ := json.Marshal(*c.JSON)
+		c.JSON, c.JSONSHA256 = nil, hashed(string(pb))
 	}
-	if b, _ = json.Marshal(content); len(b) > ledger.MaxPayloadBytes { // a path or scope that long
+	if c.Form != nil {
+		pb, _ := json.Marshal(*c.Form)
+		c.Form, c.FormSHA256 = nil, hashed(string(pb))
+	}
+	if b, _ = json.Marshal(c); len(b) > ledger.MaxPayloadBytes { // a path or scope that long
 		b, _ = json.Marshal(map[string]string{"content_sha256": hashed(string(b))})
 	}
 	return b
+}
+
+// content is canonicalContent's JSON object. Its fields are in the order
+// of their names, as encoding/json writes a map's keys, and each is left
+// out exactly when the map it replaced had no such key (a form or object
+// that parsed empty is kept, as {}): the payload of every request is the
+// bytes it was when it was a map[string]any, without that map's
+// allocations and sorting on every gated request.
+type content struct {
+	BodySHA256 string                      `json:"body_sha256,omitempty"`
+	Form       *url.Values                 `json:"form,omitempty"`
+	FormSHA256 string                      `json:"form_sha256,omitempty"`
+	JSON       *map[string]json.RawMessage `json:"json,omitempty"`
+	JSONSHA256 string                      `json:"json_sha256,omitempty"`
+	Method     string                      `json:"method"`
+	Path       string                      `json:"path"`
+	Scope      string                      `json:"scope,omitempty"`
 }
 
 // forward sends the request upstream; with a call, the answer is
@@ -463,8 +480,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 				pr.Out.Header.Del("Accept-Encoding")
 			}
 		},
-		Transport: traced(p.opts.Transport, v.Name()),
-		ErrorLog:  p.pass.ErrorLog,
+		Transport:  traced(p.opts.Transport, v.Name()),
+		ErrorLog:   p.pass.ErrorLog,
+		BufferPool: copyBuffers,
 	}
 	if c != nil {
 		rp.ModifyResponse = func(resp *http.Response) error { return p.settle(ctx, c, resp, start) }

@@ -118,6 +118,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratchet-mcp/ratchet/internal/outbound"
@@ -334,9 +335,10 @@ func New(eng Engine, opts Options) (*Proxy, error) {
 		}
 	}
 	p.pass = &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.Out.URL = pr.In.URL; pr.Out.Host = pr.In.Host },
-		Transport: opts.Transport,
-		ErrorLog:  slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.Out.URL = pr.In.URL; pr.Out.Host = pr.In.Host },
+		Transport:  opts.Transport,
+		ErrorLog:   slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		BufferPool: copyBuffers,
 	}
 	return p, nil
 }
@@ -406,6 +408,22 @@ func hashed(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// copyBuffers are the buffers the reverse proxies copy answers through:
+// without a pool, httputil.ReverseProxy allocates (and zeroes) 32 KiB for
+// every request, the largest allocation on a proxied call.
+var copyBuffers httputil.BufferPool = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // isTimeout reports whether err is a deadline or timeout.
 func isTimeout(err error) bool {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"go.opentelemetry.io/otel"
@@ -30,8 +31,27 @@ import (
 // would never see the proxy's spans.
 func tracer() trace.Tracer { return otel.Tracer("github.com/ratchet-mcp/ratchet/proxy") }
 
+// unsetProvider is OpenTelemetry's global tracer provider as it is before
+// any is set (its delegating default, "*global.tracerProvider"), or nil if
+// one was set before this package was initialised.
+var unsetProvider = func() trace.TracerProvider {
+	if tp := otel.GetTracerProvider(); fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
+		return tp
+	}
+	return nil
+}()
+
+// tracesOff reports whether no tracer provider has been set (package
+// internal/tracing sets none when traces are off): every span would be a
+// no-op and the caller's traceparent header goes on as it came, so the
+// proxy starts none and saves their allocations on every request.
+func tracesOff() bool { return unsetProvider != nil && otel.GetTracerProvider() == unsetProvider }
+
 // startSpan starts the span of one vendor request and returns r with it.
 func startSpan(r *http.Request, vendor string) (*http.Request, trace.Span) {
+	if tracesOff() {
+		return r, noSpan
+	}
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := tracer().Start(ctx, "proxy "+vendor, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("vendor", vendor), attribute.String("http.request.method", r.Method)))
@@ -52,8 +72,14 @@ type tracedTransport struct {
 }
 
 func traced(rt http.RoundTripper, vendor string) http.RoundTripper {
+	if tracesOff() {
+		return rt
+	}
 	return tracedTransport{rt: rt, vendor: vendor}
 }
+
+// noSpan is the span of a request while traces are off.
+var noSpan = trace.SpanFromContext(context.Background())
 
 func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, span := tracer().Start(req.Context(), t.vendor+" "+req.Method, trace.WithSpanKind(trace.SpanKindClient),

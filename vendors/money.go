@@ -2,7 +2,9 @@ package vendors
 
 import (
 	"fmt"
+	"math"
 	"math/big"
+	"math/bits"
 	"strings"
 )
 
@@ -37,13 +39,23 @@ func (m Money) Micros(rates map[string]int64) (int64, bool) {
 	if !ok || rate <= 0 || m.Minor < 0 {
 		return 0, false
 	}
-	v := new(big.Int).Mul(big.NewInt(m.Minor), big.NewInt(rate))
-	v.Quo(v, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(exponent(m.Currency))), nil))
-	if !v.IsInt64() {
+	// Minor × rate in 128 bits, then divided by 10^exponent (both are
+	// non-negative, so the quotient is the floor): exact, as big.Int was,
+	// without its allocations on every gated request.
+	hi, lo := bits.Mul64(uint64(m.Minor), uint64(rate))
+	div := uint64(pow10[exponent(m.Currency)])
+	if hi >= div { // the quotient needs more than 64 bits
 		return 0, false
 	}
-	return v.Int64(), true
+	q, _ := bits.Div64(hi, lo, div)
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(q), true
 }
+
+// pow10 are the divisors of exponent's values.
+var pow10 = [...]int64{1, 10, 100, 1000}
 
 // TooLarge reports whether m has a rate in rates but its micro-USD value
 // does not fit in an int64, so Micros declares no cost for it: such an

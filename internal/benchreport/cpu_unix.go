@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 )
@@ -16,3 +17,9 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// pauseProcess stops a process (SIGSTOP) until resume.
+func pauseProcess(p *os.Process) error { return p.Signal(syscall.SIGSTOP) }
+
+// resume continues a process pauseProcess stopped.
+func resume(p *os.Process) { p.Signal(syscall.SIGCONT) }

@@ -190,8 +190,13 @@ var keyPrefix = "bench:"
 // or until limit pairs are done when limit > 0; the latencies are of the
 // begins. A refusal is a bug in the benchmark and stops it.
 func pairs(eng *ledger.Engine, callers int, d time.Duration, limit int64) result {
+	return pairsInto(&latencies{}, eng, callers, d, limit)
+}
+
+// pairsInto is pairs adding the begins' latencies to lat, whose
+// percentiles (of every run added to it) the result carries.
+func pairsInto(lat *latencies, eng *ledger.Engine, callers int, d time.Duration, limit int64) result {
 	ctx := context.Background()
-	var lat latencies
 	cost := int64(1000)
 	r, err := load(callers, d, limit, func(k int64) error {
 		t0 := time.Now()

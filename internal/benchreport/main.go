@@ -26,11 +26,18 @@ func main() {
 	only := flag.String("only", "", "run only this section (engine, peers, mcp, proxy, pg, scale, flush, idle or cpu), print it and write no report")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	worker := flag.String("pg-worker", "", "internal: run one of the PostgreSQL section's worker processes")
+	scaleW := flag.String("scale-worker", "", "internal: run one side of the scale section on this ledger directory")
 	cpuW := flag.String("cpu-worker", "", "internal: run one workload of the CPU section (under callgrind)")
 	cpuOnly := flag.String("cpu", "", "with -only cpu: measure only these workloads, comma-separated (engine, mcp-noop, mcp, proxy-bare, proxy); a workload's floor is measured with it")
 	flag.Parse()
 	if *worker != "" {
 		if err := pgWorker(*worker); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *scaleW != "" {
+		if err := scaleWorker(*scaleW); err != nil {
 			fail(err)
 		}
 		return
@@ -171,8 +178,24 @@ func main() {
 			fail(err)
 		}
 		w("%d effects preloaded (begin+report pairs, without fsync: the preload is not what is measured) in %s.\n\n", sr.preloaded, sr.preload.Round(time.Second))
-		w("| measure | figure | target |\n|---|---|---|\n")
-		w("| engine pairs/s at 64 callers, %d effects vs an empty ledger (measured alternately, best of two each) | %.0f vs %.0f (%.0f%%) | within 20%% |\n", sr.preloaded, sr.loaded.perSec, sr.empty.perSec, 100*sr.loaded.perSec/sr.empty.perSec)
+		w("The engine on that ledger and on an empty one, each in its own process, 64 callers: slices of %d pairs, the two alternating, until each has written %d memtables (several level 0 compactions each), the process not running a slice paused (SIGSTOP) so that a compaction runs only in its own side's slices. Both first settle (%s idle until neither writes to disk); after the slices each runs idle until its compactions are done, and that drain counts in its time. Rate: a side's pairs over all that time; CPU and disk writes (/proc/<pid>/io write_bytes) are its process's, compactions included.\n\n", scaleSlice, scaleMemtables, sr.settle.Round(100*time.Millisecond))
+		if sr.capped {
+			w("The slices stopped at %s, before both sides had written %d memtables.\n\n", scaleCap, scaleMemtables)
+		}
+		w("| ledger | pairs/s | pairs (slices) | memtables written | drain | disk written per pair | CPU per pair | begin p99 |\n|---|---|---|---|---|---|---|---|\n")
+		for _, side := range []struct {
+			name string
+			f    sideFigures
+		}{{fmt.Sprintf("%d effects", sr.preloaded), sr.loaded}, {"empty", sr.empty}} {
+			f := side.f
+			written := "n/a"
+			if f.written >= 0 {
+				written = fmt.Sprintf("%.1f KiB", float64(f.written)/1024/float64(max(f.pairs, 1)))
+			}
+			w("| %s | %.0f | %d (%d) | %d | %s | %s | %s | %s |\n", side.name, f.perSec(), f.pairs, f.slices, f.memtables, f.drain.Round(100*time.Millisecond), written, cpuTime(f.cpu/time.Duration(max(f.pairs, 1))), ms(f.p99))
+		}
+		w("\n| measure | figure | target |\n|---|---|---|\n")
+		w("| engine pairs/s at 64 callers, %d effects vs an empty ledger | %.0f vs %.0f (%.0f%%) | within 20%% |\n", sr.preloaded, sr.loaded.perSec(), sr.empty.perSec(), 100*sr.loaded.perSec()/sr.empty.perSec())
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 4 ms |\n", ms(sr.loaded.p99))
 		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed); peak %.0f MiB | < 512 MiB |\n", serveMemLimit, sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file, sr.mem.peak)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))

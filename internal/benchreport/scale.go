@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,10 +23,34 @@ type scaleResult struct {
 	preloaded int
 	preload   time.Duration
 	open      time.Duration
-	loaded    result
-	empty     result // the same section's empty ledger
+	settle    time.Duration // both sides idle until neither wrote, before the slices
+	loaded    sideFigures
+	empty     sideFigures // the same section's empty ledger
+	capped    bool        // scaleCap ended the slices before both sides wrote scaleMemtables
 	mem       memFigures
 }
+
+// sideFigures are one side's totals over its slices and its drain: the
+// rate is its pairs over the time they took, the drain included.
+type sideFigures struct {
+	pairs, slices, memtables int
+	elapsed, drain, cpu      time.Duration
+	written                  int64 // bytes the process wrote to disk (/proc/<pid>/io write_bytes); -1 unknown
+	p99                      time.Duration
+}
+
+func (f sideFigures) perSec() float64 { return float64(f.pairs) / f.elapsed.Seconds() }
+
+// The scale section's slices: each side runs scaleSlice pairs at a time,
+// the two alternating, until each has written scaleMemtables memtables
+// (16 MiB each, about 6,000 pairs): several level 0 compactions each at
+// Badger's trigger of 8 or 16 level 0 tables, so the mean does not depend
+// on where they fall. scaleCap bounds the slices on a slow machine.
+const (
+	scaleSlice     = 16000
+	scaleMemtables = 32
+	scaleCap       = 5 * time.Minute
+)
 
 // memFigures are a process's resident memory in MiB: in all, anonymous
 // (Go heap, stacks, Badger's tables in memory) and file-backed (mapped
@@ -38,8 +63,17 @@ type memFigures struct {
 }
 
 // benchScale fills a ledger with n effects, then measures opening it, the
-// engine at 64 callers on it, and the resident memory of a real
-// "ratchet serve" on it under load.
+// engine at 64 callers on it against an empty ledger, and the resident
+// memory of a real "ratchet serve" on it under load for d.
+//
+// Each ledger's engine runs in its own process (this program with
+// -scale-worker), and the one not running a slice is paused (SIGSTOP):
+// a compaction, Badger's and so the ledger's, runs only in its own side's
+// slices, and each side's CPU and disk writes are its process's. Both
+// first settle (run idle until neither writes); after the slices each side
+// runs alone, idle, until its compactions are done, and that drain counts
+// in its time: a side whose writes leave a base-level rewrite behind pays
+// for it.
 func benchScale(dir string, n int, d time.Duration) (scaleResult, error) {
 	var out scaleResult
 	ledgerDir := filepath.Join(dir, "ledger")
@@ -54,33 +88,291 @@ func benchScale(dir string, n int, d time.Duration) (scaleResult, error) {
 	if err := eng.Close(context.Background()); err != nil {
 		return out, err
 	}
-	eng, open, err := openEngine(ledgerDir, true)
+	loaded, err := startScaleSide(ledgerDir)
 	if err != nil {
 		return out, err
 	}
-	out.open = open
-	// The loaded and an empty ledger are measured alternately, twice each,
-	// keeping each one's best run, as in the MCP and proxy sections: drift
-	// (here the compaction a bulk preload leaves behind) favours neither.
-	empty, _, err := openEngine(filepath.Join(dir, "empty", "ledger"), true)
+	defer loaded.kill()
+	out.open = loaded.open
+	empty, err := startScaleSide(filepath.Join(dir, "empty", "ledger"))
 	if err != nil {
-		eng.Close(context.Background())
 		return out, err
 	}
-	for range 2 {
-		if r := pairs(eng, 64, d, 0); r.perSec > out.loaded.perSec {
-			out.loaded = r
+	defer empty.kill()
+	sides := []*scaleSide{loaded, empty}
+	t0 = time.Now()
+	for _, s := range sides {
+		resume(s.cmd.Process)
+	}
+	settled(sides...)
+	out.settle = time.Since(t0)
+	for _, s := range sides {
+		if err := s.pause(); err != nil {
+			return out, err
 		}
-		if r := pairs(empty, 64, d, 0); r.perSec > out.empty.perSec {
-			out.empty = r
+		s.f = sideFigures{}
+	}
+	t0 = time.Now()
+	for loaded.f.memtables < scaleMemtables || empty.f.memtables < scaleMemtables {
+		if out.capped = time.Since(t0) > scaleCap; out.capped {
+			break
+		}
+		for _, s := range sides {
+			if s.f.memtables < scaleMemtables {
+				if err := s.slice(); err != nil {
+					return out, err
+				}
+			}
 		}
 	}
-	empty.Close(context.Background())
-	if err := eng.Close(context.Background()); err != nil {
-		return out, err
+	for _, s := range sides {
+		if err := s.finish(); err != nil {
+			return out, err
+		}
 	}
+	out.loaded, out.empty = loaded.f, empty.f
 	out.mem, err = serveRSS(dir, d)
 	return out, err
+}
+
+// scaleSide is a -scale-worker process and its totals since its last
+// pause after settling.
+type scaleSide struct {
+	cmd  *exec.Cmd
+	dir  string
+	in   io.WriteCloser
+	out  *json.Decoder
+	open time.Duration
+	f    sideFigures
+	// the process's counters at its last pause
+	cpu     time.Duration
+	written int64
+	memFid  int
+}
+
+// scaleAnswer is a -scale-worker's answer to a line: its open time at
+// start, a slice's pairs and time, and at "end" its begins' p99.
+type scaleAnswer struct {
+	Open, Elapsed, P99 time.Duration
+	Pairs              int
+	Err                string
+}
+
+// startScaleSide starts a -scale-worker on dir and returns it paused,
+// once it has opened the ledger.
+func startScaleSide(dir string) (*scaleSide, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	s := &scaleSide{cmd: exec.Command(self, "-scale-worker", dir), dir: dir}
+	s.cmd.Stderr = os.Stderr
+	if s.in, err = s.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.out = json.NewDecoder(stdout)
+	a, err := s.answer()
+	if err != nil {
+		s.kill()
+		return nil, err
+	}
+	s.open = a.Open
+	return s, s.pause()
+}
+
+func (s *scaleSide) answer() (scaleAnswer, error) {
+	var a scaleAnswer
+	if err := s.out.Decode(&a); err != nil {
+		return a, fmt.Errorf("scale worker on %s: %w", s.dir, err)
+	}
+	if a.Err != "" {
+		return a, fmt.Errorf("scale worker on %s: %s", s.dir, a.Err)
+	}
+	return a, nil
+}
+
+// pause stops the process and adds what it used and wrote since the last
+// pause to its totals.
+func (s *scaleSide) pause() error {
+	if err := pauseProcess(s.cmd.Process); err != nil {
+		return err
+	}
+	waitStopped(s.cmd.Process.Pid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return err
+	}
+	cpu, ok := statCPU(b)
+	if !ok {
+		return fmt.Errorf("scale worker: cannot read its CPU time")
+	}
+	written := writeBytes(s.cmd.Process.Pid)
+	fid := maxMemFid(s.dir)
+	s.f.cpu += cpu - s.cpu
+	if written < 0 || s.f.written < 0 {
+		s.f.written = -1
+	} else {
+		s.f.written += written - s.written
+	}
+	s.f.memtables += fid - s.memFid
+	s.cpu, s.written, s.memFid = cpu, written, fid
+	return nil
+}
+
+// slice resumes the process, runs scaleSlice pairs and pauses it again.
+func (s *scaleSide) slice() error {
+	resume(s.cmd.Process)
+	fmt.Fprintln(s.in, scaleSlice)
+	a, err := s.answer()
+	if err != nil {
+		return err
+	}
+	s.f.pairs += a.Pairs
+	s.f.elapsed += a.Elapsed
+	s.f.slices++
+	return s.pause()
+}
+
+// finish lets the process run idle until its compactions are done (the
+// drain, counted in its time), then ends it and reads its begins' p99.
+func (s *scaleSide) finish() error {
+	resume(s.cmd.Process)
+	s.f.drain = settled(s)
+	s.f.elapsed += s.f.drain
+	if err := s.pause(); err != nil {
+		return err
+	}
+	resume(s.cmd.Process)
+	fmt.Fprintln(s.in, "end")
+	a, err := s.answer()
+	if err != nil {
+		return err
+	}
+	s.f.p99 = a.P99
+	s.in.Close()
+	return s.cmd.Wait()
+}
+
+func (s *scaleSide) kill() {
+	if s.cmd.ProcessState == nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// settled waits, the processes running, until none has written to disk
+// for a second (compaction done: Badger writes its tables as it builds
+// them), at most a minute, and returns how long until the last write
+// seen.
+func settled(sides ...*scaleSide) time.Duration {
+	t0 := time.Now()
+	last := make([]int64, len(sides))
+	for i, s := range sides {
+		last[i] = writeBytes(s.cmd.Process.Pid)
+	}
+	lastChange, still := t0, 0
+	for still < 4 && time.Since(t0) < time.Minute {
+		time.Sleep(250 * time.Millisecond)
+		changed := false
+		for i, s := range sides {
+			if w := writeBytes(s.cmd.Process.Pid); w != last[i] {
+				last[i], changed = w, true
+			}
+		}
+		if changed {
+			lastChange, still = time.Now(), 0
+		} else {
+			still++
+		}
+	}
+	return lastChange.Sub(t0)
+}
+
+// writeBytes is the bytes a process has caused to be written to disk
+// (/proc/<pid>/io write_bytes), -1 where that cannot be read.
+func writeBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "write_bytes: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// waitStopped waits (at most a second) until a signalled process is
+// stopped (state T in /proc/<pid>/stat), so that its counters no longer
+// move.
+func waitStopped(pid int) {
+	for range 100 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// maxMemFid is the highest number of a memtable's log file (NNNNN.mem) in
+// a Badger directory: every memtable gets the next one, so its growth is
+// the memtables written.
+func maxMemFid(dir string) int {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+	fid := 0
+	for _, n := range names {
+		if v, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(n), ".mem")); err == nil {
+			fid = max(fid, v)
+		}
+	}
+	return fid
+}
+
+// scaleWorker is one side of the scale section: it opens an engine on dir
+// (syncing), answers its open time, then for each line on stdin, a number
+// of pairs, runs them at 64 callers and answers their count and time; on
+// "end" it answers its begins' p99 over all its slices and closes.
+func scaleWorker(dir string) error {
+	enc := json.NewEncoder(os.Stdout)
+	eng, open, err := openEngine(dir, true)
+	if err != nil {
+		enc.Encode(scaleAnswer{Err: err.Error()})
+		return err
+	}
+	// The loaded ledger's preload used the "bench:" keys.
+	keyPrefix = "scale:"
+	enc.Encode(scaleAnswer{Open: open})
+	var lat latencies
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "end" {
+			enc.Encode(scaleAnswer{P99: lat.pct(0.99)})
+			break
+		}
+		n, err := strconv.Atoi(sc.Text())
+		if err != nil {
+			return fmt.Errorf("-scale-worker: %q: %w", sc.Text(), err)
+		}
+		t0 := time.Now()
+		r := pairsInto(&lat, eng, 64, time.Hour, int64(n))
+		enc.Encode(scaleAnswer{Pairs: r.ops, Elapsed: time.Since(t0)})
+	}
+	return eng.Close(context.Background())
 }
 
 var (

@@ -324,7 +324,7 @@ func TestCompactSyncsBeforeDeleting(t *testing.T) {
 	}
 	reopen()
 	// More level 0 tables than Badger keeps before it compacts them.
-	for i := range 10 { // NumLevelZeroTables is 8
+	for i := range 18 { // NumLevelZeroTables is 16
 		if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set(fmt.Appendf(nil, "f%d", i), nil) }); err != nil {
 			t.Fatal(err)
 		}
