@@ -1,0 +1,153 @@
+package badgerstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Adversarial tests of the log (issue 31, branch revwal). Each one failed
+// on the wal branch as of fb353b6; /work/wt/briefs/revwal-tasks/ says why.
+
+// newestMem is the number of the newest memtable log file in dir.
+func newestMem(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := -1
+	for _, e := range ents {
+		if n, ok := logNumber(e.Name(), 1); ok {
+			newest = max(newest, n)
+		}
+	}
+	return newest
+}
+
+// A power cut after Badger began a new memtable and before the next Sync:
+// the kernel wrote back the new memtable's page (holding the unanswered
+// batch k) but none of the old memtable's pages since the checkpoint.
+// Badger then opens with batch k's applied sequence number, which is past
+// the log's last record, so nothing is replayed and every batch Sync
+// answered since the checkpoint is gone.
+func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
+	dir, snap := t.TempDir(), t.TempDir()
+	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Badger as of the checkpoint Open made (a copy holds more than the
+	// disk may: nothing of Badger's since it was synced).
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	mem := newestMem(t, dir)
+	val := bytes.Repeat([]byte("v"), 512<<10) // under the value threshold: in the tree
+	put := func(i int) error {
+		return s.UpdateDeferred(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
+		})
+	}
+	k := 0
+	for ; newestMem(t, dir) == mem; k++ {
+		if k > 200 {
+			t.Fatal("Badger never began a new memtable")
+		}
+		if k > 0 {
+			if err := s.Sync(); err != nil { // batch k-1 answered
+				t.Fatal(err)
+			}
+		}
+		if err := put(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Batch k-1 went to the new memtable, unanswered; 0..k-2 are answered.
+	answered := k - 1
+	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
+	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })
+	s.wal.close()
+	s.comp.close()
+	s.db.Close()
+
+	s, err = Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var missing []int
+	err = s.View(context.Background(), func(r ledger.Reader) error {
+		for i := range answered {
+			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
+			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+				return err
+			}
+			if !bytes.Equal(v, val) {
+				missing = append(missing, i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), answered, missing)
+	}
+}
+
+// An operator puts another ledger's log files into a ledger's directory
+// (a mixed-up copy or restore of two data directories). The records carry
+// nothing of the ledger they belong to, so Open replays the other
+// ledger's batches into this one.
+func TestAnotherLedgersLogIsNotReplayed(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	a, b, bsnap := t.TempDir(), t.TempDir(), t.TempDir()
+	sa, err := Open(a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		putCounter(t, sa, i)
+	}
+	want := contents(t, sa)
+	if err := sa.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	sb, err := Open(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		err := sb.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "other\x00%d", i), []byte("not ledger a's"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyDir(t, b, bsnap, isWAL) // b's log, as a crash leaves it
+	sb.Close()
+
+	for _, n := range walNames {
+		os.Remove(filepath.Join(a, n))
+	}
+	copyDir(t, bsnap, a, isWAL)
+	sa, err = Open(a, opts)
+	if err != nil {
+		return // refusing a log that is not this ledger's is a right answer
+	}
+	defer sa.Close()
+	if diff := cmp.Diff(want, contents(t, sa)); diff != "" {
+		t.Fatalf("ledger a after open with ledger b's log (-want +got):\n%s", diff)
+	}
+}
