@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -267,4 +268,49 @@ func TestTheLogIsNotReplayedOverAnOlderBinarysLaterWrites(t *testing.T) {
 	if got := contents(t, s)["c\x00n"]; got != "written by the older binary" {
 		t.Fatalf("c\\x00n after the new binary's open: %q, want the older binary's later write", got)
 	}
+}
+
+// The engine commits its next batch while the last one's Sync runs (the
+// package doc's reason for UpdateDeferred). UpdateDeferred asks the log
+// for a failure under the lock a sync holds across its fdatasync, so a
+// commit waits for the disk.
+func TestUpdateDeferredDoesNotWaitForASyncInProgress(t *testing.T) {
+	s, err := Open(t.TempDir(), &Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.wal.datasync = func(f *os.File) error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default:
+		}
+		return datasync(f)
+	}
+	set := func(k string) error {
+		return s.UpdateDeferred(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte(k), []byte("v")) })
+	}
+	if err := set("a"); err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- s.Sync() }()
+	<-entered // the sync is in its fdatasync
+	committed := make(chan error, 1)
+	go func() { committed <- set("b") }()
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("UpdateDeferred still waiting for the fdatasync of an earlier batch after 10s")
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	<-committed
 }
