@@ -3,6 +3,9 @@ package badgerstore
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -313,4 +316,40 @@ func TestUpdateDeferredDoesNotWaitForASyncInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-committed
+}
+
+// The log seals every record under the ledger's master key itself, the
+// key Badger uses for its key registry, with a random 96-bit nonce per
+// record: one key for two purposes, and past about 2^32 records (days at
+// the engine's batch rates) a nonce repeats with a probability beyond
+// NIST SP 800-38D's bound for random nonces, which gives away GCM's
+// authentication key. A record must not open under the master key and its
+// stored nonce: the log's key is to be derived (per ledger and generation),
+// with nonces that never repeat under it.
+func TestTheLogIsNotSealedUnderTheMasterKeyItself(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	snap := badgerBehind(t, &Options{MinFreeBytes: -1, EncryptionKey: key}, 1, 1)
+	name, offs := records(t, snap)
+	if len(offs) != 1 {
+		t.Fatalf("%d records in the log, want 1", len(offs))
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := offs[0]
+	n := int64(binary.LittleEndian.Uint32(b[off:]))
+	hdr, p := b[off:off+walRecHeader], b[off+walRecHeader:off+walRecHeader+n]
+	ns := aead.NonceSize()
+	if _, err := aead.Open(nil, p[:ns], p[ns:], hdr[8:]); err == nil {
+		t.Fatal("a log record opens with AES-GCM under the master key and its random nonce")
+	}
 }
