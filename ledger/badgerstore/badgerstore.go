@@ -1,16 +1,74 @@
 // Package badgerstore is Ratchet's embedded ledger storage: a ledger.Store on
 // Badger v4 in a local directory.
 //
-// Durability: the store syncs, not Badger. Badger runs with SyncWrites off;
-// UpdateDeferred commits a transaction (visible at once) and Sync
-// fdatasyncs every log file Badger may have written since the last Sync
-// (see logSync), so the engine can commit its next batch while the last is
-// being synced and answers a decision only after a Sync that covers it.
-// Update is both in one call. Doing the sync here rather than with Badger's
-// SyncWrites also means a failed sync is seen: Badger only logs a failed
-// value log sync. Badger's own conflict detection is turned off because the
-// engine already serialises every write through a single writer goroutine
-// (group commit): one Badger transaction carries a whole batch of decisions.
+// Durability: the store keeps a log of its own (wal.go), and Badger runs
+// unsynced (SyncWrites off). UpdateDeferred commits a batch to Badger
+// (visible at once) with, in the same Badger transaction, the batch's
+// sequence number under a reserved key (appliedKey, which Scan and Empty
+// skip), and queues the batch's writes, every Set and Delete in order, as
+// one log record. Sync writes the queued records to the current segment of
+// the log and fdatasyncs that file alone: segments are zero-filled ahead
+// of the records and reused, so the sync overwrites allocated blocks and
+// needs no journal commit, where a sync of Badger's sparse, growing
+// memtable log needs one each time. The engine commits its next batch
+// while the last is being synced and answers a decision only after a Sync
+// that covers it. Update is both in one call. Badger's own conflict
+// detection is off: the engine serialises every write through a single
+// writer goroutine (group commit), and one Badger transaction carries a
+// whole batch of decisions.
+//
+// A checkpoint makes Badger's files durable (logSync: value log, then the
+// memtable's log) and starts the other segment with the next generation,
+// its header naming the first sequence number it will hold. It runs when a
+// segment is full, when Badger has begun a new memtable (see below), on
+// Open, on Close (so a clean shutdown leaves Badger complete without the
+// log), and after writes that bypass the log (value log GC, Restore).
+//
+// Recovery. Open opens Badger, whose own replay of its memtable logs gives
+// a transaction-atomic state, reads the applied sequence number A, and
+// reads the current segment's records from its first, s, to the first
+// that fails its length, crc32c, generation or sequence (a torn tail, or a
+// reused segment's older records): the last good one is L. Every record up
+// to L was synced before its batch was answered; nothing after L was
+// answered. At the checkpoint that began the segment Badger was durable up
+// to s-1. If A > L, Badger is ahead of the log: its unsynced pages reached
+// the disk before the log's, with batches that were never answered but
+// are whole (each carries its own applied key), and open keeps them, since
+// replaying older records over them would roll back some of their keys (a
+// counter) and not others (their records). If A <= L, Badger holds no
+// batch after L (the latest batch it kept set A), and open applies every
+// record from s to L in order, each in its own transaction with its
+// sequence number: each record sets its keys as they were after its batch,
+// so the result is exactly the state at L, even if Badger kept only some
+// of the batches since s. Then it checkpoints. A sequence number is never
+// reused: the next batch is max(A, L)+1.
+//
+// Badger keeps two memtables, each with its own log file; a power cut may
+// leave the older one's tail missing and the newer one's beginning on
+// disk. So a Sync that finds Badger has begun a new memtable log checkpoints
+// instead of writing, which leaves the window between that memtable's first
+// commit and the next Sync: a power cut there (not a process crash: the
+// page cache survives that) that also wrote the newer file's pages before
+// the older one's could leave Badger ahead with a hole behind it. Values
+// in the value log (only ledgers written before every value stayed in the
+// tree, see Open) are not mended by the log when Badger is ahead either.
+//
+// Doing the sync here rather than with Badger's SyncWrites also means a
+// failed sync is seen (Badger only logs a failed value log sync): after a
+// failed write or sync of the log, or a failed checkpoint, the store
+// refuses every later write and Sync until it is reopened, and the engine
+// stops taking writes until restart. NoSync and InMemory stores keep no
+// log.
+//
+// Downgrade: a binary from before the log ignores its files and the
+// applied key. After a clean Close Badger holds everything. After a crash,
+// batches only the log holds are missing to it, and if it then writes, a
+// later open with the log replays the older records over its writes: after
+// a crash, open the ledger with this binary once before downgrading.
+//
+// Encryption at rest: with Options.EncryptionKey the log's records are
+// sealed with AES-GCM under that key (a random nonce each, the generation
+// and sequence number as associated data), as Badger's files are.
 //
 // Badger allows one process per directory. A second Open of a directory in
 // use fails at once with ErrLocked rather than waiting.
@@ -58,8 +116,9 @@ var ErrDiskFull = errors.New("the ledger's disk is full or read-only")
 // Options tunes Open. The zero value is valid.
 type Options struct {
 	// EncryptionKey, when set (16, 24 or 32 bytes), turns on Badger's
-	// encryption at rest (AES). A directory written with a key can only be
-	// opened with the same key.
+	// encryption at rest (AES), and seals the store's own log with it
+	// (AES-GCM). A directory written with a key can only be opened with
+	// the same key.
 	EncryptionKey []byte
 	// Logger receives Badger's own warnings and errors; nil discards them.
 	Logger *slog.Logger

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -144,8 +145,9 @@ type wal struct {
 	mu      sync.Mutex
 	pending []pendingRecord
 
-	smu    sync.Mutex // a write and sync of the segment, or a checkpoint
-	failed error      // once set, every later Sync and write is refused
+	smu    sync.Mutex  // a write and sync of the segment, or a checkpoint
+	failed error       // once set, every later Sync and write is refused
+	broken atomic.Bool // failed is set: read without waiting for a sync
 	files  [2]*os.File
 	sizes  [2]int64 // bytes of each file written (records or zeros)
 	cur    int
@@ -334,6 +336,9 @@ func (w *wal) add(seq uint64, rec *walRecord) {
 
 // err reports a failure that refuses writes until the store is reopened.
 func (w *wal) err() error {
+	if !w.broken.Load() {
+		return nil
+	}
 	w.smu.Lock()
 	defer w.smu.Unlock()
 	return w.failed
@@ -408,6 +413,7 @@ func (w *wal) seal(b []byte, pr pendingRecord) []byte {
 func (w *wal) fail(err error) error {
 	if err != nil && w.failed == nil {
 		w.failed = fmt.Errorf("%w: %w", errLogFailed, err)
+		w.broken.Store(true)
 	}
 	if err != nil {
 		return w.failed

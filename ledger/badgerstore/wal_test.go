@@ -19,7 +19,14 @@ import (
 // counter c\0n set to i: a batch whose two keys must move together.
 func putCounter(t *testing.T, s *Store, i int) {
 	t.Helper()
-	err := s.Update(context.Background(), func(tx ledger.Txn) error {
+	if err := s.Update(context.Background(), counterBatch(i)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// counterBatch is putCounter's batch.
+func counterBatch(i int) func(ledger.Txn) error {
+	return func(tx ledger.Txn) error {
 		if err := tx.Set(fmt.Appendf(nil, "r\x00%04d", i), []byte("record marker-plaintext")); err != nil {
 			return err
 		}
@@ -32,9 +39,6 @@ func putCounter(t *testing.T, s *Store, i int) {
 			return err
 		}
 		return tx.Set([]byte("c\x00n"), fmt.Appendf(nil, "%d", i))
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -108,9 +112,7 @@ func badgerBehind(t *testing.T, opts *Options, before, after int) string {
 		putCounter(t, s, before+i)
 	}
 	copyDir(t, dir, snap, isWAL)
-	s.wal.close() // no Close: no checkpoint
-	s.comp.close()
-	s.db.Close()
+	crash(s) // no Close: no checkpoint
 	return snap
 }
 
@@ -127,14 +129,7 @@ func TestOpenRebuildsFromACheckpointAndTheLog(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(snap, &Options{MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if diff := cmp.Diff(wantCounters(26), contents(t, s)); diff != "" {
-		t.Fatalf("after a write and a reopen (-want +got):\n%s", diff)
-	}
+	openWant(t, snap, &Options{MinFreeBytes: -1}, 26, "after a write and a reopen")
 }
 
 // records lists the offsets of the current segment's records.
@@ -198,17 +193,8 @@ func TestOpenStopsAtATornOrCorruptRecord(t *testing.T) {
 				t.Fatalf("after replay (-want +got):\n%s", diff)
 			}
 			putCounter(t, s, 5+tc.keep)
-			s.wal.close() // a crash again: the new write is in the log alone
-			s.comp.close()
-			s.db.Close()
-			s, err = Open(snap, &Options{MinFreeBytes: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if diff := cmp.Diff(wantCounters(5+tc.keep+1), contents(t, s)); diff != "" {
-				t.Fatalf("after a later write and a reopen (-want +got):\n%s", diff)
-			}
+			crash(s) // again: the new write is in the log alone
+			openWant(t, snap, &Options{MinFreeBytes: -1}, 5+tc.keep+1, "after a later write and a reopen")
 		})
 	}
 }
@@ -239,22 +225,13 @@ func TestARecycledSegmentsOlderRecordsAreNotReplayed(t *testing.T) {
 	putCounter(t, s, 60)
 	putCounter(t, s, 61)
 	copyDir(t, dir, snap, isWAL)
-	s.wal.close()
-	s.comp.close()
-	s.db.Close()
+	crash(s)
 	name, offs := records(t, snap)
 	b, _ := os.ReadFile(name)
 	if len(offs) != 2 || bytes.Count(b, []byte("marker-plaintext")) <= 2 {
 		t.Fatalf("%d records of this generation, %d in all: no older records behind them", len(offs), bytes.Count(b, []byte("marker-plaintext")))
 	}
-	s, err = Open(snap, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if diff := cmp.Diff(wantCounters(62), contents(t, s)); diff != "" {
-		t.Fatalf("after replay (-want +got):\n%s", diff)
-	}
+	openWant(t, snap, opts, 62, "after replay")
 }
 
 // TestBadgerAheadOfTheLogIsNotRolledBack: Badger's unsynced pages reached
@@ -271,19 +248,7 @@ func TestBadgerAheadOfTheLogIsNotRolledBack(t *testing.T) {
 	}
 	copyDir(t, dir, snap, isWAL) // the log after 10
 	for i := range 5 {           // applied, never synced
-		err := s.UpdateDeferred(context.Background(), func(tx ledger.Txn) error {
-			putOps := fmt.Appendf(nil, "r\x00%04d", 10+i)
-			if err := tx.Set(putOps, []byte("record marker-plaintext")); err != nil {
-				return err
-			}
-			if err := tx.Delete(fmt.Appendf(nil, "d\x00%04d", 9+i)); err != nil {
-				return err
-			}
-			if err := tx.Set(fmt.Appendf(nil, "d\x00%04d", 10+i), nil); err != nil {
-				return err
-			}
-			return tx.Set([]byte("c\x00n"), fmt.Appendf(nil, "%d", 10+i))
-		})
+		err := s.UpdateDeferred(context.Background(), counterBatch(10+i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,17 +257,8 @@ func TestBadgerAheadOfTheLogIsNotRolledBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
-	s.wal.close()
-	s.comp.close()
-	s.db.Close()
-	s, err = Open(snap, &Options{MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if diff := cmp.Diff(wantCounters(15), contents(t, s)); diff != "" {
-		t.Fatalf("after open (-want +got):\n%s", diff)
-	}
+	crash(s)
+	s = openWant(t, snap, &Options{MinFreeBytes: -1}, 15, "after open")
 	putCounter(t, s, 15)
 	if diff := cmp.Diff(wantCounters(16), contents(t, s)); diff != "" {
 		t.Fatalf("after a later write (-want +got):\n%s", diff)
@@ -325,14 +281,7 @@ func TestTheLogIsSealedWithTheKey(t *testing.T) {
 	if _, offs := records(t, snap); len(offs) != 10 {
 		t.Fatalf("%d records in the log, want 10", len(offs))
 	}
-	s, err := Open(snap, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if diff := cmp.Diff(wantCounters(12), contents(t, s)); diff != "" {
-		t.Fatalf("after replay (-want +got):\n%s", diff)
-	}
+	openWant(t, snap, opts, 12, "after replay")
 }
 
 // TestWithoutAKeyTheLogHoldsPlaintext is the control for the test above.
@@ -401,4 +350,25 @@ func TestTheAppliedSequenceNumberIsNotALedgerKey(t *testing.T) {
 	if diff := cmp.Diff(wantCounters(1), contents(t, s)); diff != "" {
 		t.Fatalf("scan of everything (-want +got):\n%s", diff)
 	}
+}
+
+// crash closes s as a crash would: no Sync, no checkpoint.
+func crash(s *Store) {
+	s.wal.close()
+	s.comp.close()
+	s.db.Close()
+}
+
+// openWant opens dir and checks that it holds putCounter's first n batches.
+func openWant(t *testing.T, dir string, opts *Options, n int, when string) *Store {
+	t.Helper()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if diff := cmp.Diff(wantCounters(n), contents(t, s)); diff != "" {
+		t.Fatalf("%s (-want +got):\n%s", when, diff)
+	}
+	return s
 }

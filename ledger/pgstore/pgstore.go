@@ -80,8 +80,8 @@
 // What was measured and set aside (SERIALIZABLE without locks, one lock
 // for the whole ledger, the WAL flush taken out of the transaction so that
 // two batches are in flight, writes sent while the batch is still being
-// decided, plain INSERT and UPDATE for keys known absent or present) is in
-// docs/design.md.
+// decided, plain INSERT and UPDATE for keys known absent or present, one
+// MERGE for every write) is in docs/design.md.
 //
 // A commit's answer can be lost with its connection. The store learns
 // each transaction's id in its first round trip (txid_current, sent with

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -774,4 +775,61 @@ func TestStatsCountWhatABatchSent(t *testing.T) {
 		t.Errorf("a failed batch counted %+v; want no commit and its opening, read and ROLLBACK round trips", bad)
 	}
 	t.Logf("committed batch: %+v", ok)
+}
+
+// TestBatchWritesInsertRewriteAndDelete: a batch's writes insert keys not
+// there, rewrite keys there (read first or not) and delete keys, and a
+// batch taking the ledger key exclusively (no key locks) writes the same
+// way.
+func TestBatchWritesInsertRewriteAndDelete(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	if err := s.Update(ctx, func(tx ledger.Txn) error {
+		for _, k := range []string{"a", "b", "c", "d"} {
+			tx.Set([]byte("p\x00"+k), []byte("1"+k))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx ledger.Txn) error {
+		if _, err := tx.Get([]byte("p\x00a")); err != nil {
+			return err
+		}
+		if _, err := tx.Get([]byte("p\x00x")); err != ledger.ErrNotFound {
+			return fmt.Errorf("p x: %v, want not found", err)
+		}
+		tx.Set([]byte("p\x00a"), []byte("2a")) // read, present
+		tx.Set([]byte("p\x00b"), []byte("2b")) // blind, present
+		tx.Set([]byte("p\x00x"), []byte("2x")) // read, absent
+		tx.Set([]byte("p\x00y"), nil)          // blind, absent, empty
+		tx.Delete([]byte("p\x00c"))
+		tx.Set([]byte("p\x00z"), []byte("gone")) // written, then deleted
+		return tx.Delete([]byte("p\x00z"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx ledger.Txn) error {
+		// a scan: the ledger key taken exclusively, then run again
+		if err := tx.Scan([]byte("q\x00"), nil, func(_, _ []byte) (bool, error) { return true, nil }); err != nil {
+			return err
+		}
+		tx.Set([]byte("p\x00d"), []byte("3d"))
+		return tx.Set([]byte("p\x00w"), []byte("3w"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	if err := s.View(ctx, func(r ledger.Reader) error {
+		return r.Scan([]byte("p\x00"), nil, func(k, v []byte) (bool, error) {
+			got[string(k[2:])] = string(v)
+			return true, nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "2a", "b": "2b", "d": "3d", "w": "3w", "x": "2x", "y": ""}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the ledger after the batches (-want +got):\n%s", d)
+	}
 }
