@@ -155,7 +155,6 @@ type Store struct {
 var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Exclusive = (*Store)(nil)
-	_ ledger.Deferred  = (*Store)(nil)
 	_ ledger.Compactor = (*Store)(nil)
 	_ ledger.Txn       = (*txnAdapter)(nil)
 )
@@ -286,19 +285,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 	return st, nil
 }
 
-// Update implements ledger.Store: UpdateDeferred, then Sync.
+// Update implements ledger.Store. With the log: fn runs in a Badger
+// transaction, its writes are recorded, the record is appended to the log
+// and fdatasynced, and only then is the transaction committed (unsynced),
+// so Badger never holds a batch the log lacks. A commit that fails after
+// the record is durable fails the store (every later write refused until
+// it is reopened, which replays the record). Badger never waits on
+// anything but the local disk, so ctx is checked only before the
+// transaction starts.
 func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
-	if err := s.UpdateDeferred(ctx, fn); err != nil {
-		return err
-	}
-	return s.Sync()
-}
-
-// UpdateDeferred implements ledger.Deferred: it commits fn's writes, which
-// later transactions and reads see at once, without waiting for the disk.
-// Badger never waits on anything but the local disk, so ctx is checked
-// only before the transaction starts.
-func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ledger update: %w", err)
 	}
@@ -309,42 +304,39 @@ func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) e
 	if s.wal == nil {
 		return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	if err := s.wal.err(); err != nil {
 		return err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
 	seq, rec := s.seq+1, newWALRecord()
-	err := s.db.Update(func(txn *badger.Txn) error {
-		if err := fn(txnAdapter{txn: txn, rec: rec}); err != nil {
-			return err
-		}
-		return txn.Set(appliedKey, appliedValue(seq))
-	})
-	if err != nil {
+	if err := fn(txnAdapter{txn: txn, rec: rec}); err != nil {
 		return err
 	}
-	s.seq = seq
-	s.wal.add(seq, rec)
+	if err := txn.Set(appliedKey, appliedValue(seq)); err != nil {
+		return err
+	}
+	if err := s.wal.append(seq, s.seq, rec); err != nil {
+		return err
+	}
+	s.seq = seq // used in the log even if the commit fails
+	if err := txn.Commit(); err != nil {
+		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
+	}
 	return nil
 }
 
-// Sync implements ledger.Deferred: everything committed before it was
-// called is durable when it returns.
-func (s *Store) Sync() error {
-	if s.wal == nil {
-		return nil
-	}
-	return s.wal.sync()
-}
-
-// syncBadger makes Badger's own files durable too: for writes that bypass
-// the log.
+// syncBadger makes Badger's own files durable and starts a new segment of
+// the log (a checkpoint): for writes that bypass the log.
 func (s *Store) syncBadger() error {
 	if s.wal == nil {
 		return nil
 	}
-	return s.wal.syncBadger()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.wal.syncBadger(s.seq)
 }
 
 // checkDisk refuses writes on a full or read-only filesystem.
@@ -384,37 +376,40 @@ func (s *Store) Close() error {
 	s.comp.close()
 	var err error
 	if s.wal != nil {
-		err = s.wal.syncBadger()
+		err = s.syncBadger()
 		s.wal.close()
 	}
 	return errors.Join(err, s.db.Close())
 }
 
-// Backup writes a full backup stream (Badger's own format) to w.
+// Backup writes a full backup stream (Badger's own format) to w, without
+// the store's own keys (reservedKey): they describe this directory, not
+// the ledger.
 func (s *Store) Backup(w io.Writer) error {
-	_, err := s.db.Backup(w, 0)
+	stream := s.db.NewStream()
+	stream.LogPrefix = "ledger backup"
+	stream.ChooseKey = func(item *badger.Item) bool { return !reservedKey(item.Key()) }
+	_, err := stream.Backup(w, 0)
 	return err
 }
 
 // Restore loads a backup stream into the store, which should be empty,
-// and syncs it.
+// and syncs it. The store's own keys are dropped from the stream (backups
+// from before Backup left them out). Load writes Badger without the log,
+// so a checkpoint comes before it (the log then holds nothing Badger may
+// lack, and no replay can go over the loaded keys) and after it.
 func (s *Store) Restore(r io.Reader) error {
 	s.comp.wake()
-	if err := s.db.Load(r, 256); err != nil {
-		return err
-	}
 	if s.wal == nil {
-		return nil
+		return s.db.Load(withoutReserved(r), 256)
 	}
-	// The stream holds the source's applied sequence number: put this
-	// store's back before the checkpoint makes Badger durable.
 	s.wmu.Lock()
-	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(s.seq)) })
-	s.wmu.Unlock()
-	if err != nil {
+	defer s.wmu.Unlock()
+	if err := s.wal.syncBadger(s.seq); err != nil {
 		return err
 	}
-	return s.syncBadger()
+	err := s.db.Load(withoutReserved(r), 256)
+	return errors.Join(err, s.wal.syncBadger(s.seq)) // even a partial load
 }
 
 // txnAdapter is a Badger transaction as a ledger.Txn; ctx, when set (a
@@ -458,7 +453,7 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 			return err
 		}
 		item := it.Item()
-		if len(prefix) == 0 && bytes.Equal(item.Key(), appliedKey) {
+		if len(prefix) == 0 && reservedKey(item.Key()) {
 			continue
 		}
 		val, err := item.ValueCopy(nil)
@@ -519,7 +514,7 @@ func (s *Store) Empty() (bool, error) {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		it.Rewind()
-		if it.Valid() && bytes.Equal(it.Item().Key(), appliedKey) {
+		for it.Valid() && reservedKey(it.Item().Key()) {
 			it.Next()
 		}
 		empty = !it.Valid()

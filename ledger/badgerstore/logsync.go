@@ -118,16 +118,6 @@ func (s *logSync) sync() error {
 	return nil
 }
 
-// rotated reports whether Badger has begun a memtable log file since the
-// last sync.
-func (s *logSync) rotated() bool {
-	s.mu.Lock()
-	name := s.logName(1, s.newest[1]+1)
-	s.mu.Unlock()
-	_, err := os.Stat(name)
-	return err == nil
-}
-
 func (s *logSync) syncKind(k int) (int, error) {
 	n := s.newest[k]
 	err := s.syncFile(s.logName(k, n))

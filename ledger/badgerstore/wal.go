@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,31 +16,44 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
 )
 
 // The log of Ratchet's own (see the package doc for why it is safe).
 //
 // Two segment files, walNames, are used in turn. Each begins with a
-// header block (walHeaderSize bytes) holding the segment's generation and
-// the sequence number of its first record; the records follow it, each
+// header block (walHeaderSize bytes):
+//
+//	magic   8 bytes walMagic
+//	gen     uint64  the segment's generation (one more at each checkpoint)
+//	start   uint64  the sequence number of its first record
+//	id      16 bytes the ledger's id (idKey in Badger)
+//	salt    8 bytes random, new at each checkpoint
+//	crc     uint32  crc32c of the above
+//
+// and the records follow it, each
 //
 //	length  uint32  payload bytes
-//	crc     uint32  crc32c of length, generation, seq and payload
+//	crc     uint32  crc32c of salt, length, generation, seq and payload
 //	gen     uint64  the segment's generation
 //	seq     uint64  the batch's sequence number
 //	payload         the batch's writes (walOps), sealed with AES-GCM when
-//	                the store has a key: nonce, then ciphertext and tag
+//	                the store has a key: ciphertext and tag, under the
+//	                generation's key (walKey) with seq as the nonce
 //
 // A segment is zero-filled ahead of its records in walChunk steps (written
 // zeros, not a hole or fallocate's unwritten extents) and reused after a
-// checkpoint, so the fdatasync of a Sync overwrites allocated blocks and
-// needs no metadata, except when it grows the file by a chunk.
+// checkpoint, so the fdatasync of a record overwrites allocated blocks and
+// needs no metadata, except when it grows the file by a chunk. A reused
+// segment keeps its older records past the new generation's tail; the
+// salt in every record's crc (and, with a key, the generation's own key)
+// makes any byte sequence written before the header fail as a record.
 const (
 	walHeaderSize = 4096
+	walHeaderUsed = 52
 	walRecHeader  = 24
 	walChunk      = 1 << 20
 	walSegment    = 64 << 20 // a segment's size, the log's bound between checkpoints
@@ -48,16 +63,23 @@ const (
 
 var (
 	walNames = [2]string{"ratchet-wal.0", "ratchet-wal.1"}
-	walMagic = []byte("RATCHWAL")
+	walMagic = []byte("RATCHWL2")
 	crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-	// appliedKey holds the sequence number of the last batch applied to
-	// Badger, written in the batch's own transaction. No ledger key begins
-	// with 0xff (keys.go), and Scan and Empty skip it.
+	// appliedKey holds the sequence number of the last batch committed to
+	// Badger, written in the batch's own transaction and again by each
+	// checkpoint, so that it is the newest version Badger holds unless
+	// something wrote Badger without the log (see openWAL). idKey holds
+	// the ledger's id. No ledger key begins with 0xff (keys.go): Scan,
+	// Empty and Backup skip them, Restore drops them.
 	appliedKey = []byte("\xffratchet\x00applied-seq")
+	idKey      = []byte("\xffratchet\x00ledger-id")
 
-	errLogFailed = errors.New("the ledger's log could not be written or synced; reopen the ledger")
+	errLogFailed = fmt.Errorf("the ledger's log could not be written or synced, or Badger's commit after it failed: %w", ledger.ErrStoreFailed)
 )
+
+// reservedKey reports whether key is one of the store's own.
+func reservedKey(key []byte) bool { return bytes.Equal(key, appliedKey) || bytes.Equal(key, idKey) }
 
 // walRecord collects one batch's writes (txnAdapter.Set and Delete), after
 // room for the record header.
@@ -115,68 +137,94 @@ func walOps(p []byte, fn func(op byte, key, val []byte) error) error {
 	return nil
 }
 
-type walHeader struct{ gen, start uint64 }
+type walHeader struct {
+	gen, start uint64
+	id         [16]byte
+	salt       [8]byte
+}
 
 func (h walHeader) encode() []byte {
 	b := make([]byte, walHeaderSize)
 	copy(b, walMagic)
 	binary.LittleEndian.PutUint64(b[8:], h.gen)
 	binary.LittleEndian.PutUint64(b[16:], h.start)
-	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], crcTable))
+	copy(b[24:40], h.id[:])
+	copy(b[40:48], h.salt[:])
+	binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], crcTable))
 	return b
 }
 
 func decodeWALHeader(b []byte) (walHeader, bool) {
-	if len(b) < 28 || !bytes.Equal(b[:8], walMagic) || binary.LittleEndian.Uint32(b[24:]) != crc32.Checksum(b[:24], crcTable) {
+	if len(b) < walHeaderUsed || !bytes.Equal(b[:8], walMagic) || binary.LittleEndian.Uint32(b[48:]) != crc32.Checksum(b[:48], crcTable) {
 		return walHeader{}, false
 	}
-	return walHeader{binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])}, true
+	h := walHeader{gen: binary.LittleEndian.Uint64(b[8:]), start: binary.LittleEndian.Uint64(b[16:])}
+	copy(h.id[:], b[24:40])
+	copy(h.salt[:], b[40:48])
+	return h, true
 }
 
-// wal is the log: the records of batches applied to Badger and not yet
-// written (pending), and the segment they are written to.
+// recordCRC is the crc of a record: the segment's salt, then the record's
+// header (but its crc) and payload.
+func recordCRC(salt [8]byte, hdr, payload []byte) uint32 {
+	crc := crc32.Checksum(salt[:], crcTable)
+	crc = crc32.Update(crc, crcTable, hdr[:4])
+	crc = crc32.Update(crc, crcTable, hdr[8:walRecHeader])
+	return crc32.Update(crc, crcTable, payload)
+}
+
+// walKey derives the AES-GCM key of one generation from the master key:
+// HKDF-SHA256 with the generation's salt, the ledger's id and the
+// generation in the info. Each record's nonce is its seq, unique within
+// the generation, so no nonce repeats under a key, and the master key
+// (Badger's, for its key registry) seals nothing itself.
+func walKey(master []byte, h walHeader) (cipher.AEAD, error) {
+	info := append([]byte("ratchet wal v1"), h.id[:]...)
+	info = binary.BigEndian.AppendUint64(info, h.gen)
+	key, err := hkdf.Key(sha256.New, master, h.salt[:], string(info), 32)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+func walNonce(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 12), seq)[:12:12] }
+
+// wal is the log and the segment records are written to. Its methods are
+// called under Store.wmu, one at a time.
 type wal struct {
 	dir         string
-	aead        cipher.AEAD // nil without an encryption key
-	logs        *logSync    // Badger's files, synced at a checkpoint
+	master      []byte      // the encryption key; nil without one
+	aead        cipher.AEAD // the current generation's key (nil without one)
+	id          [16]byte
+	logs        *logSync // Badger's files, synced at a checkpoint
+	db          *badger.DB
 	segmentSize int64
 	datasync    func(*os.File) error // tests inject a failure
 
-	mu      sync.Mutex
-	pending []pendingRecord
-
-	smu    sync.Mutex  // a write and sync of the segment, or a checkpoint
-	failed error       // once set, every later Sync and write is refused
-	broken atomic.Bool // failed is set: read without waiting for a sync
+	failed error // once set, every later write is refused
 	files  [2]*os.File
 	sizes  [2]int64 // bytes of each file written (records or zeros)
 	cur    int
-	gen    uint64
-	off    int64  // where the next record goes in files[cur]
-	last   uint64 // seq of the last record made durable (written or checkpointed)
+	hdr    walHeader // the current segment's
+	off    int64     // where the next record goes in files[cur]
 	wbuf   []byte
 }
 
-type pendingRecord struct {
-	seq uint64
-	rec *walRecord
-}
-
 // openWAL opens (creating when missing) the log in dir, replays into db
-// what Badger lacks of it, and checkpoints. It returns the log and the
-// last sequence number Badger holds.
+// every record since the last checkpoint, and checkpoints. It returns the
+// log and the last sequence number used.
 func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *logSync) (*wal, uint64, error) {
-	w := &wal{dir: dir, logs: logs, segmentSize: segmentSize, datasync: datasync}
-	if len(key) > 0 {
-		block, err := aes.NewCipher(key)
-		if err != nil {
-			return nil, 0, fmt.Errorf("ledger log key: %w", err)
-		}
-		if w.aead, err = cipher.NewGCM(block); err != nil {
-			return nil, 0, fmt.Errorf("ledger log key: %w", err)
-		}
+	w := &wal{dir: dir, master: key, logs: logs, db: db, segmentSize: segmentSize, datasync: datasync}
+	applied, appliedVersion, err := readApplied(db)
+	if err != nil {
+		return nil, 0, err
 	}
-	applied, err := readApplied(db)
+	id, hasID, err := readID(db)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -198,7 +246,7 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 			return nil, 0, err
 		}
 		w.sizes[i] = st.Size()
-		b := make([]byte, 28)
+		b := make([]byte, walHeaderUsed)
 		if _, err := f.ReadAt(b, 0); err == nil {
 			headers[i], valid[i] = decodeWALHeader(b)
 		}
@@ -210,31 +258,63 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 	case valid[1]:
 		w.cur = 1
 	}
+	fail := func(err error) (*wal, uint64, error) {
+		w.close()
+		return nil, 0, err
+	}
 	last := applied
 	if valid[w.cur] {
 		h := headers[w.cur]
-		w.gen = h.gen
+		if !hasID || h.id != id {
+			return fail(fmt.Errorf("ledger log: %s holds the log of ledger %x, not of this ledger (%x): it was copied from another data directory; remove %s and %s to open the ledger without it",
+				walNames[w.cur], h.id, id, walNames[0], walNames[1]))
+		}
 		if applied+1 < h.start {
-			w.close()
-			return nil, 0, fmt.Errorf("ledger log: Badger holds batches up to %d, but the log's checkpoint says it held %d", applied, h.start-1)
+			return fail(fmt.Errorf("ledger log: Badger holds batches up to %d, but the log's checkpoint says it held %d", applied, h.start-1))
 		}
-		end, err := w.replay(db, h, applied)
+		w.hdr = h
+		if err := w.useKey(); err != nil {
+			return fail(err)
+		}
+		recs, err := w.read()
 		if err != nil {
-			w.close()
-			return nil, 0, err
+			return fail(err)
 		}
-		last = max(applied, end)
+		if len(recs) > 0 {
+			// Every batch committed to Badger since the checkpoint is in
+			// the log, and was committed in the same transaction as a new
+			// applied key, so the applied key is Badger's newest version.
+			// A newer one means a write that bypassed the log (a binary
+			// from before the log ran on this directory after a crash):
+			// replaying would put older values over it.
+			if v := db.MaxVersion(); v > appliedVersion {
+				return fail(fmt.Errorf("ledger log: Badger holds writes made without the log after its batch %d (version %d, newer than %d: was a binary from before the log run on this directory after a crash?); replaying the log's batches %d to %d would put older values over them. Remove %s and %s to open the ledger as Badger holds it, losing those batches",
+					applied, v, appliedVersion, recs[0].seq, recs[len(recs)-1].seq, walNames[0], walNames[1]))
+			}
+			if err := replay(db, recs); err != nil {
+				return fail(err)
+			}
+			last = max(applied, recs[len(recs)-1].seq)
+		}
 	}
+	if !hasID {
+		if _, err := rand.Read(id[:]); err != nil {
+			return fail(err)
+		}
+		if err := db.Update(func(txn *badger.Txn) error { return txn.Set(idKey, id[:]) }); err != nil {
+			return fail(fmt.Errorf("writing the ledger's id: %w", err))
+		}
+	}
+	w.id = id
 	if err := w.checkpoint(last); err != nil {
-		w.close()
-		return nil, 0, err
+		return fail(err)
 	}
 	return w, last, nil
 }
 
-func readApplied(db *badger.DB) (uint64, error) {
-	var applied uint64
-	err := db.View(func(txn *badger.Txn) error {
+// readApplied returns the applied sequence number and its Badger version.
+func readApplied(db *badger.DB) (seq, version uint64, err error) {
+	err = db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(appliedKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
@@ -242,35 +322,65 @@ func readApplied(db *badger.DB) (uint64, error) {
 		if err != nil {
 			return err
 		}
+		version = item.Version()
 		return item.Value(func(v []byte) error {
 			if len(v) != 8 {
 				return fmt.Errorf("ledger log: applied sequence number of %d bytes", len(v))
 			}
-			applied = binary.BigEndian.Uint64(v)
+			seq = binary.BigEndian.Uint64(v)
 			return nil
 		})
 	})
-	return applied, err
+	return seq, version, err
+}
+
+func readID(db *badger.DB) (id [16]byte, ok bool, err error) {
+	err = db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(idKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != len(id) {
+				return fmt.Errorf("ledger id of %d bytes", len(v))
+			}
+			copy(id[:], v)
+			ok = true
+			return nil
+		})
+	})
+	return id, ok, err
 }
 
 func appliedValue(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
 
-// replay reads the segment's records in order up to the first that is
-// torn, of another generation or out of sequence, and returns the last
-// good one's seq (h.start-1 for none). When Badger holds no batch after it
-// (applied <= end), it applies every record of the segment, each in its own
-// transaction with its seq as the applied one: Badger was durable up to
-// h.start-1 at the checkpoint that began the segment, so this restores
-// exactly the state at end even if Badger kept only some of the batches
-// since (see the package doc). When Badger is ahead, nothing is applied.
-func (w *wal) replay(db *badger.DB, h walHeader, applied uint64) (uint64, error) {
-	type rec struct {
-		seq     uint64
-		payload []byte
+// useKey sets the current generation's key.
+func (w *wal) useKey() error {
+	if len(w.master) == 0 {
+		return nil
 	}
-	var recs []rec
-	f := w.files[w.cur]
-	r := bufio.NewReaderSize(io.NewSectionReader(f, walHeaderSize, max(0, w.sizes[w.cur]-walHeaderSize)), 1<<20)
+	var err error
+	if w.aead, err = walKey(w.master, w.hdr); err != nil {
+		return fmt.Errorf("ledger log key: %w", err)
+	}
+	return nil
+}
+
+type walRead struct {
+	seq     uint64
+	payload []byte
+}
+
+// read returns the current segment's records in order up to the first
+// that is torn, fails its crc, is of another generation or out of
+// sequence, each opened with the generation's key.
+func (w *wal) read() ([]walRead, error) {
+	var recs []walRead
+	h := w.hdr
+	r := bufio.NewReaderSize(io.NewSectionReader(w.files[w.cur], walHeaderSize, max(0, w.sizes[w.cur]-walHeaderSize)), 1<<20)
 	want := h.start
 	hdr := make([]byte, walRecHeader)
 	for {
@@ -286,27 +396,28 @@ func (w *wal) replay(db *badger.DB, h walHeader, applied uint64) (uint64, error)
 		if _, err := io.ReadFull(r, p); err != nil {
 			break
 		}
-		crc := crc32.Update(crc32.Checksum(hdr[:4], crcTable), crcTable, hdr[8:])
-		if crc32.Update(crc, crcTable, p) != binary.LittleEndian.Uint32(hdr[4:]) {
+		if recordCRC(h.salt, hdr, p) != binary.LittleEndian.Uint32(hdr[4:]) {
 			break
 		}
 		if w.aead != nil {
-			ns := w.aead.NonceSize()
-			if len(p) < ns {
-				return 0, fmt.Errorf("ledger log record %d: too short to be sealed", seq)
-			}
 			var err error
-			if p, err = w.aead.Open(p[ns:ns], p[:ns], p[ns:], hdr[8:]); err != nil {
-				return 0, fmt.Errorf("ledger log record %d: %w (a different encryption key?)", seq, err)
+			if p, err = w.aead.Open(p[:0], walNonce(seq), p, hdr[8:]); err != nil {
+				return nil, fmt.Errorf("ledger log record %d: %w (a different encryption key?)", seq, err)
 			}
 		}
-		recs = append(recs, rec{seq, p})
+		recs = append(recs, walRead{seq, p})
 		want++
 	}
-	end := want - 1
-	if applied > end {
-		return end, nil
-	}
+	return recs, nil
+}
+
+// replay applies every record, in order, each in its own transaction with
+// its seq as the applied one. Badger was durable up to the segment's
+// start-1 at the checkpoint that began it, and every batch it may hold
+// since is one of these records, each setting (or deleting) its keys as
+// they were after its batch: whatever part of them Badger kept, the result
+// is exactly the state after the last record.
+func replay(db *badger.DB, recs []walRead) error {
 	for _, rc := range recs {
 		err := db.Update(func(txn *badger.Txn) error {
 			err := walOps(rc.payload, func(op byte, key, val []byte) error {
@@ -321,56 +432,33 @@ func (w *wal) replay(db *badger.DB, h walHeader, applied uint64) (uint64, error)
 			return txn.Set(appliedKey, appliedValue(rc.seq))
 		})
 		if err != nil {
-			return 0, fmt.Errorf("replaying ledger log record %d: %w", rc.seq, err)
+			return fmt.Errorf("replaying ledger log record %d: %w", rc.seq, err)
 		}
 	}
-	return end, nil
-}
-
-// add queues a batch's record, applied to Badger as seq, for the next sync.
-func (w *wal) add(seq uint64, rec *walRecord) {
-	w.mu.Lock()
-	w.pending = append(w.pending, pendingRecord{seq, rec})
-	w.mu.Unlock()
+	return nil
 }
 
 // err reports a failure that refuses writes until the store is reopened.
-func (w *wal) err() error {
-	if !w.broken.Load() {
-		return nil
-	}
-	w.smu.Lock()
-	defer w.smu.Unlock()
-	return w.failed
-}
+func (w *wal) err() error { return w.failed }
 
-// sync writes the pending records to the segment and fdatasyncs it. When
-// they do not fit, or Badger has begun a new memtable (whose log may reach
-// the disk before the rest of the last one's), it checkpoints instead.
-func (w *wal) sync() error {
-	w.smu.Lock()
-	defer w.smu.Unlock()
+// append writes the record of batch seq, not yet committed to Badger, and
+// fdatasyncs it; last is the batch before it, committed. When the record
+// does not fit in the segment it checkpoints first (Badger durable up to
+// last, the record then the new segment's first).
+func (w *wal) append(seq, last uint64, rec *walRecord) error {
 	if w.failed != nil {
 		return w.failed
 	}
-	w.mu.Lock()
-	recs := w.pending
-	w.pending = nil
-	w.mu.Unlock()
-	if len(recs) == 0 {
-		return nil
-	}
-	last := recs[len(recs)-1].seq
-	w.wbuf = w.wbuf[:0]
-	for _, pr := range recs {
-		w.wbuf = w.seal(w.wbuf, pr)
-	}
-	if w.off+int64(len(w.wbuf)) > w.segmentSize || w.logs.rotated() {
-		return w.fail(w.checkpoint(last))
+	w.wbuf = w.seal(w.wbuf[:0], seq, rec)
+	if w.off+int64(len(w.wbuf)) > w.segmentSize && w.off > walHeaderSize {
+		if err := w.checkpoint(last); err != nil {
+			return w.fail(err)
+		}
+		w.wbuf = w.seal(w.wbuf[:0], seq, rec)
 	}
 	f := w.files[w.cur]
 	if end := w.off + int64(len(w.wbuf)); end > w.sizes[w.cur] {
-		if err := w.zeroFill(w.cur, min(w.segmentSize, (end+walChunk-1)/walChunk*walChunk)); err != nil {
+		if err := w.zeroFill(w.cur, max(end, min(w.segmentSize, (end+walChunk-1)/walChunk*walChunk))); err != nil {
 			return w.fail(err)
 		}
 	}
@@ -381,39 +469,32 @@ func (w *wal) sync() error {
 		return w.fail(fmt.Errorf("syncing ledger log: %w", err))
 	}
 	w.off += int64(len(w.wbuf))
-	w.last = last
 	return nil
 }
 
-// seal appends pr's record to b: header, then payload (sealed with a key).
-func (w *wal) seal(b []byte, pr pendingRecord) []byte {
+// seal appends batch seq's record to b: header, then payload (sealed with
+// a key).
+func (w *wal) seal(b []byte, seq uint64, rec *walRecord) []byte {
 	start := len(b)
-	payload := pr.rec.buf[walRecHeader:]
+	payload := rec.buf[walRecHeader:]
 	b = append(b, make([]byte, walRecHeader)...)
+	binary.LittleEndian.PutUint64(b[start+8:], w.hdr.gen)
+	binary.LittleEndian.PutUint64(b[start+16:], seq)
 	if w.aead != nil {
-		nonce := make([]byte, w.aead.NonceSize())
-		rand.Read(nonce)
-		b = append(b, nonce...)
-		binary.LittleEndian.PutUint64(b[start+8:], w.gen)
-		binary.LittleEndian.PutUint64(b[start+16:], pr.seq)
-		b = w.aead.Seal(b, nonce, payload, b[start+8:start+24])
+		b = w.aead.Seal(b, walNonce(seq), payload, b[start+8:start+24])
 	} else {
 		b = append(b, payload...)
 	}
 	h := b[start : start+walRecHeader]
 	binary.LittleEndian.PutUint32(h, uint32(len(b)-start-walRecHeader))
-	binary.LittleEndian.PutUint64(h[8:], w.gen)
-	binary.LittleEndian.PutUint64(h[16:], pr.seq)
-	crc := crc32.Update(crc32.Checksum(h[:4], crcTable), crcTable, b[start+8:])
-	binary.LittleEndian.PutUint32(h[4:], crc)
+	binary.LittleEndian.PutUint32(h[4:], recordCRC(w.hdr.salt, h, b[start+walRecHeader:]))
 	return b
 }
 
-// fail makes err, if any, refuse every later sync.
+// fail makes err, if any, refuse every later write.
 func (w *wal) fail(err error) error {
 	if err != nil && w.failed == nil {
 		w.failed = fmt.Errorf("%w: %w", errLogFailed, err)
-		w.broken.Store(true)
 	}
 	if err != nil {
 		return w.failed
@@ -421,11 +502,14 @@ func (w *wal) fail(err error) error {
 	return nil
 }
 
-// checkpoint makes Badger durable (every batch applied so far, which
-// includes last and all before it), then starts the other segment with the
-// next generation at last+1. Records pending after last stay pending.
-// Callers hold smu, except openWAL.
+// checkpoint writes the applied key (last) at Badger's newest version,
+// makes Badger durable (every batch committed so far, last and all before
+// it, and whatever was written without the log), then starts the other
+// segment with the next generation at last+1, a new salt and key.
 func (w *wal) checkpoint(last uint64) error {
+	if err := w.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(last)) }); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
 	if err := w.logs.sync(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -443,15 +527,18 @@ func (w *wal) checkpoint(last uint64) error {
 			return err
 		}
 	}
-	h := walHeader{gen: w.gen + 1, start: last + 1}
+	h := walHeader{gen: w.hdr.gen + 1, start: last + 1, id: w.id}
+	if _, err := rand.Read(h.salt[:]); err != nil {
+		return err
+	}
 	if _, err := w.files[next].WriteAt(h.encode(), 0); err != nil {
 		return fmt.Errorf("writing ledger log header: %w", err)
 	}
 	if err := w.datasync(w.files[next]); err != nil {
 		return fmt.Errorf("syncing ledger log header: %w", err)
 	}
-	w.cur, w.gen, w.off, w.last = next, h.gen, walHeaderSize, last
-	return nil
+	w.cur, w.hdr, w.off = next, h, walHeaderSize
+	return w.useKey()
 }
 
 // zeroFill writes zeros to file i from what it holds up to size, and syncs
@@ -471,20 +558,15 @@ func (w *wal) zeroFill(i int, size int64) error {
 	return nil
 }
 
-// syncBadger syncs what is pending and, unless the log failed,
-// checkpoints, so that Badger alone holds every batch: on Close (an older
-// binary opening the directory then misses nothing), and after writes that
-// bypass the log (value log GC, a restore).
-func (w *wal) syncBadger() error {
-	if err := w.sync(); err != nil {
-		return err
-	}
-	w.smu.Lock()
-	defer w.smu.Unlock()
+// syncBadger checkpoints unless the log failed, so that Badger alone
+// holds every batch: on Close (an older binary opening the directory then
+// misses nothing), and around writes that bypass the log (value log GC, a
+// restore), so that the log never begins before them.
+func (w *wal) syncBadger(last uint64) error {
 	if w.failed != nil {
 		return w.failed
 	}
-	return w.fail(w.checkpoint(w.last))
+	return w.fail(w.checkpoint(last))
 }
 
 func (w *wal) close() {
