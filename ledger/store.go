@@ -1,8 +1,8 @@
 package ledger
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"iter"
 )
 

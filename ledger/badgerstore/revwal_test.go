@@ -56,7 +56,7 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
 	mem := newestMem(t, dir)
 	val := bytes.Repeat([]byte("v"), 512<<10) // under the value threshold: in the tree
-	put := func(i int) error { // answered when it returns
+	put := func(i int) error {                // answered when it returns
 		return s.Update(context.Background(), func(tx ledger.Txn) error {
 			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
 		})
@@ -296,7 +296,9 @@ func TestAReadDoesNotWaitForAWritesSync(t *testing.T) {
 	go func() { synced <- set("a") }()
 	<-entered // the write is in its fdatasync
 	read := make(chan error, 1)
-	go func() { read <- s.View(context.Background(), func(r ledger.Reader) error { _, err := r.Get([]byte("a")); return err }) }()
+	go func() {
+		read <- s.View(context.Background(), func(r ledger.Reader) error { _, err := r.Get([]byte("a")); return err })
+	}()
 	select {
 	case err := <-read:
 		if !errors.Is(err, ledger.ErrNotFound) {

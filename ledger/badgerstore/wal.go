@@ -192,7 +192,9 @@ func walKey(master []byte, h walHeader) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-func walNonce(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 12), seq)[:12:12] }
+func walNonce(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 12), seq)[:12:12]
+}
 
 // wal is the log and the segment records are written to. Its methods are
 // called under Store.wmu, one at a time.
