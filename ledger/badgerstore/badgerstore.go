@@ -2,73 +2,95 @@
 // Badger v4 in a local directory.
 //
 // Durability: the store keeps a log of its own (wal.go), and Badger runs
-// unsynced (SyncWrites off). UpdateDeferred commits a batch to Badger
-// (visible at once) with, in the same Badger transaction, the batch's
-// sequence number under a reserved key (appliedKey, which Scan and Empty
-// skip), and queues the batch's writes, every Set and Delete in order, as
-// one log record. Sync writes the queued records to the current segment of
-// the log and fdatasyncs that file alone: segments are zero-filled ahead
-// of the records and reused, so the sync overwrites allocated blocks and
-// needs no journal commit, where a sync of Badger's sparse, growing
-// memtable log needs one each time. The engine commits its next batch
-// while the last is being synced and answers a decision only after a Sync
-// that covers it. Update is both in one call. Badger's own conflict
-// detection is off: the engine serialises every write through a single
-// writer goroutine (group commit), and one Badger transaction carries a
-// whole batch of decisions.
+// unsynced (SyncWrites off). Log first, commit after, with no overlap:
+// Update runs fn in a Badger read-write transaction, not yet committed,
+// recording every Set and Delete in order; it appends that record to the
+// current segment of the log and fdatasyncs that file alone, and only then
+// commits the transaction to Badger (unsynced), with, in the same
+// transaction, the batch's sequence number under a reserved key
+// (appliedKey). Segments are zero-filled ahead of the records and reused,
+// so the fdatasync overwrites allocated blocks and needs no journal
+// commit, where a sync of Badger's sparse, growing memtable log needs one
+// each time. The store is not ledger.Deferred: the engine calls Update per
+// batch and answers it when Update returns, so its writer waits for each
+// fdatasync (the overlap of commit and sync that Badger's own log allowed
+// is gone; docs/design.md has the cost). Badger's own conflict detection
+// is off: the engine serialises every write through a single writer
+// goroutine (group commit), and one Badger transaction carries a whole
+// batch of decisions.
 //
-// A checkpoint makes Badger's files durable (logSync: value log, then the
-// memtable's log) and starts the other segment with the next generation,
-// its header naming the first sequence number it will hold. It runs when a
-// segment is full, when Badger has begun a new memtable (see below), on
-// Open, on Close (so a clean shutdown leaves Badger complete without the
-// log), and after writes that bypass the log (value log GC, Restore).
+// The rule a change must keep: Badger never holds a batch the log lacks.
+// Everything that writes Badger outside Update (Restore's load; value log
+// GC, which rewrites values at their versions) checkpoints around it, so
+// the log never begins before such a write.
+//
+// A checkpoint writes the applied key (the last batch) at Badger's newest
+// version, makes Badger's files durable (logSync: value log, then the
+// memtable's logs, every file Badger wrote), and starts the other segment
+// with the next generation, its header naming the first sequence number it
+// will hold, the ledger's id and a new random salt. It runs when a segment
+// is full (before the record that does not fit), on Open, on Close (so a
+// clean shutdown leaves Badger complete without the log), and around
+// writes that bypass the log (Restore, value log GC).
 //
 // Recovery. Open opens Badger, whose own replay of its memtable logs gives
-// a transaction-atomic state, reads the applied sequence number A, and
-// reads the current segment's records from its first, s, to the first
-// that fails its length, crc32c, generation or sequence (a torn tail, or a
-// reused segment's older records): the last good one is L. Every record up
-// to L was synced before its batch was answered; nothing after L was
-// answered. At the checkpoint that began the segment Badger was durable up
-// to s-1. If A > L, Badger is ahead of the log: its unsynced pages reached
-// the disk before the log's, with batches that were never answered but
-// are whole (each carries its own applied key), and open keeps them, since
-// replaying older records over them would roll back some of their keys (a
-// counter) and not others (their records). If A <= L, Badger holds no
-// batch after L (the latest batch it kept set A), and open applies every
-// record from s to L in order, each in its own transaction with its
-// sequence number: each record sets its keys as they were after its batch,
-// so the result is exactly the state at L, even if Badger kept only some
-// of the batches since s. Then it checkpoints. A sequence number is never
-// reused: the next batch is max(A, L)+1.
+// a transaction-atomic state, though not a prefix of the commits: Badger
+// keeps two memtables, each with its own log file, and a power cut may
+// keep the newer one's pages and lose the older one's tail. It reads the
+// current segment's records from its first, s, to the first that fails
+// its length, crc32c (over the segment's salt and the record), generation
+// or sequence (a torn tail, or a reused segment's older bytes, which
+// cannot carry the new salt): the last good one is L. At the checkpoint
+// that began the segment Badger was durable up to s-1, and every batch
+// committed to Badger since is one of the records s..L, since each was
+// synced before its commit. Open applies every record from s to L in
+// order, each in its own transaction with its sequence number, whatever
+// Badger holds: each record sets (or deletes) its keys as they were after
+// its batch, so the result is exactly the state after L, however much of
+// the batches since s Badger kept. Every answered batch is a record up to
+// L; a record after the last answered one (its commit, or answer, cut off)
+// is a whole batch nobody was told of, and applying it is as if the answer
+// was lost. Then it checkpoints. A sequence number is never reused within
+// a generation, and each open starts a generation.
 //
-// Badger keeps two memtables, each with its own log file; a power cut may
-// leave the older one's tail missing and the newer one's beginning on
-// disk. So a Sync that finds Badger has begun a new memtable log checkpoints
-// instead of writing, which leaves the window between that memtable's first
-// commit and the next Sync: a power cut there (not a process crash: the
-// page cache survives that) that also wrote the newer file's pages before
-// the older one's could leave Badger ahead with a hole behind it. Values
-// in the value log (only ledgers written before every value stayed in the
-// tree, see Open) are not mended by the log when Badger is ahead either.
-//
+// A commit to Badger that fails after its record was synced leaves the log
+// holding a batch Badger lacks: the store fails (fail-stop), refusing every
+// later write until it is reopened, and the reopen replays the record.
+// After a failed write or sync of the log, or a failed checkpoint, the
+// same: the record may or may not be on disk. Such failures wrap
+// ledger.ErrStoreFailed, and the engine stops taking writes until restart.
 // Doing the sync here rather than with Badger's SyncWrites also means a
-// failed sync is seen (Badger only logs a failed value log sync): after a
-// failed write or sync of the log, or a failed checkpoint, the store
-// refuses every later write and Sync until it is reopened, and the engine
-// stops taking writes until restart. NoSync and InMemory stores keep no
-// log.
+// failed sync is seen (Badger only logs a failed value log sync). NoSync
+// and InMemory stores keep no log.
+//
+// Open refuses, with an error saying what to do: a log whose header names
+// another ledger (the id, random, is stored in Badger under idKey at the
+// first open; a directory from before the log gets one then); Badger
+// behind the log's checkpoint; and a replay over writes that bypassed the
+// log. The last is found cheaply: the applied key is written by every
+// batch and every checkpoint, so it is Badger's newest version unless
+// something committed to Badger without the log after the last batch, and
+// when records are to be replayed and Badger's MaxVersion is past the
+// applied key's, open stops rather than put the log's older values over
+// those writes.
 //
 // Downgrade: a binary from before the log ignores its files and the
-// applied key. After a clean Close Badger holds everything. After a crash,
-// batches only the log holds are missing to it, and if it then writes, a
-// later open with the log replays the older records over its writes: after
-// a crash, open the ledger with this binary once before downgrading.
+// store's keys (its scans would show them). After a clean Close Badger
+// holds everything and a downgrade is safe. After a crash, batches only
+// the log holds are missing to it: open and Close the ledger with this
+// binary first. If an older binary did write after a crash, this binary
+// refuses to replay (above).
 //
-// Encryption at rest: with Options.EncryptionKey the log's records are
-// sealed with AES-GCM under that key (a random nonce each, the generation
-// and sequence number as associated data), as Badger's files are.
+// Backup and Restore leave the store's own keys (appliedKey, idKey) out of
+// the stream: Backup does not write them, and Restore drops them from
+// streams that have them. They describe a directory, not the ledger.
+//
+// Encryption at rest: with Options.EncryptionKey Badger's files are
+// encrypted (AES), and the log's records are sealed with AES-GCM under a
+// key derived for each generation (HKDF-SHA256 of the master key, with the
+// generation's salt, the ledger's id and the generation), the record's
+// sequence number as the nonce (never repeated under a key) and the
+// generation and sequence number as associated data.
 //
 // Badger allows one process per directory. A second Open of a directory in
 // use fails at once with ErrLocked rather than waiting.
@@ -116,8 +138,8 @@ var ErrDiskFull = errors.New("the ledger's disk is full or read-only")
 // Options tunes Open. The zero value is valid.
 type Options struct {
 	// EncryptionKey, when set (16, 24 or 32 bytes), turns on Badger's
-	// encryption at rest (AES), and seals the store's own log with it
-	// (AES-GCM). A directory written with a key can only be opened with
+	// encryption at rest (AES), and seals the store's own log with keys
+	// derived from it (AES-GCM). A directory written with a key can only be opened with
 	// the same key.
 	EncryptionKey []byte
 	// Logger receives Badger's own warnings and errors; nil discards them.
@@ -147,8 +169,8 @@ type Store struct {
 	wal     *wal     // nil with logs
 	comp    *compactors
 
-	wmu sync.Mutex // orders the batches' sequence numbers as Badger applies them
-	seq uint64     // the last batch applied
+	wmu sync.Mutex // one Update, checkpoint or Restore at a time: the log's order
+	seq uint64     // the last batch's sequence number (logged)
 }
 
 // The store, and the optional powers the engine finds by assertion.
@@ -531,7 +553,10 @@ func (s *Store) Empty() (bool, error) {
 // deletes the file, with no sync in between when SyncWrites is off; a
 // power cut could then lose the only copy. Badger defers such deletes
 // while any iterator is open, so Compact holds one across the GC and the
-// Sync after it: the files go only once their values are durable elsewhere.
+// checkpoint after it: the files go only once their values are durable
+// elsewhere. GC rewrites values at their own versions, so it moves
+// neither the logical state nor Badger's newest version (see Open's
+// refusals).
 func (s *Store) Compact() error {
 	s.comp.wake() // GC rewrites values: a write
 	txn := s.db.NewTransaction(false)

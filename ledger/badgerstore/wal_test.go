@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -390,4 +391,72 @@ func openWant(t *testing.T, dir string, opts *Options, n int, when string) *Stor
 		t.Fatalf("%s (-want +got):\n%s", when, diff)
 	}
 	return s
+}
+
+// TestARefusedOpenSaysWhy: a log of another ledger, and a log whose replay
+// would go over writes made without it (an older binary after a crash),
+// are refused with errors naming the cause and the way out.
+func TestARefusedOpenSaysWhy(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	foreign := badgerBehind(t, opts, 1, 1)
+	own := badgerBehind(t, opts, 1, 1)
+	for _, n := range walNames {
+		os.Remove(filepath.Join(own, n))
+	}
+	copyDir(t, foreign, own, isWAL)
+	_, err := Open(own, opts)
+	if err == nil || !strings.Contains(err.Error(), "holds the log of ledger") || !strings.Contains(err.Error(), "another data directory") {
+		t.Errorf("open with another ledger's log: %v, want a refusal naming the ledgers", err)
+	}
+
+	behind := badgerBehind(t, opts, 2, 3)
+	old, err := Open(behind, &Options{MinFreeBytes: -1, NoSync: true}) // as an older binary
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("c\x00n"), []byte("x")) }); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	_, err = Open(behind, opts)
+	if err == nil || !strings.Contains(err.Error(), "writes made without the log") {
+		t.Errorf("open after an older binary wrote: %v, want a refusal saying so", err)
+	}
+}
+
+// TestBackupLeavesOutTheStoresOwnKeys: a backup restored into another
+// ledger keeps that ledger's id and applied sequence number.
+func TestBackupLeavesOutTheStoresOwnKeys(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	src, err := Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for i := range 3 {
+		putCounter(t, src, i)
+	}
+	var b bytes.Buffer
+	if err := src.Backup(&b); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b.Bytes(), appliedKey) || bytes.Contains(b.Bytes(), idKey) {
+		t.Fatal("the backup stream holds the store's own keys")
+	}
+	dstDir := t.TempDir()
+	dst, err := Open(dstDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := readID(dst.db)
+	if err := dst.Restore(&b); err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ := readID(dst.db)
+	if before != after || before != dst.wal.id {
+		t.Fatalf("ledger id %x before the restore, %x after", before, after)
+	}
+	putCounter(t, dst, 3)
+	crash(dst)
+	openWant(t, dstDir, opts, 4, "after a restore, a write and a crash")
 }
