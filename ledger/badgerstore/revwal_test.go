@@ -75,9 +75,7 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 	answered := k - 1
 	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
 	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })
-	s.wal.close()
-	s.comp.close()
-	s.db.Close()
+	crash(s)
 
 	s, err = Open(snap, opts)
 	if err != nil {
@@ -215,9 +213,7 @@ func TestALedgerOpensAfterAPowerCutDuringRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyDir(t, dst, snap, func(string) bool { return true })
-	ds.wal.close()
-	ds.comp.close()
-	ds.db.Close()
+	crash(ds)
 
 	ds, err = Open(snap, opts)
 	if err != nil {
@@ -395,9 +391,7 @@ func TestBytesInARecycledSegmentsOldValueAreNotReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyDir(t, dir, snap, func(string) bool { return true }) // the power cut
-	s.wal.close()
-	s.comp.close()
-	s.db.Close()
+	crash(s)
 
 	s, err = Open(snap, opts)
 	if err != nil {

@@ -314,45 +314,41 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 	return w, last, nil
 }
 
-// readApplied returns the applied sequence number and its Badger version.
-func readApplied(db *badger.DB) (seq, version uint64, err error) {
-	err = db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(appliedKey)
+// readKey calls fn with key's value and version in db; absent, not at all.
+func readKey(db *badger.DB, key []byte, fn func(v []byte, version uint64) error) error {
+	return db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		version = item.Version()
-		return item.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return fmt.Errorf("ledger log: applied sequence number of %d bytes", len(v))
-			}
-			seq = binary.BigEndian.Uint64(v)
-			return nil
-		})
+		return item.Value(func(v []byte) error { return fn(v, item.Version()) })
+	})
+}
+
+// readApplied returns the applied sequence number and its Badger version.
+func readApplied(db *badger.DB) (seq, version uint64, err error) {
+	err = readKey(db, appliedKey, func(v []byte, ver uint64) error {
+		if len(v) != 8 {
+			return fmt.Errorf("ledger log: applied sequence number of %d bytes", len(v))
+		}
+		seq, version = binary.BigEndian.Uint64(v), ver
+		return nil
 	})
 	return seq, version, err
 }
 
+// readID returns the ledger's id, ok false when it has none yet.
 func readID(db *badger.DB) (id [16]byte, ok bool, err error) {
-	err = db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(idKey)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
+	err = readKey(db, idKey, func(v []byte, _ uint64) error {
+		if len(v) != len(id) {
+			return fmt.Errorf("ledger id of %d bytes", len(v))
 		}
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			if len(v) != len(id) {
-				return fmt.Errorf("ledger id of %d bytes", len(v))
-			}
-			copy(id[:], v)
-			ok = true
-			return nil
-		})
+		copy(id[:], v)
+		ok = true
+		return nil
 	})
 	return id, ok, err
 }
