@@ -18,18 +18,18 @@
 // them. Reads (Get, List, Budgets, ListApprovals) use snapshots of
 // committed data and never wait for the writer.
 //
-// On Badger the durable step is split off (Deferred): the writer commits a
-// batch to Badger without waiting for the disk and goes on to the next,
-// while a second goroutine fdatasyncs Badger's log files once for every
-// batch committed meanwhile and then answers them. A batch decided on top
-// of one not yet synced is answered only after a sync that covers both.
-// Two consequences, chosen deliberately: a read may see a decision about a
-// millisecond before it is durable (after a power cut it may be gone, but
-// nobody was told to act on it), and a failed sync stops the engine taking
-// writes until it is restarted (see syncer). badgerstore documents how its
-// sync finds every file Badger wrote, including those Badger rotated away
-// from or rewrote during value log GC, which Badger itself leaves unsynced
-// when its SyncWrites is off.
+// A store may split the durable step off (Deferred): the writer then
+// commits a batch without waiting for the disk and goes on to the next,
+// while a second goroutine syncs once for every batch committed meanwhile
+// and then answers them; a batch decided on top of one not yet synced is
+// answered only after a sync that covers both. A read may then see a
+// decision about a millisecond before it is durable (after a power cut it
+// may be gone, but nobody was told to act on it). No store does today:
+// badgerstore's Update writes and fdatasyncs a batch's record in its own
+// log before committing it to Badger (see its package doc), and pgstore
+// commits synchronously. A failed sync, or an Update failing with
+// ErrStoreFailed (the batch may or may not be recorded), stops the engine
+// taking writes until it is restarted (see syncer and failStop).
 //
 // Performance: the write path's limits as measured, what was tried and
 // why it was kept or reverted, are in docs/design.md; BENCHMARKS.md has the

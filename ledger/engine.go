@@ -533,10 +533,7 @@ func (e *Engine) syncer() {
 		err := e.syncErr.Load()
 		if err == nil {
 			if serr := e.deferred.Sync(); serr != nil {
-				e.log.Error("ledger sync failed; refusing writes until restart", "err", serr)
-				e.syncErr.CompareAndSwap(nil, &Error{Code: CodeUnavailable, Err: serr,
-					Message: "the ledger could not make its writes durable and takes no more until Ratchet is restarted; this may or may not have been recorded"})
-				err = e.syncErr.Load()
+				err = e.failStop(serr)
 			}
 		}
 		for _, g := range group {
@@ -621,9 +618,25 @@ func (e *Engine) fail(batch []*op, err error) {
 		e.cache.clear()
 	}
 	e.fired = nil // it may hold what the batch that was not written wrote
+	if errors.Is(err, ErrStoreFailed) {
+		// It may or may not be recorded, like a batch whose Sync failed.
+		e.obs.WriteFailed("sync", len(batch))
+		answerAll(batch, e.failStop(err))
+		return
+	}
 	e.log.Error("ledger commit failed", "ops", len(batch), "err", err)
 	e.obs.WriteFailed("commit", len(batch))
 	answerAll(batch, &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err})
+}
+
+// failStop makes the engine take no more writes (fail-stop, see syncer) after
+// err, a failed Sync or a store that failed in Update, and returns what
+// every write is answered with from then on.
+func (e *Engine) failStop(err error) *Error {
+	e.log.Error("ledger sync failed; refusing writes until restart", "err", err)
+	e.syncErr.CompareAndSwap(nil, &Error{Code: CodeUnavailable, Err: err,
+		Message: "the ledger could not make its writes durable and takes no more until Ratchet is restarted; this may or may not have been recorded"})
+	return e.syncErr.Load()
 }
 
 // answerAll answers every op of batch with err.

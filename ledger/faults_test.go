@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,14 +27,19 @@ type faultyStore struct {
 
 var errDiscardRun = errors.New("injected serialization failure")
 
-func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
+func (s *faultyStore) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	if s.failCommit.Load() {
 		return errors.New("injected commit failure")
 	}
-	if s.failAfterRun.Load() {
-		err := s.Store.UpdateDeferred(ctx, func(tx ledger.Txn) error {
+	if s.failAfterRun.Load() || s.failSync.Load() {
+		err := s.Store.Update(ctx, func(tx ledger.Txn) error {
 			if err := fn(tx); err != nil {
 				return err
+			}
+			if s.failSync.Load() {
+				// As the store's log failing to sync: the batch may or
+				// may not be on disk, and the store refuses writes.
+				return fmt.Errorf("injected sync failure: %w", ledger.ErrStoreFailed)
 			}
 			return errors.New("injected commit failure after the batch ran")
 		})
@@ -42,7 +48,7 @@ func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) er
 	if s.rerun.Swap(false) {
 		// As a shared store does after a serialization failure: the
 		// first run's writes are discarded and fn runs again.
-		err := s.Store.UpdateDeferred(ctx, func(tx ledger.Txn) error {
+		err := s.Store.Update(ctx, func(tx ledger.Txn) error {
 			if err := fn(tx); err != nil {
 				return err
 			}
@@ -52,14 +58,7 @@ func (s *faultyStore) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) er
 			return err
 		}
 	}
-	return s.Store.UpdateDeferred(ctx, fn)
-}
-
-func (s *faultyStore) Sync() error {
-	if s.failSync.Load() {
-		return errors.New("injected sync failure")
-	}
-	return s.Store.Sync()
+	return s.Store.Update(ctx, fn)
 }
 
 // failures records what the engine tells its observer of failed writes.

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"iter"
 )
 
@@ -66,6 +67,13 @@ type Compactor interface {
 type Prefetcher interface {
 	Prefetch(keys [][]byte) ([][]byte, error)
 }
+
+// ErrStoreFailed is wrapped by a Store's Update error when the store could
+// not make a batch durable and cannot tell whether it will hold it after a
+// restart (badgerstore: its log was written but not synced, or synced but
+// Badger's commit failed), and refuses writes until it is reopened. The
+// engine then stops taking writes, as after a failed Sync.
+var ErrStoreFailed = errors.New("the store failed and refuses writes until it is reopened")
 
 // Deferred is implemented by stores that can commit a transaction without
 // waiting for the disk, making its writes visible to later transactions and

@@ -268,10 +268,9 @@ func redisPairs(s *redisServer, callers int, d time.Duration) (result, error) {
 // --- Badger, group commit of the key and the counters -------------------------
 
 // badgerFloor is the embedded design's floor: one writer takes every call
-// waiting, applies them in one Badger transaction through Ratchet's own
-// store (the same durability: fdatasync of what Badger committed), and
-// while a syncer makes that batch durable and answers it, applies the
-// next. A begin claims the key and moves both counters; a report
+// waiting and applies them in one Badger transaction through Ratchet's own
+// store (the same durability: the store's Update returns once the batch is
+// durable in its log), and a second goroutine answers the batch. A begin claims the key and moves both counters; a report
 // overwrites the key.
 type badgerFloor struct {
 	st   *badgerstore.Store
@@ -326,7 +325,7 @@ func (f *badgerFloor) writer(batches chan<- []*floorOp) {
 				break drain
 			}
 		}
-		err := f.st.UpdateDeferred(context.Background(), func(txn ledger.Txn) error {
+		err := f.st.Update(context.Background(), func(txn ledger.Txn) error {
 			for _, op := range batch {
 				if err := op.apply(txn); err != nil {
 					return err
@@ -380,7 +379,7 @@ func counterOf(r interface{ Get([]byte) ([]byte, error) }, key string) int64 {
 func (f *badgerFloor) syncer(batches <-chan []*floorOp) {
 	defer f.wg.Done()
 	for b := range batches {
-		// Everything committed so far is synced together.
+		// Update made each batch durable: answer what is committed.
 		all := [][]*floorOp{b}
 	more:
 		for {
@@ -394,7 +393,7 @@ func (f *badgerFloor) syncer(batches <-chan []*floorOp) {
 				break more
 			}
 		}
-		err := f.st.Sync()
+		var err error
 		for _, b := range all {
 			for _, op := range b {
 				op.done <- err
@@ -551,7 +550,7 @@ func writePeers(w func(string, ...any), dir string, d time.Duration) peerResults
 	w("%d callers, the same workload, each design measured alternately with Ratchet's engine, twice each, best run of each shown. "+
 		"The peers do only the key and the two counters (no lease, fingerprint, effect record, audit log or outbox). "+
 		"Redis: a private `redis-server` (%s) the bench starts on a free loopback port with its own directory, `appendfsync always`, no snapshots; a begin is one Lua script (SET NX, both ceilings checked, INCRBY both counters), a report a SET XX, each caller on its own connection; its CPU per pair includes redis-server's. "+
-		"Badger group commit: one writer applies every waiting call in one transaction of Ratchet's own store (same fdatasync), a syncer answers each batch once durable while the next is applied: the embedded design's floor. "+
+		"Badger group commit: one writer applies every waiting call in one Update of Ratchet's own store (the same log and fdatasync), a second goroutine answers each batch once durable: the embedded design's floor. "+
 		"Badger transaction per call: `db.Update` per call, SyncWrites and conflict detection on, a conflicted call re-run. "+
 		"The naive PostgreSQL design is in section 4.\n\n", callers, redisVersion())
 	pr, err := benchPeers(filepath.Join(dir, "peers"), callers, d)

@@ -1,16 +1,96 @@
 // Package badgerstore is Ratchet's embedded ledger storage: a ledger.Store on
 // Badger v4 in a local directory.
 //
-// Durability: the store syncs, not Badger. Badger runs with SyncWrites off;
-// UpdateDeferred commits a transaction (visible at once) and Sync
-// fdatasyncs every log file Badger may have written since the last Sync
-// (see logSync), so the engine can commit its next batch while the last is
-// being synced and answers a decision only after a Sync that covers it.
-// Update is both in one call. Doing the sync here rather than with Badger's
-// SyncWrites also means a failed sync is seen: Badger only logs a failed
-// value log sync. Badger's own conflict detection is turned off because the
-// engine already serialises every write through a single writer goroutine
-// (group commit): one Badger transaction carries a whole batch of decisions.
+// Durability: the store keeps a log of its own (wal.go), and Badger runs
+// unsynced (SyncWrites off). Log first, commit after, with no overlap:
+// Update runs fn in a Badger read-write transaction, not yet committed,
+// recording every Set and Delete in order; it appends that record to the
+// current segment of the log and fdatasyncs that file alone, and only then
+// commits the transaction to Badger (unsynced), with, in the same
+// transaction, the batch's sequence number under a reserved key
+// (appliedKey). Segments are zero-filled ahead of the records and reused,
+// so the fdatasync overwrites allocated blocks and needs no journal
+// commit, where a sync of Badger's sparse, growing memtable log needs one
+// each time. The store is not ledger.Deferred: the engine calls Update per
+// batch and answers it when Update returns, so its writer waits for each
+// fdatasync (the overlap of commit and sync that Badger's own log allowed
+// is gone; docs/design.md has the cost). Badger's own conflict detection
+// is off: the engine serialises every write through a single writer
+// goroutine (group commit), and one Badger transaction carries a whole
+// batch of decisions.
+//
+// The rule a change must keep: Badger never holds a batch the log lacks.
+// Everything that writes Badger outside Update (Restore's load; value log
+// GC, which rewrites values at their versions) checkpoints around it, so
+// the log never begins before such a write.
+//
+// A checkpoint writes the applied key (the last batch) at Badger's newest
+// version, makes Badger's files durable (logSync: value log, then the
+// memtable's logs, every file Badger wrote), and starts the other segment
+// with the next generation, its header naming the first sequence number it
+// will hold, the ledger's id and a new random salt. It runs when a segment
+// is full (before the record that does not fit), on Open, on Close (so a
+// clean shutdown leaves Badger complete without the log), and around
+// writes that bypass the log (Restore, value log GC).
+//
+// Recovery. Open opens Badger, whose own replay of its memtable logs gives
+// a transaction-atomic state, though not a prefix of the commits: Badger
+// keeps two memtables, each with its own log file, and a power cut may
+// keep the newer one's pages and lose the older one's tail. It reads the
+// current segment's records from its first, s, to the first that fails
+// its length, crc32c (over the segment's salt and the record), generation
+// or sequence (a torn tail, or a reused segment's older bytes, which
+// cannot carry the new salt): the last good one is L. At the checkpoint
+// that began the segment Badger was durable up to s-1, and every batch
+// committed to Badger since is one of the records s..L, since each was
+// synced before its commit. Open applies every record from s to L in
+// order, each in its own transaction with its sequence number, whatever
+// Badger holds: each record sets (or deletes) its keys as they were after
+// its batch, so the result is exactly the state after L, however much of
+// the batches since s Badger kept. Every answered batch is a record up to
+// L; a record after the last answered one (its commit, or answer, cut off)
+// is a whole batch nobody was told of, and applying it is as if the answer
+// was lost. Then it checkpoints. A sequence number is never reused within
+// a generation, and each open starts a generation.
+//
+// A commit to Badger that fails after its record was synced leaves the log
+// holding a batch Badger lacks: the store fails (fail-stop), refusing every
+// later write until it is reopened, and the reopen replays the record.
+// After a failed write or sync of the log, or a failed checkpoint, the
+// same: the record may or may not be on disk. Such failures wrap
+// ledger.ErrStoreFailed, and the engine stops taking writes until restart.
+// Doing the sync here rather than with Badger's SyncWrites also means a
+// failed sync is seen (Badger only logs a failed value log sync). NoSync
+// and InMemory stores keep no log.
+//
+// Open refuses, with an error saying what to do: a log whose header names
+// another ledger (the id, random, is stored in Badger under idKey at the
+// first open; a directory from before the log gets one then); Badger
+// behind the log's checkpoint; and a replay over writes that bypassed the
+// log. The last is found cheaply: the applied key is written by every
+// batch and every checkpoint, so it is Badger's newest version unless
+// something committed to Badger without the log after the last batch, and
+// when records are to be replayed and Badger's MaxVersion is past the
+// applied key's, open stops rather than put the log's older values over
+// those writes.
+//
+// Downgrade: a binary from before the log ignores its files and the
+// store's keys (its scans would show them). After a clean Close Badger
+// holds everything and a downgrade is safe. After a crash, batches only
+// the log holds are missing to it: open and Close the ledger with this
+// binary first. If an older binary did write after a crash, this binary
+// refuses to replay (above).
+//
+// Backup and Restore leave the store's own keys (appliedKey, idKey) out of
+// the stream: Backup does not write them, and Restore drops them from
+// streams that have them. They describe a directory, not the ledger.
+//
+// Encryption at rest: with Options.EncryptionKey Badger's files are
+// encrypted (AES), and the log's records are sealed with AES-GCM under a
+// key derived for each generation (HKDF-SHA256 of the master key, with the
+// generation's salt, the ledger's id and the generation), the record's
+// sequence number as the nonce (never repeated under a key) and the
+// generation and sequence number as associated data.
 //
 // Badger allows one process per directory. A second Open of a directory in
 // use fails at once with ErrLocked rather than waiting.
@@ -40,6 +120,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -57,8 +138,9 @@ var ErrDiskFull = errors.New("the ledger's disk is full or read-only")
 // Options tunes Open. The zero value is valid.
 type Options struct {
 	// EncryptionKey, when set (16, 24 or 32 bytes), turns on Badger's
-	// encryption at rest (AES). A directory written with a key can only be
-	// opened with the same key.
+	// encryption at rest (AES), and seals the store's own log with keys
+	// derived from it (AES-GCM). A directory written with a key can only be opened with
+	// the same key.
 	EncryptionKey []byte
 	// Logger receives Badger's own warnings and errors; nil discards them.
 	Logger *slog.Logger
@@ -75,6 +157,7 @@ type Options struct {
 	valueThreshold int64         // tests put values in the value log with a lower one
 	blockSize      int           // tests write Badger's 4 KiB blocks, as ledgers from before 16 KiB have
 	idleAfter      time.Duration // tests stop the compactors sooner (zero: idleAfter)
+	segmentSize    int64         // tests fill the log's segments sooner (zero: walSegment)
 }
 
 // Store is a ledger.Store on Badger.
@@ -83,14 +166,17 @@ type Store struct {
 	dir     string
 	minFree int64
 	logs    *logSync // nil when nothing is synced (NoSync, InMemory)
+	wal     *wal     // nil with logs
 	comp    *compactors
+
+	wmu sync.Mutex // one Update, checkpoint or Restore at a time: the log's order
+	seq uint64     // the last batch's sequence number (logged)
 }
 
 // The store, and the optional powers the engine finds by assertion.
 var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Exclusive = (*Store)(nil)
-	_ ledger.Deferred  = (*Store)(nil)
 	_ ledger.Compactor = (*Store)(nil)
 	_ ledger.Txn       = (*txnAdapter)(nil)
 )
@@ -203,7 +289,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	st := &Store{db: db, dir: dir, minFree: opts.MinFreeBytes, comp: newCompactors(db, cmp.Or(opts.idleAfter, idleAfter))}
 	if !opts.NoSync && !opts.InMemory {
-		if st.logs, err = newLogSync(dir); err != nil {
+		if st.logs, err = newLogSync(dir); err == nil {
+			st.wal, st.seq, err = openWAL(dir, opts.EncryptionKey, cmp.Or(opts.segmentSize, walSegment), db, st.logs)
+		}
+		if err != nil {
 			st.comp.close()
 			db.Close()
 			return nil, err
@@ -218,19 +307,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 	return st, nil
 }
 
-// Update implements ledger.Store: UpdateDeferred, then Sync.
+// Update implements ledger.Store. With the log: fn runs in a Badger
+// transaction, its writes are recorded, the record is appended to the log
+// and fdatasynced, and only then is the transaction committed (unsynced),
+// so Badger never holds a batch the log lacks. A commit that fails after
+// the record is durable fails the store (every later write refused until
+// it is reopened, which replays the record). Badger never waits on
+// anything but the local disk, so ctx is checked only before the
+// transaction starts.
 func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
-	if err := s.UpdateDeferred(ctx, fn); err != nil {
-		return err
-	}
-	return s.Sync()
-}
-
-// UpdateDeferred implements ledger.Deferred: it commits fn's writes, which
-// later transactions and reads see at once, without waiting for the disk.
-// Badger never waits on anything but the local disk, so ctx is checked
-// only before the transaction starts.
-func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ledger update: %w", err)
 	}
@@ -238,16 +323,42 @@ func (s *Store) UpdateDeferred(ctx context.Context, fn func(ledger.Txn) error) e
 		return err
 	}
 	s.comp.wake()
-	return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
+	if s.wal == nil {
+		return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.wal.err(); err != nil {
+		return err
+	}
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	seq, rec := s.seq+1, newWALRecord()
+	if err := fn(txnAdapter{txn: txn, rec: rec}); err != nil {
+		return err
+	}
+	if err := txn.Set(appliedKey, appliedValue(seq)); err != nil {
+		return err
+	}
+	if err := s.wal.append(seq, s.seq, rec); err != nil {
+		return err
+	}
+	s.seq = seq // used in the log even if the commit fails
+	if err := txn.Commit(); err != nil {
+		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
+	}
+	return nil
 }
 
-// Sync implements ledger.Deferred: everything committed before it was
-// called is durable when it returns.
-func (s *Store) Sync() error {
-	if s.logs == nil {
+// syncBadger makes Badger's own files durable and starts a new segment of
+// the log (a checkpoint): for writes that bypass the log.
+func (s *Store) syncBadger() error {
+	if s.wal == nil {
 		return nil
 	}
-	return s.logs.sync()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.wal.syncBadger(s.seq)
 }
 
 // checkDisk refuses writes on a full or read-only filesystem.
@@ -285,23 +396,42 @@ func (s *Store) Exclusive() bool { return true }
 // Close implements ledger.Store.
 func (s *Store) Close() error {
 	s.comp.close()
-	return s.db.Close()
+	var err error
+	if s.wal != nil {
+		err = s.syncBadger()
+		s.wal.close()
+	}
+	return errors.Join(err, s.db.Close())
 }
 
-// Backup writes a full backup stream (Badger's own format) to w.
+// Backup writes a full backup stream (Badger's own format) to w, without
+// the store's own keys (reservedKey): they describe this directory, not
+// the ledger.
 func (s *Store) Backup(w io.Writer) error {
-	_, err := s.db.Backup(w, 0)
+	stream := s.db.NewStream()
+	stream.LogPrefix = "ledger backup"
+	stream.ChooseKey = func(item *badger.Item) bool { return !reservedKey(item.Key()) }
+	_, err := stream.Backup(w, 0)
 	return err
 }
 
 // Restore loads a backup stream into the store, which should be empty,
-// and syncs it.
+// and syncs it. The store's own keys are dropped from the stream (backups
+// from before Backup left them out). Load writes Badger without the log,
+// so a checkpoint comes before it (the log then holds nothing Badger may
+// lack, and no replay can go over the loaded keys) and after it.
 func (s *Store) Restore(r io.Reader) error {
 	s.comp.wake()
-	if err := s.db.Load(r, 256); err != nil {
+	if s.wal == nil {
+		return s.db.Load(withoutReserved(r), 256)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.wal.syncBadger(s.seq); err != nil {
 		return err
 	}
-	return s.Sync()
+	err := s.db.Load(withoutReserved(r), 256)
+	return errors.Join(err, s.wal.syncBadger(s.seq)) // even a partial load
 }
 
 // txnAdapter is a Badger transaction as a ledger.Txn; ctx, when set (a
@@ -309,6 +439,7 @@ func (s *Store) Restore(r io.Reader) error {
 type txnAdapter struct {
 	txn *badger.Txn
 	ctx context.Context
+	rec *walRecord // an update's writes, for the log (nil: not logged)
 }
 
 func (t txnAdapter) ctxErr() error {
@@ -344,6 +475,9 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 			return err
 		}
 		item := it.Item()
+		if len(prefix) == 0 && reservedKey(item.Key()) {
+			continue
+		}
 		val, err := item.ValueCopy(nil)
 		if err != nil {
 			return err
@@ -356,9 +490,25 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 	return nil
 }
 
-func (t txnAdapter) Set(key, val []byte) error { return t.txn.Set(key, val) }
+func (t txnAdapter) Set(key, val []byte) error {
+	if err := t.txn.Set(key, val); err != nil {
+		return err
+	}
+	if t.rec != nil {
+		t.rec.set(key, val)
+	}
+	return nil
+}
 
-func (t txnAdapter) Delete(key []byte) error { return t.txn.Delete(key) }
+func (t txnAdapter) Delete(key []byte) error {
+	if err := t.txn.Delete(key); err != nil {
+		return err
+	}
+	if t.rec != nil {
+		t.rec.delete(key)
+	}
+	return nil
+}
 
 // badgerLogger forwards Badger's log lines to slog, dropping its chatty
 // informational lines.
@@ -386,6 +536,9 @@ func (s *Store) Empty() (bool, error) {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		it.Rewind()
+		for it.Valid() && reservedKey(it.Item().Key()) {
+			it.Next()
+		}
 		empty = !it.Valid()
 		return nil
 	})
@@ -400,7 +553,10 @@ func (s *Store) Empty() (bool, error) {
 // deletes the file, with no sync in between when SyncWrites is off; a
 // power cut could then lose the only copy. Badger defers such deletes
 // while any iterator is open, so Compact holds one across the GC and the
-// Sync after it: the files go only once their values are durable elsewhere.
+// checkpoint after it: the files go only once their values are durable
+// elsewhere. GC rewrites values at their own versions, so it moves
+// neither the logical state nor Badger's newest version (see Open's
+// refusals).
 func (s *Store) Compact() error {
 	s.comp.wake() // GC rewrites values: a write
 	txn := s.db.NewTransaction(false)
@@ -416,7 +572,7 @@ func (s *Store) Compact() error {
 			return fmt.Errorf("value log GC: %w", err)
 		}
 	}
-	if err := s.Sync(); err != nil {
+	if err := s.syncBadger(); err != nil {
 		return fmt.Errorf("syncing after value log GC: %w", err)
 	}
 	return nil

@@ -91,7 +91,7 @@ func TestCompactorsWithWritesRacingIdle(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 40 {
-				if err := s.UpdateDeferred(context.Background(), func(tx ledger.Txn) error {
+				if err := s.Update(context.Background(), func(tx ledger.Txn) error {
 					return tx.Set(fmt.Appendf(nil, "k%d-%d", w, i), []byte("v"))
 				}); err != nil {
 					t.Error(err)
@@ -102,9 +102,6 @@ func TestCompactorsWithWritesRacingIdle(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err := s.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	n := 0
 	if err := s.View(context.Background(), func(r ledger.Reader) error {
 		return r.Scan([]byte("k"), nil, func(k, v []byte) (bool, error) { n++; return true, nil })

@@ -103,15 +103,16 @@ func TestLogSyncFindsRotatedFiles(t *testing.T) {
 
 // TestSyncLeavesNothingUnwritten drives Badger through value log and
 // memtable rotations and asks the kernel, after every Sync, whether any
-// page of any log file is still waiting for the disk. With NoSync the same
-// check finds such pages, so it can see them.
+// page of the store's own log is still waiting for the disk, and after
+// every checkpoint (syncBadger), any page of Badger's log files. With
+// NoSync the same check finds such pages, so it can see them.
 func TestSyncLeavesNothingUnwritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes about 150 MB")
 	}
-	unsynced := func(dir string) []string {
+	unsynced := func(dir string, files []string) []string {
 		var out []string
-		for _, f := range logFiles(t, dir) {
+		for _, f := range files {
 			if n := dirtyPages(t, f); n > 0 {
 				out = append(out, fmt.Sprintf("%s: %d pages", filepath.Base(f), n))
 			}
@@ -160,8 +161,15 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 			put(s, b, 4000, 300)
 		}
 		note()
-		if left := unsynced(dir); len(left) > 0 {
+		wals, _ := filepath.Glob(filepath.Join(dir, "ratchet-wal.*"))
+		if left := unsynced(dir, wals); len(left) > 0 {
 			t.Fatalf("after Update %d, not on disk: %v", b, left)
+		}
+		if err := s.syncBadger(); err != nil {
+			t.Fatal(err)
+		}
+		if left := unsynced(dir, logFiles(t, dir)); len(left) > 0 {
+			t.Fatalf("after Update %d and a checkpoint, not on disk: %v", b, left)
 		}
 	}
 	if len(mems) < 2 || len(vlogs) < 2 {
@@ -176,13 +184,13 @@ func TestSyncLeavesNothingUnwritten(t *testing.T) {
 	}
 	defer ns.Close()
 	put(ns, 0, 4, 400<<10)
-	if len(unsynced(ndir)) == 0 {
+	if len(unsynced(ndir, logFiles(t, ndir))) == 0 {
 		t.Fatal("an unsynced commit left no dirty pages: the check sees nothing")
 	}
 }
 
 // TestValuesAreDurableBeforeTheirPointers: the memtable's log holds
-// pointers into the value log, so when a sync makes a .mem file durable,
+// pointers into the value log, so when a checkpoint makes a .mem file durable,
 // no page of any value log file may still be waiting for the disk; else a
 // power cut in between leaves entries whose values are gone.
 func TestValuesAreDurableBeforeTheirPointers(t *testing.T) {
@@ -215,6 +223,9 @@ func TestValuesAreDurableBeforeTheirPointers(t *testing.T) {
 			return nil
 		})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.syncBadger(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,7 +8,10 @@ import "os"
 // access right"). Badger opens its files sharing read and write, so a
 // second handle is allowed; it is closed at once, before Badger may
 // delete the file.
-func fdatasync(name string) error { return syncFile(name, os.O_RDWR, (*os.File).Sync) }
+func fdatasync(name string) error { return syncFile(name, os.O_RDWR, datasync) }
+
+// datasync is FlushFileBuffers on an open file (opened for writing).
+func datasync(f *os.File) error { return f.Sync() }
 
 // syncDir does nothing on Windows: a directory cannot be opened for the
 // writing FlushFileBuffers needs, and NTFS journals a file's creation and

@@ -1,0 +1,404 @@
+package badgerstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratchet-mcp/ratchet/ledger"
+)
+
+// Adversarial tests of the log (issue 31, branch revwal). Each one failed
+// on the wal branch as of fb353b6; /work/wt/briefs/revwal-tasks/ says why.
+
+// newestMem is the number of the newest memtable log file in dir.
+func newestMem(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := -1
+	for _, e := range ents {
+		if n, ok := logNumber(e.Name(), 1); ok {
+			newest = max(newest, n)
+		}
+	}
+	return newest
+}
+
+// A power cut after Badger began a new memtable and before the next Sync:
+// the kernel wrote back the new memtable's page (holding the unanswered
+// batch k) but none of the old memtable's pages since the checkpoint.
+// Badger then opens with batch k's applied sequence number, which is past
+// the log's last record, so nothing is replayed and every batch Sync
+// answered since the checkpoint is gone.
+func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
+	dir, snap := t.TempDir(), t.TempDir()
+	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Badger as of the checkpoint Open made (a copy holds more than the
+	// disk may: nothing of Badger's since it was synced).
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	mem := newestMem(t, dir)
+	val := bytes.Repeat([]byte("v"), 512<<10) // under the value threshold: in the tree
+	put := func(i int) error {                // answered when it returns
+		return s.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
+		})
+	}
+	k := 0
+	for ; newestMem(t, dir) == mem; k++ {
+		if k > 200 {
+			t.Fatal("Badger never began a new memtable")
+		}
+		if err := put(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Batch k-1 went to the new memtable; 0..k-2 went to the old one.
+	// (With UpdateDeferred, k-1 was unanswered; now Update answers each.)
+	answered := k - 1
+	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
+	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })
+	crash(s)
+
+	s, err = Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var missing []int
+	err = s.View(context.Background(), func(r ledger.Reader) error {
+		for i := range answered {
+			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
+			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+				return err
+			}
+			if !bytes.Equal(v, val) {
+				missing = append(missing, i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), answered, missing)
+	}
+}
+
+// An operator puts another ledger's log files into a ledger's directory
+// (a mixed-up copy or restore of two data directories). The records carry
+// nothing of the ledger they belong to, so Open replays the other
+// ledger's batches into this one.
+func TestAnotherLedgersLogIsNotReplayed(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	a, b, bsnap := t.TempDir(), t.TempDir(), t.TempDir()
+	sa, err := Open(a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		putCounter(t, sa, i)
+	}
+	want := contents(t, sa)
+	if err := sa.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	sb, err := Open(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		err := sb.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "other\x00%d", i), []byte("not ledger a's"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyDir(t, b, bsnap, isWAL) // b's log, as a crash leaves it
+	sb.Close()
+
+	for _, n := range walNames {
+		os.Remove(filepath.Join(a, n))
+	}
+	copyDir(t, bsnap, a, isWAL)
+	sa, err = Open(a, opts)
+	if err != nil {
+		return // refusing a log that is not this ledger's is a right answer
+	}
+	defer sa.Close()
+	if diff := cmp.Diff(want, contents(t, sa)); diff != "" {
+		t.Fatalf("ledger a after open with ledger b's log (-want +got):\n%s", diff)
+	}
+}
+
+// A power cut during Restore, after Badger's pages of the loaded stream
+// reached the disk and before Restore put this store's applied sequence
+// number back: the stream carries the source's applied key (Backup copies
+// the reserved key like any other), so Badger now claims to hold only the
+// source's batches, fewer than the log's checkpoint, and the ledger no
+// longer opens at all. (The source's key wins when its Badger version is
+// the higher, as on any ledger that was itself restored or replayed.)
+func TestALedgerOpensAfterAPowerCutDuringRestore(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	src, dst, snap := t.TempDir(), t.TempDir(), t.TempDir()
+	// The source was itself restored once from a busier ledger: Badger's
+	// versions there run well ahead of its own sequence numbers.
+	busy, err := Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		putCounter(t, busy, i)
+	}
+	var busyBackup bytes.Buffer
+	if err := busy.Backup(&busyBackup); err != nil {
+		t.Fatal(err)
+	}
+	busy.Close()
+	ss, err := Open(src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.Restore(&busyBackup); err != nil {
+		t.Fatal(err)
+	}
+	err = ss.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("src\x00only"), []byte("restored")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backup bytes.Buffer
+	if err := ss.Backup(&backup); err != nil {
+		t.Fatal(err)
+	}
+	ss.Close()
+
+	ds, err := Open(dst, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		putCounter(t, ds, i)
+	}
+	if err := ds.Close(); err != nil { // a checkpoint at 10
+		t.Fatal(err)
+	}
+	if ds, err = Open(dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	// Restore's first step, then the power cut: Badger's pages on disk.
+	if err := ds.db.Load(bytes.NewReader(backup.Bytes()), 256); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.logs.sync(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dst, snap, func(string) bool { return true })
+	crash(ds)
+
+	ds, err = Open(snap, opts)
+	if err != nil {
+		t.Fatalf("the ledger does not open after a power cut during Restore: %v", err)
+	}
+	defer ds.Close()
+	// The restore may have landed or not, so only this ledger's own
+	// answered records are asked for.
+	got := contents(t, ds)
+	for k, v := range wantCounters(10) {
+		if k[0] == 'r' && got[k] != v {
+			t.Errorf("record %q after open: %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+// After a power cut the operator rolls back to a binary from before the
+// log (here: the store opened NoSync, which, as an older binary, opens
+// Badger alone and neither reads the log nor writes the applied key). It
+// serves, writing on top of what Badger held. Then the new binary comes
+// back: Badger's applied key is still the one from before the cut, so Open
+// replays the old segment over the older binary's later writes, putting
+// back stale values (an effect the older binary settled would be pending
+// again).
+func TestTheLogIsNotReplayedOverAnOlderBinarysLaterWrites(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	snap := badgerBehind(t, opts, 2, 3) // Badger after 2 batches, the log after 5
+
+	old, err := Open(snap, &Options{MinFreeBytes: -1, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = old.Update(context.Background(), func(tx ledger.Txn) error {
+		return tx.Set([]byte("c\x00n"), []byte("written by the older binary"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(snap, opts)
+	if err != nil {
+		return // refusing to replay a log that Badger has moved past is a right answer
+	}
+	defer s.Close()
+	if got := contents(t, s)["c\x00n"]; got != "written by the older binary" {
+		t.Fatalf("c\\x00n after the new binary's open: %q, want the older binary's later write", got)
+	}
+}
+
+// The engine committed its next batch while the last one's Sync ran; the
+// store no longer defers (Update syncs the log, then commits), so what is
+// left of this finding is that readers do not wait for a write's
+// fdatasync: a View runs while an Update is inside it.
+func TestAReadDoesNotWaitForAWritesSync(t *testing.T) {
+	s, err := Open(t.TempDir(), &Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.wal.datasync = func(f *os.File) error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default:
+		}
+		return datasync(f)
+	}
+	set := func(k string) error {
+		return s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte(k), []byte("v")) })
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- set("a") }()
+	<-entered // the write is in its fdatasync
+	read := make(chan error, 1)
+	go func() {
+		read <- s.View(context.Background(), func(r ledger.Reader) error { _, err := r.Get([]byte("a")); return err })
+	}()
+	select {
+	case err := <-read:
+		if !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("read during the write's sync: %v, want not found (not committed yet)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("View still waiting for a write's fdatasync after 10s")
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The log seals every record under the ledger's master key itself, the
+// key Badger uses for its key registry, with a random 96-bit nonce per
+// record: one key for two purposes, and past about 2^32 records (days at
+// the engine's batch rates) a nonce repeats with a probability beyond
+// NIST SP 800-38D's bound for random nonces, which gives away GCM's
+// authentication key. A record must not open under the master key and its
+// stored nonce: the log's key is to be derived (per ledger and generation),
+// with nonces that never repeat under it.
+func TestTheLogIsNotSealedUnderTheMasterKeyItself(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	snap := badgerBehind(t, &Options{MinFreeBytes: -1, EncryptionKey: key}, 1, 1)
+	name, offs := records(t, snap)
+	if len(offs) != 1 {
+		t.Fatalf("%d records in the log, want 1", len(offs))
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := offs[0]
+	n := int64(binary.LittleEndian.Uint32(b[off:]))
+	hdr, p := b[off:off+walRecHeader], b[off+walRecHeader:off+walRecHeader+n]
+	ns := aead.NonceSize()
+	if _, err := aead.Open(nil, p[:ns], p[ns:], hdr[8:]); err == nil {
+		t.Fatal("a log record opens with AES-GCM under the master key and its random nonce")
+	}
+	if _, err := aead.Open(nil, walNonce(binary.LittleEndian.Uint64(hdr[16:])), p, hdr[8:]); err == nil {
+		t.Fatal("a log record opens with AES-GCM under the master key and its random nonce")
+	}
+}
+
+// A recycled segment keeps its older records past the new generation's
+// tail, values included, and a record's framing is checked only by an
+// unkeyed crc and a generation and sequence number anyone can predict.
+// Without a key, bytes inside an older value that spell a record of the
+// segment's next generation are replayed after a power cut as if they
+// were a batch: here one that writes a key no batch wrote.
+func TestBytesInARecycledSegmentsOldValueAreNotReplayed(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir, snap := t.TempDir(), t.TempDir()
+	s, err := Open(dir, opts) // generation 1 in ratchet-wal.0, from seq 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record of generation 3, seq 3, writing forged=injected.
+	rec := newWALRecord()
+	rec.set([]byte("forged"), []byte("injected"))
+	payload := rec.buf[walRecHeader:]
+	forged := make([]byte, walRecHeader, walRecHeader+len(payload))
+	binary.LittleEndian.PutUint32(forged, uint32(len(payload)))
+	binary.LittleEndian.PutUint64(forged[8:], 3)
+	binary.LittleEndian.PutUint64(forged[16:], 3)
+	forged = append(forged, payload...)
+	crc := crc32.Update(crc32.Checksum(forged[:4], crcTable), crcTable, forged[8:])
+	binary.LittleEndian.PutUint32(forged[4:], crc)
+	val := append(forged, make([]byte, 200)...) // over 127 bytes: a 2-byte length
+	err = s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("x"), val) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two checkpoints: generation 2 in ratchet-wal.1, then 3 in
+	// ratchet-wal.0 again, from seq 2.
+	for range 2 {
+		if err := s.syncBadger(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Batch 2's record (24+5 bytes) ends where the old value's bytes
+	// begin: 24 (header) + 1 (op) + 1+1 (key) + 2 (value's length).
+	err = s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("y"), []byte("z")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(string) bool { return true }) // the power cut
+	crash(s)
+
+	s, err = Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, ok := contents(t, s)["forged"]; ok {
+		t.Fatalf("after open the ledger holds forged=%q, which no batch wrote", v)
+	}
+}
