@@ -247,7 +247,14 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// compacted its way to 0.9-1 GiB of RSS, Go heap nearly all Badger's
 	// table builders, even with GOMEMLIMIT at 400 MiB: the Kubernetes
 	// manifest's 512 MiB limit would have killed it. With 2 MiB tables the
-	// same runs peaked at 100-370 MiB (make bench reports the peak). A
+	// same runs peaked at 100-370 MiB (make bench reports the peak). Under
+	// load, a level 0 compaction into the 256 MiB base level still takes
+	// the process to 850-870 MiB resident: 340-410 MiB anonymous (the
+	// builders of its splits at once) and about 520 MiB of the tables it
+	// reads and writes, mapped and clean, which a 512 MiB memory cgroup
+	// reclaims without killing it (1 MiB tables, two compactors or no
+	// compression did not lower it; docs/design.md, "What a level 0
+	// compaction holds under load"). A
 	// ledger written before keeps its older values in the value log, still
 	// read, synced (value log first, see logSync) and reclaimed by value log
 	// GC (Compact). Value log files are 64 MiB instead of 1 GiB: smaller
