@@ -550,7 +550,7 @@ func writePeers(w func(string, ...any), dir string, d time.Duration) peerResults
 	w("%d callers, the same workload, each design measured alternately with Ratchet's engine, twice each, best run of each shown. "+
 		"The peers do only the key and the two counters (no lease, fingerprint, effect record, audit log or outbox). "+
 		"Redis: a private `redis-server` (%s) the bench starts on a free loopback port with its own directory, `appendfsync always`, no snapshots; a begin is one Lua script (SET NX, both ceilings checked, INCRBY both counters), a report a SET XX, each caller on its own connection; its CPU per pair includes redis-server's. "+
-		"Badger group commit: one writer applies every waiting call in one transaction of Ratchet's own store (same fdatasync), a syncer answers each batch once durable while the next is applied: the embedded design's floor. "+
+		"Badger group commit: one writer applies every waiting call in one Update of Ratchet's own store (the same log and fdatasync), a second goroutine answers each batch once durable: the embedded design's floor. "+
 		"Badger transaction per call: `db.Update` per call, SyncWrites and conflict detection on, a conflicted call re-run. "+
 		"The naive PostgreSQL design is in section 4.\n\n", callers, redisVersion())
 	pr, err := benchPeers(filepath.Join(dir, "peers"), callers, d)

@@ -282,6 +282,16 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 		if err != nil {
 			return fail(err)
 		}
+		if n := len(recs); n > 0 && applied > recs[n-1].seq {
+			// Each record is synced before its batch commits, and a
+			// checkpoint starts its segment after the last batch logged, so
+			// after any crash Badger's applied batch is at most the log's
+			// last. Badger past it means this log is older than Badger (a
+			// copy that read the log before Badger's files, an old log put
+			// back): replaying it would put older values over later batches.
+			return fail(fmt.Errorf("ledger log: Badger holds batches up to %d, past the log's last batch %d: the log is older than Badger (copied or put back from before); which side is wrong cannot be told, so nothing was replayed. Remove %s and %s to open the ledger as Badger holds it",
+				applied, recs[n-1].seq, walNames[0], walNames[1]))
+		}
 		if len(recs) > 0 {
 			// Every batch committed to Badger since the checkpoint is in
 			// the log, and was committed in the same transaction as a new
@@ -381,13 +391,15 @@ func (w *wal) read() ([]walRead, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(w.files[w.cur], walHeaderSize, max(0, w.sizes[w.cur]-walHeaderSize)), 1<<20)
 	want := h.start
 	hdr := make([]byte, walRecHeader)
+	// A record may be longer than the segment (append writes past its
+	// size rather than refuse an answered batch), never than the file.
 	for {
 		if _, err := io.ReadFull(r, hdr); err != nil {
 			break
 		}
 		n := binary.LittleEndian.Uint32(hdr)
 		gen, seq := binary.LittleEndian.Uint64(hdr[8:]), binary.LittleEndian.Uint64(hdr[16:])
-		if n == 0 || gen != h.gen || seq != want || int64(n) > w.segmentSize {
+		if n == 0 || gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
 			break
 		}
 		p := make([]byte, n)
