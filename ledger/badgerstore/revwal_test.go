@@ -11,6 +11,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,11 +278,11 @@ func TestAReadDoesNotWaitForAWritesSync(t *testing.T) {
 	}
 	defer s.Close()
 	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
 	s.wal.datasync = func(f *os.File) error {
-		select {
-		case entered <- struct{}{}:
+		if !first.Swap(true) { // the write's: held until released
+			entered <- struct{}{}
 			<-release
-		default:
 		}
 		return datasync(f)
 	}
