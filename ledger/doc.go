@@ -18,18 +18,12 @@
 // them. Reads (Get, List, Budgets, ListApprovals) use snapshots of
 // committed data and never wait for the writer.
 //
-// A store may split the durable step off (Deferred): the writer then
-// commits a batch without waiting for the disk and goes on to the next,
-// while a second goroutine syncs once for every batch committed meanwhile
-// and then answers them; a batch decided on top of one not yet synced is
-// answered only after a sync that covers both. A read may then see a
-// decision about a millisecond before it is durable (after a power cut it
-// may be gone, but nobody was told to act on it). No store does today:
-// badgerstore's Update writes and fdatasyncs a batch's record in its own
-// log before committing it to Badger (see its package doc), and pgstore
-// commits synchronously. A failed sync, or an Update failing with
-// ErrStoreFailed (the batch may or may not be recorded), stops the engine
-// taking writes until it is restarted (see syncer and failStop).
+// A store's Update returns once the batch is durable: badgerstore writes
+// and fdatasyncs a batch's record in its own log before committing it to
+// Badger (see its package doc), and pgstore commits synchronously. An
+// Update failing with ErrStoreFailed (the batch may or may not be
+// recorded) stops the engine taking writes until it is restarted (see
+// failStop).
 //
 // Performance: the write path's limits as measured, what was tried and
 // why it was kept or reverted, are in docs/design.md; BENCHMARKS.md has the

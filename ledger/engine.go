@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,13 +158,11 @@ type Engine struct {
 	maxBatch int
 	ids      idGen
 	obs      Observer
-	cache    *writerCaches // nil unless the store is exclusive; writer only
-	opTxn    opTxn         // the writer's, each op's in turn (decideBatch)
-	deferred Deferred      // nil unless the store syncs separately
-	unsynced chan unsynced
+	cache    *writerCaches         // nil unless the store is exclusive; writer only
+	opTxn    opTxn                 // the writer's, each op's in turn (decideBatch)
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
 	queued   bool                  // the batch being committed wrote outbox entries; writer only
-	syncErr  atomic.Pointer[Error] // set once a Sync failed: no more writes
+	syncErr  atomic.Pointer[Error] // set once the store failed (failStop): no more writes
 	reruns   atomic.Int64          // batches a store decided again (see Reruns)
 	// replica names this engine among those sharing a store ("" on an
 	// exclusive store): its state counts and ceiling shares are its own.
@@ -215,13 +212,6 @@ const prefetchRounds = 2
 type opResult struct {
 	val any
 	err error
-}
-
-// unsynced is a committed part of a batch waiting for a Sync.
-type unsynced struct {
-	ops     []*op
-	results []opResult
-	outbox  bool // the batch wrote outbox entries: wake the workers once durable
 }
 
 // New starts an engine on opts.Store.
@@ -284,12 +274,6 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		e.replica = newReplicaID()
 		e.countsKey = key(kindReplicaCounts, e.replica)
-	}
-	if d, ok := opts.Store.(Deferred); ok {
-		e.deferred = d
-		e.unsynced = make(chan unsynced, 1024)
-		e.wg.Add(1)
-		go e.syncer()
 	}
 	e.wg.Add(1)
 	go e.writer()
@@ -420,9 +404,6 @@ const batchBytes = 2 << 20
 // was queued waits forever.
 func (e *Engine) writer() {
 	defer e.wg.Done()
-	if e.unsynced != nil {
-		defer close(e.unsynced)
-	}
 	var batch []*op
 	for {
 		if len(batch) == 0 {
@@ -454,8 +435,8 @@ func (e *Engine) take(batch []*op) []*op {
 }
 
 // commit runs and commits as much of batch as fits and returns the ops left
-// for the next commit. With a Deferred store the committed ops go to the
-// syncer, which answers them once they are durable.
+// for the next commit. Update returns once the batch is durable, and the
+// committed ops are answered then.
 func (e *Engine) commit(batch []*op) []*op {
 	if err := e.syncErr.Load(); err != nil {
 		e.obs.WriteFailed("stopped", len(batch))
@@ -463,12 +444,8 @@ func (e *Engine) commit(batch []*op) []*op {
 		return nil
 	}
 	var results []opResult
-	update := e.store.Update
-	if e.deferred != nil {
-		update = e.deferred.UpdateDeferred
-	}
 	runs := 0
-	err := update(e.storeCtx, func(tx Txn) error {
+	err := e.store.Update(e.storeCtx, func(tx Txn) error {
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
 		// A store may also run fn again; the batch is decided afresh,
@@ -491,13 +468,9 @@ func (e *Engine) commit(batch []*op) []*op {
 		return nil
 	}
 	done := batch[:len(results)]
-	if e.deferred != nil {
-		e.unsynced <- unsynced{slices.Clone(done), results, e.queued}
-	} else {
-		answer(done, results)
-		if e.queued {
-			e.wake.signal()
-		}
+	answer(done, results)
+	if e.queued {
+		e.wake.signal()
 	}
 	return batch[len(results):]
 }
@@ -506,49 +479,6 @@ func (e *Engine) commit(batch []*op) []*op {
 // batch again (a serialization failure on a shared store). Badger never
 // does: one writer, no conflicts. make bench reports it per pair.
 func (e *Engine) Reruns() int64 { return e.reruns.Load() }
-
-// syncer answers committed batches once a Sync has made them durable: one
-// Sync for every batch committed while the previous Sync ran. If a Sync
-// fails, what it covered may or may not be on disk and later batches were
-// decided on top of it, so the engine stops taking writes (fail-stop, as
-// databases do after a failed fsync; a later fsync may succeed without the
-// lost pages) until Ratchet is restarted and reads the ledger back from
-// disk. Readiness (Ping) then fails too.
-func (e *Engine) syncer() {
-	defer e.wg.Done()
-	for u := range e.unsynced {
-		group := []unsynced{u}
-	more:
-		for {
-			select {
-			case v, ok := <-e.unsynced:
-				if !ok {
-					break more
-				}
-				group = append(group, v)
-			default:
-				break more
-			}
-		}
-		err := e.syncErr.Load()
-		if err == nil {
-			if serr := e.deferred.Sync(); serr != nil {
-				err = e.failStop(serr)
-			}
-		}
-		for _, g := range group {
-			if err != nil {
-				e.obs.WriteFailed("sync", len(g.ops))
-				answerAll(g.ops, err)
-			} else {
-				answer(g.ops, g.results)
-				if g.outbox {
-					e.wake.signal()
-				}
-			}
-		}
-	}
-}
 
 // decideBatch runs the ops of batch in order against tx, each seeing the writes
 // of those before it, until the batch's writes pass batchBytes, and returns
@@ -619,7 +549,7 @@ func (e *Engine) fail(batch []*op, err error) {
 	}
 	e.fired = nil // it may hold what the batch that was not written wrote
 	if errors.Is(err, ErrStoreFailed) {
-		// It may or may not be recorded, like a batch whose Sync failed.
+		// It may or may not be recorded: stop taking writes (failStop).
 		e.obs.WriteFailed("sync", len(batch))
 		answerAll(batch, e.failStop(err))
 		return
@@ -629,9 +559,13 @@ func (e *Engine) fail(batch []*op, err error) {
 	answerAll(batch, &Error{Code: CodeUnavailable, Message: "the ledger could not durably record this; nothing was recorded, retry later", Err: err})
 }
 
-// failStop makes the engine take no more writes (fail-stop, see syncer) after
-// err, a failed Sync or a store that failed in Update, and returns what
-// every write is answered with from then on.
+// failStop makes the engine take no more writes after err, a store that
+// failed in Update (ErrStoreFailed), and returns what every write is
+// answered with from then on. What that batch covered may or may not be on
+// disk, so the engine stops (fail-stop, as databases do after a failed
+// fsync; a later fsync may succeed without the lost pages) until Ratchet is
+// restarted and reads the ledger back from disk. Readiness (Ping) then
+// fails too.
 func (e *Engine) failStop(err error) *Error {
 	e.log.Error("ledger sync failed; refusing writes until restart", "err", err)
 	e.syncErr.CompareAndSwap(nil, &Error{Code: CodeUnavailable, Err: err,

@@ -72,19 +72,8 @@ type Prefetcher interface {
 // not make a batch durable and cannot tell whether it will hold it after a
 // restart (badgerstore: its log was written but not synced, or synced but
 // Badger's commit failed), and refuses writes until it is reopened. The
-// engine then stops taking writes, as after a failed Sync.
+// engine then stops taking writes until it is restarted.
 var ErrStoreFailed = errors.New("the store failed and refuses writes until it is reopened")
-
-// Deferred is implemented by stores that can commit a transaction without
-// waiting for the disk, making its writes visible to later transactions and
-// reads at once, and can later make everything committed so far durable
-// with one Sync. The engine then commits the next batch while earlier ones
-// are being synced, and answers a batch only after a Sync that began after
-// its commit has returned.
-type Deferred interface {
-	UpdateDeferred(ctx context.Context, fn func(Txn) error) error
-	Sync() error
-}
 
 // WriteBuffer holds writes not yet applied: the last value written to each
 // key, with the keys in the order they were first written. A nil value is

@@ -11,10 +11,10 @@
 // (appliedKey). Segments are zero-filled ahead of the records and reused,
 // so the fdatasync overwrites allocated blocks and needs no journal
 // commit, where a sync of Badger's sparse, growing memtable log needs one
-// each time. The store is not ledger.Deferred: the engine calls Update per
-// batch and answers it when Update returns, so its writer waits for each
-// fdatasync (the overlap of commit and sync that Badger's own log allowed
-// is gone; docs/design.md has the cost). Badger's own conflict detection
+// each time. The engine calls Update per batch and answers it when Update
+// returns, so its writer waits for each fdatasync (the overlap of commit
+// and sync that Badger's own log allowed is gone; docs/design.md has the
+// cost). Badger's own conflict detection
 // is off: the engine serialises every write through a single writer
 // goroutine (group commit), and one Badger transaction carries a whole
 // batch of decisions.

@@ -72,7 +72,7 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 		}
 	}
 	// Batch k-1 went to the new memtable; 0..k-2 went to the old one.
-	// (With UpdateDeferred, k-1 was unanswered; now Update answers each.)
+	// (Update answers each batch once its record is durable.)
 	answered := k - 1
 	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
 	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })

@@ -212,7 +212,7 @@ func (c counted) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 // The store, and the optional power the engine finds by assertion (a
-// shared store is never Exclusive and never Deferred).
+// shared store is never Exclusive).
 var (
 	_ ledger.Store      = (*Store)(nil)
 	_ ledger.Txn        = (*txn)(nil)
