@@ -197,7 +197,9 @@ func main() {
 		w("\n| measure | figure | target |\n|---|---|---|\n")
 		w("| engine pairs/s at 64 callers, %d effects vs an empty ledger | %.0f vs %.0f (%.0f%%) | within 20%% |\n", sr.preloaded, sr.loaded.perSec(), sr.empty.perSec(), 100*sr.loaded.perSec()/sr.empty.perSec())
 		w("| begin p99 at 64 callers, loaded | %s | ≤ 4 ms |\n", ms(sr.loaded.p99))
-		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f; %.0f file-backed); peak %.0f MiB | < 512 MiB |\n", serveMemLimit, sr.mem.rss, sr.mem.anon, sr.mem.heap, sr.mem.file, sr.mem.peak)
+		m := sr.mem
+		w("| RSS of `ratchet serve` on that ledger under MCP load (GOMEMLIMIT %s, as in the Kubernetes manifest): at the end; at its peak (VmHWM) | %.0f MiB (%.0f anonymous, of which Go heap in use %.0f, the heap's goal %.0f; %.0f file-backed: tables %.0f, Badger's logs %.0f, the program %.0f, other %.0f); peak %.0f MiB | < 512 MiB |\n",
+			serveMemLimit, m.rss, m.anon, m.heap, m.heapGoal, m.file, m.files.tables, m.files.logs, m.files.binary, m.files.other, m.peak)
 		w("| open (recovery) time of that ledger | %s | < 5 s |\n\n", sr.open.Round(time.Millisecond))
 	}
 	if run("scale") || run("flush") {

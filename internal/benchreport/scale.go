@@ -60,6 +60,68 @@ const (
 // times over).
 type memFigures struct {
 	rss, anon, file, heap, peak float64
+	heapGoal                    float64 // the Go heap's size at which the next collection starts
+	files                       fileMiB
+}
+
+// fileMiB is a process's file-backed resident pages in MiB, by what is
+// mapped: the ledger's tables (each table's index and last block are read
+// through its mapping when it opens, and Linux maps the page cache around
+// each page read), Badger's logs (the memtable's, written through its
+// mapping as it fills, and the value log), the program itself, and the
+// rest (the C library and such).
+type fileMiB struct {
+	tables, logs, binary, other float64
+}
+
+// fileResident reads /proc/<pid>/smaps text: each mapping's resident
+// pages less its anonymous ones (a private mapping's written pages), by
+// the file mapped; exe is the program's path.
+func fileResident(smaps []byte, exe string) fileMiB {
+	var out fileMiB
+	var cur *float64
+	var rss float64
+	flush := func() {
+		if cur != nil {
+			*cur += rss / 1024
+		}
+		cur, rss = nil, 0
+	}
+	for line := range strings.Lines(string(smaps)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if !strings.HasSuffix(f[0], ":") { // a mapping's first line: range, perms, offset, dev, inode[, path]
+			flush()
+			if len(f) < 6 || strings.HasPrefix(f[5], "[") || f[4] == "0" {
+				continue // anonymous: the heap, stacks, [vdso]
+			}
+			switch path := f[5]; {
+			case strings.HasSuffix(path, ".sst"):
+				cur = &out.tables
+			case strings.HasSuffix(path, ".mem"), strings.HasSuffix(path, ".vlog"):
+				cur = &out.logs
+			case path == exe:
+				cur = &out.binary
+			default:
+				cur = &out.other
+			}
+			continue
+		}
+		if cur == nil || len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "Rss:":
+			rss += kb
+		case "Anonymous:":
+			rss -= kb
+		}
+	}
+	flush()
+	return out
 }
 
 // benchScale fills a ledger with n effects, then measures opening it, the
@@ -379,6 +441,7 @@ var (
 	mcpURLRe   = regexp.MustCompile(`mcp=(http://\S+/mcp)`)
 	adminURLRe = regexp.MustCompile(`admin=(http://\S+)`)
 	heapRe     = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
+	heapGoalRe = regexp.MustCompile(`(?m)^go_memstats_next_gc_bytes (\S+)$`)
 )
 
 // serveMemLimit is the GOMEMLIMIT the Kubernetes manifest gives the
@@ -479,6 +542,10 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 		return out, fmt.Errorf("no VmRSS")
 	}
 	out.rss, out.anon, out.file, out.peak = mib["VmRSS:"], mib["RssAnon:"], mib["RssFile:"], mib["VmHWM:"]
+	if sm, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", cmd.Process.Pid)); err == nil {
+		exe, _ := filepath.Abs(cmd.Path)
+		out.files = fileResident(sm, exe)
+	}
 	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		return out, err
@@ -488,6 +555,10 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 	if h := heapRe.FindSubmatch(m); h != nil {
 		v, _ := strconv.ParseFloat(string(h[1]), 64)
 		out.heap = v / (1 << 20)
+	}
+	if h := heapGoalRe.FindSubmatch(m); h != nil {
+		v, _ := strconv.ParseFloat(string(h[1]), 64)
+		out.heapGoal = v / (1 << 20)
 	}
 	return out, nil
 }
