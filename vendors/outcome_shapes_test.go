@@ -197,3 +197,72 @@ func TestOutcomeOfEveryAnswerShape(t *testing.T) {
 		t.Errorf("an answer's outcome changed (-testdata/outcomes.golden +now):\n%s", diff)
 	}
 }
+
+// fieldPaths are paths of every kind ReadFields walks: a member, members
+// nested, array elements (as strconv.Atoi reads an index: "+0", "-0" and
+// "00" are 0), a member named like an index, names a map would not match.
+var fieldPaths = [][]string{
+	{"id"}, {"error", "code"}, {"error", "type"}, {"error", "payment_intent", "id"},
+	{"details", "0", "issue"}, {"details", "1", "issue"}, {"errors", "+0", "code"}, {"n", "00"},
+	{"approved"}, {"a"}, {"ID"}, {"i\uFFFDd"}, {"payment", "id"}, {"x", "0", "0"}, {"resultCode"}, {"data", "0", "id"},
+}
+
+// readByMap is what ReadFields must read at each path: Str and Get of the
+// decoded object.
+func readByMap(body []byte, paths [][]string) (strs []string, bools []string) {
+	m := vendors.JSONObject(body)
+	for _, p := range paths {
+		strs = append(strs, vendors.Str(m, p...))
+		b, ok := vendors.Get(m, p...).(bool)
+		bools = append(bools, fmt.Sprint(b, ok))
+	}
+	return strs, bools
+}
+
+func readByScan(body []byte, paths [][]string) (strs []string, bools []string) {
+	f := vendors.ReadFields(body, paths...)
+	for i := range paths {
+		strs = append(strs, f.Str(i))
+		b, ok := f.Bool(i)
+		bools = append(bools, fmt.Sprint(b, ok))
+	}
+	return strs, bools
+}
+
+// TestReadFieldsIsJSONObjectsReading: over every answer shape, each path
+// reads the string and boolean that Get of JSONObject's map reads.
+func TestReadFieldsIsJSONObjectsReading(t *testing.T) {
+	for _, s := range answerShapes(t) {
+		ws, wb := readByMap([]byte(s[1]), fieldPaths)
+		gs, gb := readByScan([]byte(s[1]), fieldPaths)
+		if diff := cmp.Diff(ws, gs); diff != "" {
+			t.Errorf("%s: strings (-map +ReadFields):\n%s", s[0], diff)
+		}
+		if diff := cmp.Diff(wb, gb); diff != "" {
+			t.Errorf("%s: booleans (-map +ReadFields):\n%s", s[0], diff)
+		}
+	}
+}
+
+// FuzzReadFields holds ReadFields to JSONObject's reading for any body,
+// at the fixed paths and at one more the fuzzer makes (dot-separated).
+func FuzzReadFields(f *testing.F) {
+	for _, s := range [][2]string{{`{"id":"x"}`, "id"}, {`{"details":[{"issue":"a"}]}`, "details.0.issue"},
+		{`{"a":{"b":[1,"x",{"c":true}]},"a":{"b":[0,"y"]}}`, "a.b.1"}, {`{"\u0061":"x"} z`, "a"}, {`[{"id":"x"}]`, "0.id"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, body, path string) {
+		paths := append(append([][]string{}, fieldPaths[:MaxFieldsInFuzz]...), strings.Split(path, "."))
+		ws, wb := readByMap([]byte(body), paths)
+		gs, gb := readByScan([]byte(body), paths)
+		if diff := cmp.Diff(ws, gs); diff != "" {
+			t.Errorf("%q: strings (-map +ReadFields):\n%s", body, diff)
+		}
+		if diff := cmp.Diff(wb, gb); diff != "" {
+			t.Errorf("%q: booleans (-map +ReadFields):\n%s", body, diff)
+		}
+	})
+}
+
+// MaxFieldsInFuzz leaves the fuzzer's own path room among MaxFields.
+const MaxFieldsInFuzz = vendors.MaxFields - 1
