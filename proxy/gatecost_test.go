@@ -26,9 +26,13 @@ import (
 // own work on an effect POST"). Under callgrind, as design.md describes:
 //
 //	go test -c -o /tmp/proxy.test ./proxy
-//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/proxy.test -test.run XXX -test.bench 'Gate$' -test.benchtime 1000x
+//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/proxy.test -test.cpu 1 -test.run XXX -test.bench '^BenchmarkGate$' -test.benchtime 1000x
 //
-// and again at 5000x: the difference over 4000 is a request's instructions.
+// and again at 5000x: the difference over 4000 is a request's instructions
+// (two runs agree within 1%). -test.cpu 1: with a second P idle, the
+// garbage collector's idle mark worker runs on it, and under valgrind its
+// instructions follow the wall clock rather than the work (runs of one
+// commit then differ by a third).
 
 // executeAtOnce is an Engine that answers every begin execute, and takes
 // every report, without a ledger.
