@@ -3,12 +3,14 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratchet-mcp/ratchet/vendors"
+	"github.com/ratchet-mcp/ratchet/vendors/stripe"
 )
 
 // TestCanonicalContentIsUnchanged pins the payload (and so the
@@ -46,6 +48,17 @@ func TestCanonicalContentIsUnchanged(t *testing.T) {
 		got := string(canonicalContent(c.method, c.path, c.ct, []byte(c.body), c.e))
 		if diff := cmp.Diff(c.want, got); diff != "" {
 			t.Errorf("%s: payload changed (-want +got):\n%s", c.name, diff)
+		}
+		// The same body with the form Stripe's rules parsed it into
+		// (Effect.Form), which the payload is then made from.
+		e, _ := stripe.Vendor{}.Classify(&vendors.Request{Method: c.method, Path: c.path, Header: http.Header{}, Body: []byte(c.body)})
+		if e.Form == nil {
+			continue
+		}
+		c.e.Form = e.Form
+		got = string(canonicalContent(c.method, c.path, c.ct, []byte(c.body), c.e))
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("%s, with the form Stripe's rules parsed: payload changed (-want +got):\n%s", c.name, diff)
 		}
 	}
 }

@@ -401,7 +401,9 @@ func canonicalContent(method, path, contentType string, body []byte, e vendors.E
 	switch {
 	case len(body) == 0:
 	case strings.HasPrefix(contentType, "application/x-www-form-urlencoded"):
-		if form, err := url.ParseQuery(string(body)); err == nil {
+		if e.Form != nil { // the rules parsed this body as a form already
+			c.Form = &e.Form
+		} else if form, err := url.ParseQuery(string(body)); err == nil {
 			c.Form = &form
 		} else {
 			c.BodySHA256 = hashed(string(body))

@@ -148,6 +148,9 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 		// nothing could be costed as Stripe would read it.
 		e.Refuse = "the form body does not parse: " + err.Error()
 	}
+	if err == nil {
+		e.Form = form
+	}
 	if e.Refuse == "" {
 		e.Refuse = repeatedFormField(form)
 	}
