@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httputil"
@@ -120,8 +121,10 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 	if res.Reason != "" {
 		h.Set(HeaderReason, res.Reason)
 	}
-	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
-		"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
+	if p.log.Enabled(r.Context(), slog.LevelInfo) { // its arguments are built only for a logger that writes it
+		p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
+			"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
+	}
 	switch res.Decision {
 	case ledger.DecisionExecute:
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
@@ -210,7 +213,7 @@ func dropHopByHop(h http.Header) {
 			}
 		}
 	}
-	h.Del("Connection")
+	delete(h, "Connection")
 }
 
 // labels are the caller's Ratchet-Agent-Id and Ratchet-Run-Id, for the
@@ -472,14 +475,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
 			pr.SetURL(upstream)
 			for _, h := range ratchetHeaders {
-				pr.Out.Header.Del(h)
+				delete(pr.Out.Header, h) // canonical names: Header.Del less its canonicalisation
 			}
 			if c != nil {
 				// Ratchet reads the answer (outcome, object id, the
 				// stored copy for replay): a caller's own Accept-Encoding
 				// would get it compressed. Without it the transport asks
 				// for gzip itself and hands back the decompressed body.
-				pr.Out.Header.Del("Accept-Encoding")
+				delete(pr.Out.Header, "Accept-Encoding")
 			}
 		},
 		Transport:  traced(p.opts.Transport, v.Name()),
@@ -545,7 +548,9 @@ func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []
 			"effect_id", c.effectID, "outcome", o, "err", err)
 		return
 	}
-	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+	if p.log.Enabled(ctx, slog.LevelInfo) {
+		p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+	}
 }
 
 func vendorRef(ref string) string { return outbound.VendorRef(ref) }
