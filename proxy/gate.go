@@ -422,7 +422,7 @@ func canonicalContent(method, path, contentType string, body []byte, e vendors.E
 		}
 		c.JSON = &obj
 	}
-	b, _ := json.Marshal(c) // strings, maps of strings and raw JSON always encode
+	b := marshalContent(c) // json.Marshal(c), byte for byte (content.go)
 	if len(b) <= ledger.MaxPayloadBytes {
 		return b
 	}
