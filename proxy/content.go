@@ -142,4 +142,3 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	return append(append(b, s[start:]...), '"')
 }
-
