@@ -73,7 +73,7 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Header: r.Header, Body: body})
 	if !isEffect {
 		p.opts.Observer.Request(v.Name(), "pass")
-		p.forward(w, r, v, path, body, nil)
+		p.forward(w, r, r.Context(), v, path, body, nil)
 		return
 	}
 	if e.Refuse != "" {
@@ -148,8 +148,9 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
 			at.VendorKey = res.VendorIdempotencyKey.Value
 		}
-		r = r.WithContext(WithAttempt(r.Context(), at)) // attempt.go: for a recording Transport
-		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt, owner})
+		// The attempt, for a recording Transport (attempt.go), in the
+		// context forward gives the request (one copy of it, not two).
+		p.forward(w, r, WithAttempt(r.Context(), at), v, path, body, &call{v, res.EffectID, res.Attempt, owner})
 	case ledger.DecisionDuplicate:
 		if derived(v, req.IdempotencyKey) {
 			// Nothing but identical content within the window made this
@@ -457,11 +458,11 @@ type content struct {
 	Scope      string                      `json:"scope,omitempty"`
 }
 
-// forward sends the request upstream; with a call, the answer is
-// classified and reported before it reaches the caller.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string, body []byte, c *call) {
+// forward sends the request upstream in ctx (the request's, or one made
+// from it); with a call, the answer is classified and reported before it
+// reaches the caller.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ctx context.Context, v vendors.Vendor, path string, body []byte, c *call) {
 	upstream := p.upstreams[v.Name()]
-	ctx := r.Context()
 	if c != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.opts.UpstreamTimeout)
