@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httputil"
@@ -72,7 +73,7 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 	e, isEffect := v.Classify(&vendors.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Header: r.Header, Body: body})
 	if !isEffect {
 		p.opts.Observer.Request(v.Name(), "pass")
-		p.forward(w, r, v, path, body, nil)
+		p.forward(w, r, r.Context(), v, path, body, nil)
 		return
 	}
 	if e.Refuse != "" {
@@ -120,8 +121,10 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 	if res.Reason != "" {
 		h.Set(HeaderReason, res.Reason)
 	}
-	p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
-		"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
+	if p.log.Enabled(r.Context(), slog.LevelInfo) { // its arguments are built only for a logger that writes it
+		p.log.Info("proxy decision", append([]any{"vendor", v.Name(), "effect_type", e.EffectType, "operation", e.Operation, "decision", res.Decision,
+			"effect_id", res.EffectID, "attempt", res.Attempt}, labels(r)...)...)
+	}
 	switch res.Decision {
 	case ledger.DecisionExecute:
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
@@ -145,8 +148,9 @@ func (p *Proxy) gateRequest(w http.ResponseWriter, r *http.Request, v vendors.Ve
 		if res.VendorIdempotencyKey != nil && e.Key.Location != "" {
 			at.VendorKey = res.VendorIdempotencyKey.Value
 		}
-		r = r.WithContext(WithAttempt(r.Context(), at)) // attempt.go: for a recording Transport
-		p.forward(w, r, v, path, body, &call{v, res.EffectID, res.Attempt, owner})
+		// The attempt, for a recording Transport (attempt.go), in the
+		// context forward gives the request (one copy of it, not two).
+		p.forward(w, r, WithAttempt(r.Context(), at), v, path, body, &call{v, res.EffectID, res.Attempt, owner})
 	case ledger.DecisionDuplicate:
 		if derived(v, req.IdempotencyKey) {
 			// Nothing but identical content within the window made this
@@ -210,7 +214,7 @@ func dropHopByHop(h http.Header) {
 			}
 		}
 	}
-	h.Del("Connection")
+	delete(h, "Connection")
 }
 
 // labels are the caller's Ratchet-Agent-Id and Ratchet-Run-Id, for the
@@ -401,7 +405,9 @@ func canonicalContent(method, path, contentType string, body []byte, e vendors.E
 	switch {
 	case len(body) == 0:
 	case strings.HasPrefix(contentType, "application/x-www-form-urlencoded"):
-		if form, err := url.ParseQuery(string(body)); err == nil {
+		if e.Form != nil { // the rules parsed this body as a form already
+			c.Form = &e.Form
+		} else if form, err := url.ParseQuery(string(body)); err == nil {
 			c.Form = &form
 		} else {
 			c.BodySHA256 = hashed(string(body))
@@ -417,7 +423,7 @@ func canonicalContent(method, path, contentType string, body []byte, e vendors.E
 		}
 		c.JSON = &obj
 	}
-	b, _ := json.Marshal(c) // strings, maps of strings and raw JSON always encode
+	b := marshalContent(c) // json.Marshal(c), byte for byte (content.go)
 	if len(b) <= ledger.MaxPayloadBytes {
 		return b
 	}
@@ -452,11 +458,11 @@ type content struct {
 	Scope      string                      `json:"scope,omitempty"`
 }
 
-// forward sends the request upstream; with a call, the answer is
-// classified and reported before it reaches the caller.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor, path string, body []byte, c *call) {
+// forward sends the request upstream in ctx (the request's, or one made
+// from it); with a call, the answer is classified and reported before it
+// reaches the caller.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ctx context.Context, v vendors.Vendor, path string, body []byte, c *call) {
 	upstream := p.upstreams[v.Name()]
-	ctx := r.Context()
 	if c != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.opts.UpstreamTimeout)
@@ -470,14 +476,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, v vendors.Vendor
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
 			pr.SetURL(upstream)
 			for _, h := range ratchetHeaders {
-				pr.Out.Header.Del(h)
+				delete(pr.Out.Header, h) // canonical names: Header.Del less its canonicalisation
 			}
 			if c != nil {
 				// Ratchet reads the answer (outcome, object id, the
 				// stored copy for replay): a caller's own Accept-Encoding
 				// would get it compressed. Without it the transport asks
 				// for gzip itself and hands back the decompressed body.
-				pr.Out.Header.Del("Accept-Encoding")
+				delete(pr.Out.Header, "Accept-Encoding")
 			}
 		},
 		Transport:  traced(p.opts.Transport, v.Name()),
@@ -543,7 +549,9 @@ func (p *Proxy) report(ctx context.Context, c *call, o ledger.Outcome, result []
 			"effect_id", c.effectID, "outcome", o, "err", err)
 		return
 	}
-	p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+	if p.log.Enabled(ctx, slog.LevelInfo) {
+		p.log.Info("proxy report", "vendor", c.v.Name(), "effect_id", c.effectID, "outcome", o, "vendor_reference", ref)
+	}
 }
 
 func vendorRef(ref string) string { return outbound.VendorRef(ref) }

@@ -60,6 +60,9 @@ func startSpan(r *http.Request, vendor string) (*http.Request, trace.Span) {
 
 // traceDecision records the engine's answer on the request's span.
 func traceDecision(ctx context.Context, effectType string, res *ledger.BeginResult) {
+	if tracesOff() { // no span to record on, and its attributes would be built all the same
+		return
+	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("effect_type", effectType),
 		attribute.String("decision", string(res.Decision)), attribute.String("effect_id", res.EffectID))
 }

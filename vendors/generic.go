@@ -30,9 +30,12 @@ func (g Generic) classify(r *Request) (Effect, bool) {
 		Refuse: SingleHeaders(r.Header, "Authorization", "Idempotency-Key")}, true
 }
 
+var idField = []string{"id"}
+
 // Outcome implements Vendor with the common status rule.
 func (Generic) Outcome(r *Response) Outcome {
-	return Outcome{Result: ByStatus(r.Status), VendorReference: Str(JSONObject(r.Body), "id")}
+	body := ReadFields(r.Body, idField)
+	return Outcome{Result: ByStatus(r.Status), VendorReference: body.Str(0)}
 }
 
 // Refusal implements Vendor.

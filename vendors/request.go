@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -93,6 +94,11 @@ type Effect struct {
 	// empty for endpoints that take none (the request is gated but not
 	// stamped).
 	Key KeyRule
+	// Form is the body as url.ParseQuery parsed it, when the rules read it
+	// as a form and it parsed (Stripe's v1): the proxy's fingerprint of a
+	// form body is made from these fields rather than from a second
+	// parse. Nil otherwise. Read only.
+	Form url.Values
 }
 
 // RefuseFor sets Refuse to why unless a reason is already set: the first

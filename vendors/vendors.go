@@ -19,7 +19,12 @@
 // attempt with a new key is safe; "unknown" means it may have. Every vendor
 // starts from the same rule (byStatus: 2xx succeeded; 408, 409, 5xx unknown;
 // other 4xx failed) and adds what its documentation says (Adyen's refused
-// 200s, Stripe's in-progress 409, Adyen's 704 and 703 codes).
+// 200s, Stripe's in-progress 409, Adyen's 704 and 703 codes). The built-in
+// rules read an answer with ReadFields (fields.go), which reads only the
+// paths a rule names and reads them exactly as Get of JSONObject's map
+// would (TestReadFieldsIsJSONObjectsReading, FuzzReadFields); what every
+// rule makes of every answer shape is pinned in testdata/outcomes.golden,
+// and a change there is a change of classification.
 //
 // Key shaping. Every vendor key is a 36-character RFC 9562 UUID (version 8,
 // "custom") built from a digest the caller derives from the server secret, the

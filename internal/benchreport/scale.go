@@ -35,7 +35,7 @@ type scaleResult struct {
 type sideFigures struct {
 	pairs, slices, memtables int
 	elapsed, drain, cpu      time.Duration
-	written                  int64 // bytes the process wrote to disk (/proc/<pid>/io write_bytes); -1 unknown
+	written                  int64 // bytes the ledger's block device wrote while this side ran (deviceWritten); -1 unknown
 	p99                      time.Duration
 }
 
@@ -206,10 +206,11 @@ type scaleSide struct {
 	out  *json.Decoder
 	open time.Duration
 	f    sideFigures
-	// the process's counters at its last pause
-	cpu     time.Duration
-	written int64
-	memFid  int
+	// the process's counters at its last pause, and the device's at its
+	// last resume
+	cpu    time.Duration
+	memFid int
+	devAt  int64
 }
 
 // scaleAnswer is a -scale-worker's answer to a line: its open time at
@@ -227,7 +228,7 @@ func startScaleSide(dir string) (*scaleSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &scaleSide{cmd: exec.Command(self, "-scale-worker", dir), dir: dir}
+	s := &scaleSide{cmd: exec.Command(self, "-scale-worker", dir), dir: dir, devAt: deviceWritten(dir)}
 	s.cmd.Stderr = os.Stderr
 	if s.in, err = s.cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -260,8 +261,11 @@ func (s *scaleSide) answer() (scaleAnswer, error) {
 	return a, nil
 }
 
-// pause stops the process and adds what it used and wrote since the last
-// pause to its totals.
+// pause stops the process and adds what it used since the last pause, and
+// what the device wrote since the last resume, to its totals. The device
+// is read rather than the process's /proc/<pid>/io write_bytes, which
+// counts a dirtied page cache folio (up to 2 MiB here) for each small
+// overwrite of the store's preallocated log (docs/design.md).
 func (s *scaleSide) pause() error {
 	if err := pauseProcess(s.cmd.Process); err != nil {
 		return err
@@ -275,22 +279,28 @@ func (s *scaleSide) pause() error {
 	if !ok {
 		return fmt.Errorf("scale worker: cannot read its CPU time")
 	}
-	written := writeBytes(s.cmd.Process.Pid)
+	written := deviceWritten(s.dir)
 	fid := maxMemFid(s.dir)
 	s.f.cpu += cpu - s.cpu
-	if written < 0 || s.f.written < 0 {
+	if written < 0 || s.devAt < 0 || s.f.written < 0 {
 		s.f.written = -1
 	} else {
-		s.f.written += written - s.written
+		s.f.written += written - s.devAt
 	}
 	s.f.memtables += fid - s.memFid
-	s.cpu, s.written, s.memFid = cpu, written, fid
+	s.cpu, s.memFid = cpu, fid
 	return nil
+}
+
+// resume lets the process run again, noting the device's counter.
+func (s *scaleSide) resume() {
+	s.devAt = deviceWritten(s.dir)
+	resume(s.cmd.Process)
 }
 
 // slice resumes the process, runs scaleSlice pairs and pauses it again.
 func (s *scaleSide) slice() error {
-	resume(s.cmd.Process)
+	s.resume()
 	fmt.Fprintln(s.in, scaleSlice)
 	a, err := s.answer()
 	if err != nil {
@@ -305,7 +315,7 @@ func (s *scaleSide) slice() error {
 // finish lets the process run idle until its compactions are done (the
 // drain, counted in its time), then ends it and reads its begins' p99.
 func (s *scaleSide) finish() error {
-	resume(s.cmd.Process)
+	s.resume()
 	s.f.drain = settled(s)
 	s.f.elapsed += s.f.drain
 	if err := s.pause(); err != nil {

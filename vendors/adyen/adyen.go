@@ -122,14 +122,17 @@ func (a Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 	return e, true
 }
 
+// outcomeFields are what Outcome reads of an answer.
+var outcomeFields = [][]string{{"pspReference"}, {"errorCode"}, {"resultCode"}, {"refusalReason"}, {"errorType"}}
+
 // Outcome implements Vendor.
 func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
-	body := vendors.JSONObject(r.Body)
-	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.Str(body, "pspReference")}
-	code := vendors.Str(body, "errorCode")
-	switch result := vendors.Str(body, "resultCode"); {
+	body := vendors.ReadFields(r.Body, outcomeFields...)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: body.Str(0)}
+	code := body.Str(1)
+	switch result := body.Str(2); {
 	case o.Result == vendors.Succeeded && (result == "Refused" || result == "Error" || result == "Cancelled"):
-		o.Result, o.Reason = vendors.Failed, result+": "+vendors.Str(body, "refusalReason")
+		o.Result, o.Reason = vendors.Failed, result+": "+body.Str(3)
 	case o.Result == vendors.Succeeded:
 		o.Reason = result
 	case strings.EqualFold(r.Header.Get("Transient-Error"), "true"), code == "704":
@@ -137,7 +140,7 @@ func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
 	case code == "703":
 		o.Result, o.Reason = vendors.Failed, "Adyen's idempotency store was unavailable; nothing was processed (703)"
 	default:
-		o.Reason = strings.Trim(vendors.Str(body, "errorType")+" "+code, " ")
+		o.Reason = strings.Trim(body.Str(4)+" "+code, " ")
 	}
 	return o
 }

@@ -97,15 +97,18 @@ func checkoutSecretKey(a string) bool {
 	return strings.HasPrefix(strings.TrimSpace(a), "sk_")
 }
 
+// outcomeFields are what Outcome reads of an answer.
+var outcomeFields = [][]string{{"id"}, {"action_id"}, {"approved"}, {"response_summary"}, {"error_type"}}
+
 // Outcome implements Vendor.
 func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
-	body := vendors.JSONObject(r.Body)
-	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.FirstString(body, []string{"id"}, []string{"action_id"})}
-	switch approved, ok := vendors.Get(body, "approved").(bool); {
+	body := vendors.ReadFields(r.Body, outcomeFields...)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: body.First(0, 1)}
+	switch approved, ok := body.Bool(2); {
 	case o.Result == vendors.Succeeded && ok && !approved:
-		o.Result, o.Reason = vendors.Failed, "declined: "+vendors.Str(body, "response_summary")
+		o.Result, o.Reason = vendors.Failed, "declined: "+body.Str(3)
 	case o.Result != vendors.Succeeded:
-		o.Reason = vendors.Str(body, "error_type")
+		o.Reason = body.Str(4)
 	}
 	return o
 }

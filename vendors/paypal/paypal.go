@@ -129,12 +129,16 @@ func paypalOrderMoney(body any) (*vendors.Money, string) {
 	return total, ""
 }
 
+// outcomeFields are what Outcome reads of an answer: the object's id, the
+// error's name and its first detail's issue.
+var outcomeFields = [][]string{{"id"}, {"name"}, {"details", "0", "issue"}}
+
 // Outcome implements Vendor.
 func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
-	body := vendors.JSONObject(r.Body)
-	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.Str(body, "id")}
+	body := vendors.ReadFields(r.Body, outcomeFields...)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: body.Str(0)}
 	if o.Result != vendors.Succeeded {
-		o.Reason = strings.Trim(vendors.Str(body, "name")+" "+vendors.Str(body, "details", "0", "issue"), " ")
+		o.Reason = strings.Trim(body.Str(1)+" "+body.Str(2), " ")
 	}
 	return o
 }

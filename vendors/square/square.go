@@ -175,18 +175,28 @@ var squareReads = map[string]bool{"search": true, "batch-retrieve": true, "calcu
 // created, in order of preference.
 var squareObjects = []string{"payment", "refund", "order", "invoice", "payment_link", "customer", "subscription", "card"}
 
+// outcomeFields are what Outcome reads of an answer: each of squareObjects'
+// id, in order, then the first error's category and code.
+var outcomeFields = func() [][]string {
+	var f [][]string
+	for _, k := range squareObjects {
+		f = append(f, []string{k, "id"})
+	}
+	return append(f, []string{"errors", "0", "category"}, []string{"errors", "0", "code"})
+}()
+
 // Outcome implements Vendor.
 func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
-	body := vendors.JSONObject(r.Body)
+	body := vendors.ReadFields(r.Body, outcomeFields...)
 	o := vendors.Outcome{Result: vendors.ByStatus(r.Status)}
-	for _, k := range squareObjects {
-		if id := vendors.Str(body, k, "id"); id != "" {
+	for i := range squareObjects {
+		if id := body.Str(i); id != "" {
 			o.VendorReference = id
 			break
 		}
 	}
 	if o.Result != vendors.Succeeded {
-		o.Reason = strings.Trim(vendors.Str(body, "errors", "0", "category")+" "+vendors.Str(body, "errors", "0", "code"), " ")
+		o.Reason = strings.Trim(body.Str(len(squareObjects))+" "+body.Str(len(squareObjects)+1), " ")
 	}
 	return o
 }

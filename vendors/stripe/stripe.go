@@ -148,6 +148,9 @@ func (s Vendor) classify(r *vendors.Request) (vendors.Effect, bool) {
 		// nothing could be costed as Stripe would read it.
 		e.Refuse = "the form body does not parse: " + err.Error()
 	}
+	if err == nil {
+		e.Form = form
+	}
 	if e.Refuse == "" {
 		e.Refuse = repeatedFormField(form)
 	}
@@ -196,11 +199,15 @@ func repeatedFormField(form url.Values) string {
 	return fmt.Sprintf("the form field %q is sent more than once; a field that is not an array (name[]) must be sent once", names[0])
 }
 
+// outcomeFields are what Outcome reads of an answer: the object's id, the
+// error's code and type, and a declined payment's id.
+var outcomeFields = [][]string{{"id"}, {"error", "code"}, {"error", "type"}, {"error", "payment_intent", "id"}}
+
 // Outcome implements Vendor.
 func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
-	body := vendors.JSONObject(r.Body)
-	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: vendors.Str(body, "id")}
-	code := vendors.FirstString(body, []string{"error", "code"}, []string{"error", "type"})
+	body := vendors.ReadFields(r.Body, outcomeFields...)
+	o := vendors.Outcome{Result: vendors.ByStatus(r.Status), VendorReference: body.Str(0)}
+	code := body.First(1, 2)
 	switch {
 	case o.Result == vendors.Succeeded && strings.EqualFold(r.Header.Get("Idempotent-Replayed"), "true"):
 		o.Reason = "replayed by Stripe"
@@ -208,7 +215,7 @@ func (Vendor) Outcome(r *vendors.Response) vendors.Outcome {
 		o.Reason = "a request with this key is in progress at Stripe (" + code + ")"
 	case o.Result != vendors.Succeeded:
 		o.Reason = code
-		if id := vendors.Str(body, "error", "payment_intent", "id"); id != "" {
+		if id := body.Str(3); id != "" {
 			o.VendorReference = id
 		}
 	}
