@@ -82,3 +82,5 @@ tool (
 	github.com/stripe/stripe-mock
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+replace github.com/modelcontextprotocol/go-sdk => ./third_party/go-sdk
