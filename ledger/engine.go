@@ -388,11 +388,12 @@ func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
 	return r.val, r.err
 }
 
-// batchBytes caps what one commit carries, well under Badger's transaction
-// limit (15% of its 32 MiB memtable, counting every value, since values
-// stay in the tree); the rest of the batch moves to the next commit. The
-// check comes before each op, so one op's writes (a few hundred KiB at
-// most) may go past it.
+// batchBytes caps what one commit carries, under Badger's transaction
+// limit (15% of its 16 MiB memtable, 2.4 MiB, counting every value, since
+// values stay in the tree; badgerstore.Open); the rest of the batch moves
+// to the next commit. The check comes before each op, so one op's writes
+// (a few hundred KiB at most) and the batch's audit block may go past it:
+// the margin is about 400 KiB, so a smaller memtable needs a smaller cap.
 const batchBytes = 2 << 20
 
 // writer is the single goroutine that decides and commits. It takes every
