@@ -97,7 +97,9 @@ type Effect struct {
 	// Form is the body as url.ParseQuery parsed it, when the rules read it
 	// as a form and it parsed (Stripe's v1): the proxy's fingerprint of a
 	// form body is made from these fields rather than from a second
-	// parse. Nil otherwise. Read only.
+	// parse. Nil otherwise. Read only: the fingerprint is made from it.
+	// It is the raw request (card fields included): never log, persist or
+	// return an Effect whole.
 	Form url.Values
 }
 
