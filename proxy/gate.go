@@ -513,7 +513,7 @@ func (p *Proxy) settle(ctx context.Context, c *call, resp *http.Response, start 
 	if err != nil || len(b) > maxResponseBytes {
 		return fmt.Errorf("reading the vendor's answer: %v", err) // reported unknown by ErrorHandler
 	}
-	o := c.v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
+	o := vendors.Classify(c.v, &vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b})
 	p.opts.Observer.Upstream(c.v.Name(), string(o.Result), time.Since(start))
 	result := outbound.Keep(resp.StatusCode, resp.Header.Get("Content-Type"), b, vendorRef(o.VendorReference), c.owner)
 	p.report(ctx, c, outcomes[o.Result], result, o.VendorReference, o.Reason)

@@ -545,3 +545,32 @@ func TestUpstreamConnectionsAreKept(t *testing.T) {
 		t.Fatalf("%d requests from %d callers opened %d upstream connections", callers*calls, callers, n)
 	}
 }
+
+// TestAnAnswerInAnEncodingNotAskedForIsUnknown: the transport asks for
+// gzip and decodes it; an upstream that answers in another encoding (or
+// twice gzipped) leaves a body Ratchet cannot read, so an Adyen 200 whose
+// resultCode might say "Refused" is not taken as succeeded by its status:
+// the outcome is unknown and a retry is blocked.
+func TestAnAnswerInAnEncodingNotAskedForIsUnknown(t *testing.T) {
+	for _, enc := range []string{"br", "deflate", "gzip, gzip"} {
+		t.Run(enc, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Encoding", enc)
+				w.WriteHeader(200)
+				w.Write([]byte("\x1b\x00\xf8\xff opaque bytes, not JSON"))
+			}))
+			defer up.Close()
+			e := newEnv(t, map[string]string{"adyen": up.URL}, nil)
+			readAll(t, post(t, e.url+"/adyen/v71/payments", adyenPayment, nil))
+			var states []ledger.State
+			for _, eff := range e.effects(t) {
+				states = append(states, eff.State)
+			}
+			if diff := cmp.Diff([]ledger.State{ledger.StateIndeterminate}, states); diff != "" {
+				t.Fatalf("states after a 200 in %q (-want +got):\n%s", enc, diff)
+			}
+		})
+	}
+}

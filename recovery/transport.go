@@ -77,7 +77,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	v, _ := all.Lookup(a.Vendor)
-	if o := v.Outcome(&vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}); o.Result != vendors.Unknown {
+	if o := vendors.Classify(v, &vendors.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}); o.Result != vendors.Unknown {
 		// A definite answer: the proxy reports it, and the request is
 		// never needed again.
 		if err := t.Store.Delete(a.EffectID, a.Attempt); err != nil {

@@ -253,3 +253,17 @@ func ErrorJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// Classify is v's Outcome of an answer, unless the answer's body is in a
+// content coding: the proxy's transport asks for gzip and decodes it
+// (dropping the caller's Accept-Encoding), which removes Content-Encoding,
+// so one still there means a body in an encoding nobody asked for, which
+// no rule can read. Classified by its status alone, an Adyen 200 whose
+// resultCode says "Refused" would count as succeeded; it is Unknown
+// instead, and the key blocked until someone resolves it.
+func Classify(v Vendor, r *Response) Outcome {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+		return Outcome{Result: Unknown, Reason: "the vendor answered in an encoding Ratchet did not ask for (Content-Encoding: " + ce + ") and cannot read; the outcome is unknown"}
+	}
+	return v.Outcome(r)
+}
