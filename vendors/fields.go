@@ -265,18 +265,49 @@ func (s *scanner) enter() bool {
 	return s.depth <= maxDepth
 }
 
+// open enters the object or array at s.i (its opening byte) and reports
+// whether it is empty, close following at once, which leaves it again; ok
+// is false past the nesting limit.
+func (s *scanner) open(close byte) (empty, ok bool) {
+	if !s.enter() {
+		return false, false
+	}
+	s.i++
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == close {
+		s.i++
+		s.depth--
+		return true, true
+	}
+	return false, true
+}
+
+// next reads what follows a member or an element: a comma and the space
+// after it (more to come), or close, which leaves the object or array
+// (more false, ok true); anything else is not JSON.
+func (s *scanner) next(close byte) (more, ok bool) {
+	s.space()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.space()
+		return true, true
+	case close:
+		s.i++
+		s.depth--
+		return false, true
+	}
+	return false, false
+}
+
 // object scans an object; active are the paths that go on into its
 // members.
 func (s *scanner) object(active uint32, level int) bool {
-	if !s.enter() {
-		return false
-	}
-	s.i++ // {
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		s.depth--
-		return true
+	if empty, ok := s.open('}'); !ok || empty {
+		return ok
 	}
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
@@ -303,20 +334,8 @@ func (s *scanner) object(active uint32, level int) bool {
 		if !s.value(sub, level+1) {
 			return false
 		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case '}':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if more, ok := s.next('}'); !more {
+			return ok
 		}
 	}
 }
@@ -351,15 +370,8 @@ func (s *scanner) member(active uint32, level int, name []byte, plain bool) uint
 // elements, each element the index strconv.Atoi reads in its element at
 // level.
 func (s *scanner) array(active uint32, level int) bool {
-	if !s.enter() {
-		return false
-	}
-	s.i++ // [
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.depth--
-		return true
+	if empty, ok := s.open(']'); !ok || empty {
+		return ok
 	}
 	for n := 0; ; n++ {
 		var sub uint32
@@ -375,20 +387,8 @@ func (s *scanner) array(active uint32, level int) bool {
 		if !s.value(sub, level+1) {
 			return false
 		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
+		if more, ok := s.next(']'); !more {
+			return ok
 		}
 	}
 }
