@@ -174,10 +174,7 @@ func driveUntilFlush(srv *served, dir string, limit int64, pair func(context.Con
 	}
 	defer resp.Body.Close()
 	m, _ := io.ReadAll(resp.Body)
-	if h := heapRe.FindSubmatch(m); h != nil {
-		v, _ := strconv.ParseFloat(string(h[1]), 64)
-		out.heap = v / (1 << 20)
-	}
+	out.heap = metricMiB(heapRe, m)
 	for _, d := range deliveriesRe.FindAllSubmatch(m, -1) {
 		v, _ := strconv.ParseFloat(string(d[1]), 64)
 		out.attempts += v

@@ -562,15 +562,19 @@ func serveRSS(dir string, d time.Duration) (memFigures, error) {
 	}
 	defer resp.Body.Close()
 	m, _ := io.ReadAll(resp.Body)
-	if h := heapRe.FindSubmatch(m); h != nil {
-		v, _ := strconv.ParseFloat(string(h[1]), 64)
-		out.heap = v / (1 << 20)
-	}
-	if h := heapGoalRe.FindSubmatch(m); h != nil {
-		v, _ := strconv.ParseFloat(string(h[1]), 64)
-		out.heapGoal = v / (1 << 20)
-	}
+	out.heap, out.heapGoal = metricMiB(heapRe, m), metricMiB(heapGoalRe, m)
 	return out, nil
+}
+
+// metricMiB is the byte count re captures in a /metrics text, in MiB;
+// zero when it is not there.
+func metricMiB(re *regexp.Regexp, metrics []byte) float64 {
+	h := re.FindSubmatch(metrics)
+	if h == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(h[1]), 64)
+	return v / (1 << 20)
 }
 
 // idleFigures are an idle "ratchet serve"'s CPU, as a share of one core,
