@@ -7,6 +7,7 @@
 package json
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 
@@ -86,4 +87,32 @@ func checkMaxDepth(data []byte, maxDepth int) error {
 		}
 	}
 	return nil
+}
+
+// IsCompact reports whether data is valid JSON with no whitespace outside
+// its strings: what encoding/json's compaction (with HTML escaping off, as
+// the SDK's encoder runs) returns unchanged. Ratchet's patch
+// (third_party/README.md): jsonrpc2 uses it to skip compacting again what
+// a MarshalJSON or an earlier marshal already made compact.
+func IsCompact(data []byte) bool {
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			// Skip to the string's closing quote: the next quote, when no
+			// backslash comes before it; else byte by byte.
+			rest := data[i+1:]
+			if j := bytes.IndexByte(rest, '"'); j >= 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
+				i += j + 1
+				continue
+			}
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return json.Valid(data)
 }
