@@ -833,3 +833,67 @@ func TestBatchWritesInsertRewriteAndDelete(t *testing.T) {
 		t.Errorf("the ledger after the batches (-want +got):\n%s", d)
 	}
 }
+
+func TestAPrefetchTellsEmptyValuesFromAbsentKeysAmongMany(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	// Keys of every byte value, a few hundred of them (one bytea[] each
+	// way), every other one written, some with empty values.
+	var keys [][]byte
+	want := map[string][]byte{}
+	for i := range 300 {
+		k := []byte{'p', 0, byte(i), 0xff, byte(i >> 8), 0}
+		keys = append(keys, k)
+		switch i % 4 {
+		case 0:
+			want[string(k)] = []byte{}
+		case 2:
+			want[string(k)] = bytes.Repeat([]byte{byte(i)}, i)
+		}
+	}
+	if err := s.Update(ctx, func(tx ledger.Txn) error {
+		for k, v := range want {
+			tx.Set([]byte(k), v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, how := range []string{"prefetch", "get"} {
+		got := map[string][]byte{}
+		if err := s.Update(ctx, func(tx ledger.Txn) error {
+			if how == "prefetch" {
+				vals, err := tx.(ledger.Prefetcher).Prefetch(keys)
+				if err != nil {
+					return err
+				}
+				for i, v := range vals {
+					if v != nil {
+						got[string(keys[i])] = v
+					}
+				}
+			}
+			for _, k := range keys { // after a prefetch, from what it read
+				v, err := tx.Get(k)
+				switch {
+				case errors.Is(err, ledger.ErrNotFound):
+					if _, ok := got[string(k)]; ok {
+						return fmt.Errorf("%q: prefetched present, Get says absent", k)
+					}
+				case err != nil:
+					return err
+				case v == nil:
+					return fmt.Errorf("%q: present with a nil value", k)
+				default:
+					got[string(k)] = v
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: the values read (-want +got):\n%s", how, d)
+		}
+	}
+}
