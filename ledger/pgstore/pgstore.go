@@ -122,10 +122,12 @@ import (
 	"cmp"
 	"context"
 	"embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -256,6 +258,10 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		if _, ok := cfg.ConnConfig.RuntimeParams[k]; !ok {
 			cfg.ConnConfig.RuntimeParams[k] = v
 		}
+	}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		registerByteas(c.TypeMap())
+		return nil
 	}
 	reads, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -925,10 +931,72 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
-// byteas is a bytea[] parameter that pgx encodes element by element
-// without an allocation each: a [][]byte goes through reflection, boxing
-// every element.
+// byteas is a bytea[] parameter. The store's sessions encode it with
+// byteaArrays (registerByteas): the buffer grown once to its size, then
+// PostgreSQL's binary array written into it. pgx's own encoding, which it
+// falls back to, goes element by element (through reflection for a
+// [][]byte, boxing each one), growing the buffer as it goes: for a
+// batch's writes, from 256 bytes to tens of KB, a quarter of the bytes the
+// engine process allocated on PostgreSQL.
 type byteas [][]byte
+
+// registerByteas has m encode byteas as byteaArrays does, and everything
+// else of type bytea[] as before.
+func registerByteas(m *pgtype.Map) {
+	if t, ok := m.TypeForOID(pgtype.ByteaArrayOID); ok {
+		m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: byteaArrays{t.Codec}})
+	}
+}
+
+// byteaArrays is pgx's bytea[] codec, with a plan of its own for byteas.
+type byteaArrays struct{ pgtype.Codec }
+
+func (c byteaArrays) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if _, ok := value.(byteas); ok && format == pgtype.BinaryFormatCode {
+		return byteasPlan{}
+	}
+	return c.Codec.PlanEncode(m, oid, format, value)
+}
+
+type byteasPlan struct{}
+
+// Encode appends a as PostgreSQL's binary array (array_recv): the number
+// of dimensions, whether any element is null, the elements' type, each
+// dimension's length and lower bound, then each element's length (-1:
+// null) and bytes.
+func (byteasPlan) Encode(value any, buf []byte) ([]byte, error) {
+	a := value.(byteas)
+	if a == nil {
+		return nil, nil // null
+	}
+	size, null := 20, int32(0)
+	for _, e := range a {
+		size += 4 + len(e)
+		if e == nil {
+			null = 1
+		}
+	}
+	if size > math.MaxInt32 {
+		return nil, fmt.Errorf("a bytea[] of %d bytes", size)
+	}
+	buf = slices.Grow(buf, size)
+	if len(a) == 0 {
+		return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(buf, 0), pgtype.ByteaOID), nil
+	}
+	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
+	buf = binary.BigEndian.AppendUint32(buf, uint32(null))
+	buf = binary.BigEndian.AppendUint32(buf, pgtype.ByteaOID)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(a)))
+	buf = binary.BigEndian.AppendUint32(buf, 1) // lower bound
+	for _, e := range a {
+		if e == nil {
+			buf = binary.BigEndian.AppendUint32(buf, math.MaxUint32) // -1
+			continue
+		}
+		buf = append(binary.BigEndian.AppendUint32(buf, uint32(len(e))), e...)
+	}
+	return buf, nil
+}
 
 func (a byteas) Dimensions() []pgtype.ArrayDimension {
 	if a == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -920,5 +921,38 @@ func TestLargeValuesAreCompressedWithLz4(t *testing.T) {
 	}
 	if method != "lz4" {
 		t.Errorf("a %d-byte value is stored compressed with %q, want lz4", len(big), method)
+	}
+}
+
+func TestAByteaArrayReachesTheServerAsPgxWouldSendIt(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	conn, err := s.writes.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, ok := conn.Conn().TypeMap().PlanEncode(pgtype.ByteaArrayOID, pgtype.BinaryFormatCode, byteas{}).(byteasPlan); !ok {
+		t.Fatal("the store's sessions do not encode byteas with byteasPlan")
+	}
+	many := make([][]byte, 1000)
+	for i := range many {
+		many[i] = bytes.Repeat([]byte{byte(i), 0, 0xff}, i%40)
+	}
+	for name, a := range map[string][][]byte{
+		"empty":       {},
+		"one":         {[]byte("k\x00one")},
+		"empty value": {{}, []byte("x")},
+		"a null":      {[]byte("a"), nil, []byte("c")},
+		"many":        many,
+	} {
+		var same bool
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT $1::bytea[] IS NOT DISTINCT FROM $2::bytea[], cardinality($1::bytea[])", byteas(a), a).Scan(&same, &n); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !same || n != len(a) {
+			t.Errorf("%s: the server got a different array from byteas (%d elements, want %d)", name, n, len(a))
+		}
 	}
 }
