@@ -26,9 +26,9 @@
 // update, without a new index entry (measured: 8-10% more pairs/s; an
 // upgraded ledger gets it on pages written from then on). Values large
 // enough for the server to compress (the audit log's blocks) are
-// compressed with lz4 where the server has it, which costs it a tenth of
-// the default pglz's CPU (values written before keep pglz; the server
-// reads both).
+// compressed with lz4 where the server has it, far cheaper than the
+// default pglz (values written before keep pglz; the server reads both,
+// so a replica of an older release reads them too).
 //
 // Concurrency. Each Update (one batch of the engine's decisions) is one
 // READ COMMITTED transaction that locks every key before it reads or
