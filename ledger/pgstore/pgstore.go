@@ -24,11 +24,13 @@
 // once. The table leaves a fifth of each page free, so that rewriting a
 // value (a record on report, a counter) can stay on its page as a HOT
 // update, without a new index entry (measured: 8-10% more pairs/s; an
-// upgraded ledger gets it on pages written from then on). Values large
-// enough for the server to compress (the audit log's blocks) are
-// compressed with lz4 where the server has it, far cheaper than the
-// default pglz (values written before keep pglz; the server reads both,
-// so a replica of an older release reads them too).
+// upgraded ledger gets it on pages written from then on). The store's
+// sessions set default_toast_compression to lz4 where the server has it,
+// so that the values large enough for the server to compress (the audit
+// log's blocks) cost it far less CPU than with the default pglz: a
+// session setting, not the table's, so nothing to migrate and no lock on
+// a running fleet's table; the server reads either compression, whoever
+// wrote it.
 //
 // Concurrency. Each Update (one batch of the engine's decisions) is one
 // READ COMMITTED transaction that locks every key before it reads or
@@ -259,8 +261,16 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[k] = v
 		}
 	}
-	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+	// Large values (the audit log's blocks) compressed with lz4, where
+	// the server has it (see "Schema"); a DSN that sets it wins.
+	_, ownCompression := cfg.ConnConfig.RuntimeParams["default_toast_compression"]
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		registerByteas(c.TypeMap())
+		if !ownCompression {
+			// A server without lz4 (or older than 14) refuses, and
+			// keeps pglz: nothing to do about that here.
+			_, _ = c.Exec(ctx, "SET default_toast_compression = lz4")
+		}
 		return nil
 	}
 	reads, err := pgxpool.NewWithConfig(ctx, cfg)
