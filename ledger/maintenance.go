@@ -27,6 +27,10 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // reap is Reap, also returning when the next lease or approval request it
 // saw ends (zero when none does): the background reaper sleeps until then.
 func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
+	// Deferred leases first get their entries (leasemark.go).
+	if err := e.checkpoint(ctx); err != nil {
+		return 0, time.Time{}, err
+	}
 	n, next, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 			return false, nil
