@@ -54,7 +54,7 @@ type countingTxn struct {
 	s *keyWrites
 }
 
-func (t *countingTxn) Set(k, v []byte) error  { t.s.count(k); return t.Txn.Set(k, v) }
+func (t *countingTxn) Set(k, v []byte) error { t.s.count(k); return t.Txn.Set(k, v) }
 func (t *countingTxn) Delete(k []byte) error { t.s.count(k); return t.Txn.Delete(k) }
 
 // A begin and its report on a store only this engine writes write no
