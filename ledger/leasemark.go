@@ -49,9 +49,8 @@ import (
 const (
 	leaseMarkEvery = time.Second
 	maxDeferred    = 4096
-	// recoverBatch is how many effect records one op of recoverLeases
-	// reads.
-	recoverBatch = 1024
+	// recoverBatch is how many entries one op of recoverLeases writes.
+	recoverBatch = 4096
 )
 
 // leaseMarkKey holds the lease mark: an id made by the engine's generator
@@ -122,7 +121,9 @@ func (t *opTxn) canDefer() bool {
 func (e *Engine) indexLease(t *opTxn, rec *effectRec, at time.Time, minted bool, now time.Time) error {
 	if minted && t.canDefer() {
 		t.leases = append(t.leases, leaseChange{rec.EffectID, at})
-		e.leaseStale.Store(true)
+		if !e.leaseStale.Load() {
+			e.leaseStale.Store(true)
+		}
 		due := now.Add(leaseMarkEvery)
 		if at.Before(due) {
 			due = at
@@ -203,71 +204,69 @@ func (e *Engine) checkpoint(ctx context.Context) error {
 // recoverLeases, at open on an exclusive store, writes the entry of every
 // pending effect from the lease mark on that lacks one (those a crash left
 // deferred), seeds the id generator past every id it saw, and writes a new
-// mark. A ledger without a mark (new, or written before marks) has every
-// entry: it only gets its first mark.
+// mark. It reads in a View, and writes only when there is something to
+// write: a clean reopen (Close checkpointed) writes nothing. A ledger
+// without a mark (new, or written before marks) has every entry: it only
+// gets its first mark.
 func (e *Engine) recoverLeases(ctx context.Context) error {
-	var start []byte
-	mark, err := submit(ctx, e, func(t *opTxn, _ time.Time) ([]byte, error) {
-		v, err := t.Get(leaseMarkKey)
+	var mark []byte
+	var last string
+	var missing [][]byte
+	err := e.view(ctx, func(r Reader) error {
+		v, err := r.Get(leaseMarkKey)
 		if errors.Is(err, ErrNotFound) {
-			return nil, nil
+			return nil
 		}
-		return v, err
+		if err != nil {
+			return err
+		}
+		mark = v
+		return r.Scan(prefix(kindEffect), key(kindEffect, string(mark)), func(k, v []byte) (bool, error) {
+			last = lastPart(k)
+			var rec effectRec
+			if err := decodeEffect(v, &rec); err != nil {
+				return false, err
+			}
+			if rec.State != StatePending || rec.LeaseExpiresAt == nil {
+				return true, nil
+			}
+			lk := timeKey(kindLease, *rec.LeaseExpiresAt, rec.EffectID)
+			if _, err := r.Get(lk); errors.Is(err, ErrNotFound) {
+				missing = append(missing, lk)
+			} else if err != nil {
+				return false, err
+			}
+			return true, nil
+		})
 	})
 	if err != nil {
 		return err
 	}
-	if mark != nil {
-		e.ids.seed(string(mark))
-		start = key(kindEffect, string(mark))
+	e.ids.seed(string(mark))
+	e.ids.seed(last)
+	if mark != nil && last == "" {
+		return nil // nothing made since the mark
 	}
-	for start != nil {
-		type walked struct {
-			last string
-			more bool
-		}
-		w, err := submit(ctx, e, func(t *opTxn, _ time.Time) (walked, error) {
-			var w walked
-			n := 0
-			err := t.Scan(prefix(kindEffect), start, func(k, v []byte) (bool, error) {
-				if n == recoverBatch {
-					w.more = true
-					return false, nil
+	if len(missing) > 0 {
+		e.log.Info("indexed the leases a restart left without their entries", "effects", len(missing))
+	}
+	for {
+		part := missing[:min(len(missing), recoverBatch)]
+		missing = missing[len(part):]
+		if _, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
+			for _, k := range part {
+				if err := t.Set(k, nil); err != nil {
+					return nil, err
 				}
-				n++
-				w.last = lastPart(k)
-				var rec effectRec
-				if err := decodeEffect(v, &rec); err != nil {
-					return false, err
-				}
-				if rec.State != StatePending || rec.LeaseExpiresAt == nil {
-					return true, nil
-				}
-				lk := timeKey(kindLease, *rec.LeaseExpiresAt, rec.EffectID)
-				if _, err := t.tx.Get(lk); errors.Is(err, ErrNotFound) {
-					return true, t.Set(lk, nil)
-				} else if err != nil {
-					return false, err
-				}
-				return true, nil
-			})
-			return w, err
-		})
-		if err != nil {
+			}
+			if len(missing) > 0 {
+				return nil, nil
+			}
+			return nil, t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now)))
+		}); err != nil || len(missing) == 0 {
 			return err
 		}
-		if w.last != "" {
-			e.ids.seed(w.last)
-		}
-		start = nil
-		if w.more {
-			start = append(key(kindEffect, w.last), 0) // just after it
-		}
 	}
-	_, err = submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
-		return nil, t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now)))
-	})
-	return err
 }
 
 // finalCheckpoint runs a checkpoint as the writer stops (Close), so that
