@@ -573,8 +573,9 @@ func (e *Engine) fail(batch []*op, err error) {
 	}
 	if e.deferral != nil {
 		e.deferral.discard()
-		if len(e.deferral.set) > 0 { // a checkpoint in the batch cleared it
+		if len(e.deferral.set) > 0 { // a checkpoint in the batch cleared it: another soon
 			e.leaseStale.Store(true)
+			e.dueAt(e.clock.Now().Add(leaseMarkEvery))
 		}
 	}
 	e.fired = nil // it may hold what the batch that was not written wrote

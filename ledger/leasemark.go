@@ -155,7 +155,6 @@ func (e *Engine) checkpointLeases(t *opTxn, now time.Time) error {
 	if t.lease == nil {
 		return nil
 	}
-	e.leaseStale.Store(false) // set again by a later deferral, or by fail
 	// The set as this op sees it: the durable batches', then this
 	// batch's changes, then this op's.
 	view := make(map[string]time.Time, len(t.lease.set)+len(t.lease.batch))
@@ -186,7 +185,11 @@ func (e *Engine) checkpointLeases(t *opTxn, now time.Time) error {
 			e.dueAt(at)
 		}
 	}
-	return t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now)))
+	if err := t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now))); err != nil {
+		return err
+	}
+	e.leaseStale.Store(false) // set again by a later deferral, or by fail
+	return nil
 }
 
 // checkpoint runs checkpointLeases through the writer when an effect was
