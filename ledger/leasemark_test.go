@@ -370,3 +370,38 @@ func TestCrashChild(t *testing.T) {
 	}
 	select {}
 }
+
+// With the background reaper, a lease longer than the checkpoint's second
+// and never reported is expired when it ends, not a reaper interval
+// later: the checkpoint gives it its entry a second after the begin, and
+// the reaper then sleeps until the lease ends.
+func TestTheReaperExpiresADeferredLeaseWhenItEnds(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.eng.Close(context.Background())
+	obs := &expiries{}
+	eng, err := ledger.New(ledger.Options{Store: h.openStore(), Secret: h.secret, Policies: h.rules, Observer: obs,
+		ReapInterval: time.Hour, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	time.Sleep(50 * time.Millisecond) // the sweep at start has found nothing
+	req := email("three-seconds", "bot")
+	req.LeaseSeconds = 3
+	began := time.Now()
+	a := h.beginWant(req, ledger.DecisionExecute)
+	deadline := began.Add(10 * time.Second)
+	for obs.n.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper had not expired a three-second lease 10 s later")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if took := time.Since(began); took < 3*time.Second {
+		t.Errorf("expired after %v, before its lease ended", took)
+	}
+	r := h.beginWant(email("next", "bot"), ledger.DecisionExecute)
+	if r.IntegrationWarning == nil || r.IntegrationWarning.UnreportedCount != 1 || r.IntegrationWarning.OldestEffectID != a.EffectID {
+		t.Fatalf("the agent's next begin: warning %+v, want 1 unreported (%s)", r.IntegrationWarning, a.EffectID)
+	}
+}
