@@ -175,6 +175,9 @@ type Store struct {
 	// kept for the next: a new one per batch grew by doubling to the
 	// batch's size, a fifth of the bytes an engine pair allocated.
 	rec walRecord
+	// ents makes each Update's entries in turn (under wmu), the next
+	// one's first chunk the size of the last one's count.
+	ents entrySlab
 }
 
 // keptRecord is the most of a batch record's buffer an Update keeps for
@@ -340,7 +343,7 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	}
 	s.comp.wake()
 	if s.wal == nil {
-		return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn}) })
+		return s.db.Update(func(txn *badger.Txn) error { return fn(txnAdapter{txn: txn, ents: &entrySlab{}}) })
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -350,7 +353,9 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	seq, rec := s.seq+1, s.nextRecord()
-	if err := fn(txnAdapter{txn: txn, rec: rec}); err != nil {
+	s.ents = entrySlab{want: s.ents.n} // new chunks: the last ones are that transaction's
+	err := fn(txnAdapter{txn: txn, rec: rec, ents: &s.ents})
+	if err != nil {
 		return err
 	}
 	if err := txn.Set(appliedKey, appliedValue(seq)); err != nil {
@@ -467,6 +472,33 @@ type txnAdapter struct {
 	txn *badger.Txn
 	ctx context.Context
 	rec *walRecord // an update's writes, for the log (nil: not logged)
+	// ents hands out an update's entries (nil in a View).
+	ents *entrySlab
+}
+
+// entrySlab hands out the entries of one transaction's sets from a few
+// chunks, where badger.Txn.Set allocates one per key (NewEntry); a chunk
+// is never reused, since the transaction holds its entries (and Badger
+// rewrites their keys at commit). The first chunk has room for want (the
+// last batch's count, an eighth more), so most batches take one.
+type entrySlab struct {
+	chunk []badger.Entry
+	want  int
+	n     int // entries handed out
+}
+
+// entry is badger.NewEntry(key, val), from the slab.
+func (s *entrySlab) entry(key, val []byte) *badger.Entry {
+	if len(s.chunk) == cap(s.chunk) {
+		size := max(32, 2*cap(s.chunk))
+		if s.n == 0 {
+			size = max(32, s.want+s.want/8)
+		}
+		s.chunk = make([]badger.Entry, 0, min(size, 4096))
+	}
+	s.n++
+	s.chunk = append(s.chunk, badger.Entry{Key: key, Value: val})
+	return &s.chunk[len(s.chunk)-1]
 }
 
 func (t txnAdapter) ctxErr() error {
@@ -518,7 +550,13 @@ func (t txnAdapter) Scan(prefix, start []byte, fn func(key, val []byte) (bool, e
 }
 
 func (t txnAdapter) Set(key, val []byte) error {
-	if err := t.txn.Set(key, val); err != nil {
+	var err error
+	if t.ents != nil {
+		err = t.txn.SetEntry(t.ents.entry(key, val))
+	} else {
+		err = t.txn.Set(key, val) // a View's: refused
+	}
+	if err != nil {
 		return err
 	}
 	if t.rec != nil {

@@ -504,3 +504,48 @@ func TestEachBatchsLogRecordHoldsOnlyItsOwnWrites(t *testing.T) {
 	crash(s)
 	openWant(t, snap, opts, 3, "after replaying the log over Badger at the checkpoint")
 }
+
+// A batch's entries come from a few chunks sized by the batch before:
+// batches of many sets, of one key set again and again, and then of a
+// few, each keep every key's last value, committed and replayed alike.
+func TestEveryBatchKeepsEachKeysLastValueWhateverItsSize(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir, snap := t.TempDir(), t.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.syncBadger(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	want := map[string]string{}
+	for b, n := range []int{3000, 10, 5000, 1, 40} {
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
+			for i := range n {
+				k, v := fmt.Sprintf("k\x00%05d", i%700), fmt.Sprintf("batch %d set %d", b, i)
+				if err := tx.Set([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+				want[k] = v
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, contents(t, s)); diff != "" {
+			t.Fatalf("after batch %d of %d sets (-want +got):\n%s", b, n, diff)
+		}
+	}
+	copyDir(t, dir, snap, isWAL)
+	crash(s)
+	r, err := Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if diff := cmp.Diff(want, contents(t, r)); diff != "" {
+		t.Fatalf("replayed (-want +got):\n%s", diff)
+	}
+}
