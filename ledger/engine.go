@@ -693,7 +693,7 @@ func (t *opTxn) Get(k []byte) ([]byte, error) {
 	if t.cache == nil || !valueCached(k) {
 		return t.tx.Get(k)
 	}
-	v, ok := t.cache.vals.get(string(k))
+	v, ok := t.cache.vals.getBytes(k)
 	if !ok {
 		var err error
 		v, err = t.tx.Get(k)
