@@ -174,10 +174,8 @@ type Store struct {
 	// rec collects each Update's writes in turn (under wmu), its buffer
 	// kept for the next: a new one per batch grew by doubling to the
 	// batch's size, a fifth of the bytes an engine pair allocated.
-	rec walRecord
-	// ents makes each Update's entries in turn (under wmu), the next
-	// one's first chunk the size of the last one's count.
-	ents entrySlab
+	rec  walRecord
+	ents entrySlab // makes each Update's entries in turn (under wmu)
 }
 
 // keptRecord is the most of a batch record's buffer an Update keeps for
@@ -353,7 +351,7 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	seq, rec := s.seq+1, s.nextRecord()
-	s.ents = entrySlab{want: s.ents.n} // new chunks: the last ones are that transaction's
+	s.ents = entrySlab{} // new chunks: the last ones are that transaction's
 	err := fn(txnAdapter{txn: txn, rec: rec, ents: &s.ents})
 	if err != nil {
 		return err
@@ -476,27 +474,21 @@ type txnAdapter struct {
 	ents *entrySlab
 }
 
-// entrySlab hands out the entries of one transaction's sets from a few
-// chunks, where badger.Txn.Set allocates one per key (NewEntry); a chunk
-// is never reused, since the transaction holds its entries (and Badger
-// rewrites their keys at commit). The first chunk has room for want (the
-// last batch's count, an eighth more), so most batches take one.
-type entrySlab struct {
-	chunk []badger.Entry
-	want  int
-	n     int // entries handed out
-}
+// entrySlab hands out the entries of one transaction's sets from chunks
+// of entryChunk, where badger.Txn.Set allocates one per key (NewEntry). A
+// chunk is never reused, since the transaction holds its entries (and
+// Badger rewrites their keys at commit). Chunks sized by the last batch
+// wasted more bytes than they saved allocations: batches at 64 callers
+// range from a few ops to a hundred.
+type entrySlab struct{ chunk []badger.Entry }
+
+const entryChunk = 64
 
 // entry is badger.NewEntry(key, val), from the slab.
 func (s *entrySlab) entry(key, val []byte) *badger.Entry {
 	if len(s.chunk) == cap(s.chunk) {
-		size := max(32, 2*cap(s.chunk))
-		if s.n == 0 {
-			size = max(32, s.want+s.want/8)
-		}
-		s.chunk = make([]badger.Entry, 0, min(size, 4096))
+		s.chunk = make([]badger.Entry, 0, entryChunk)
 	}
-	s.n++
 	s.chunk = append(s.chunk, badger.Entry{Key: key, Value: val})
 	return &s.chunk[len(s.chunk)-1]
 }

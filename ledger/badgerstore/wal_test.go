@@ -505,9 +505,9 @@ func TestEachBatchsLogRecordHoldsOnlyItsOwnWrites(t *testing.T) {
 	openWant(t, snap, opts, 3, "after replaying the log over Badger at the checkpoint")
 }
 
-// A batch's entries come from a few chunks sized by the batch before:
-// batches of many sets, of one key set again and again, and then of a
-// few, each keep every key's last value, committed and replayed alike.
+// A batch's entries come from chunks of entryChunk: batches of many
+// sets, of one key set again and again, and then of a few, each keep
+// every key's last value, committed and replayed alike.
 func TestEveryBatchKeepsEachKeysLastValueWhateverItsSize(t *testing.T) {
 	opts := &Options{MinFreeBytes: -1}
 	dir, snap := t.TempDir(), t.TempDir()
