@@ -695,7 +695,8 @@ func (e *Engine) newEffect(in *beginInput, now time.Time) *effectRec {
 
 func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceilingUse, now time.Time) (*BeginResult, error) {
 	req := &in.req
-	if rec == nil {
+	minted := rec == nil
+	if minted {
 		rec = e.newEffect(in, now)
 	}
 	res, err := reserve(t, uses, now)
@@ -713,10 +714,9 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	rec.Reason, rec.Since, rec.Error, rec.CompletedAt = "", nil, "", nil
 	// A new attempt keeps the effect's first run and agent labels (its
 	// listings stay put); its reservations follow this begin's labels.
-	if err := t.Set(timeKey(kindLease, lease, rec.EffectID), nil); err != nil {
+	if err := e.indexLease(t, rec, lease, minted, now); err != nil {
 		return nil, err
 	}
-	e.dueAt(lease)
 	if err := e.putEffect(t, rec, now); err != nil {
 		return nil, err
 	}

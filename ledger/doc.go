@@ -25,6 +25,14 @@
 // recorded) stops the engine taking writes until it is restarted (see
 // failStop).
 //
+// The reaper finds pending effects through lease entries. On a store only
+// this engine writes, a begin that makes a new effect leaves its entry to
+// the writer's memory, and a checkpoint writes it a second later if the
+// effect is still pending; a lease mark on disk lets an open after a crash
+// find the effects made since (leasemark.go has the rule). A shared
+// store's begins write the entry at once, as another replica may have to
+// reap it.
+//
 // Performance: the write path's limits as measured, what was tried and
 // why it was kept or reverted, are in docs/design.md; BENCHMARKS.md has the
 // latest figures.

@@ -186,6 +186,11 @@ type Engine struct {
 	// engine's clock); the writer lowers it through reapWake (dueAt).
 	reapAt   atomic.Int64
 	reapWake chan struct{} // nil when the background reaper is off
+	// deferral holds the leases minted without an entry (leasemark.go):
+	// nil unless the store is exclusive; writer only. leaseStale: an
+	// effect was deferred since the last checkpoint, so the reaper runs one.
+	deferral   *leaseDeferral
+	leaseStale atomic.Bool
 
 	ops     chan *op
 	stop    chan struct{}
@@ -273,6 +278,7 @@ func New(opts Options) (*Engine, error) {
 		// The value cache holds the hot counters whatever the mix of keys.
 		e.cache = &writerCaches{recs: newGenCache[*effectRec](1 << 12), vals: newGenCache[[]byte](1 << 13)}
 		e.countsKey = exclusiveCountsKey
+		e.deferral = newLeaseDeferral()
 	} else {
 		e.replica = newReplicaID()
 		e.countsKey = key(kindReplicaCounts, e.replica)
@@ -283,6 +289,13 @@ func New(opts Options) (*Engine, error) {
 		close(e.stop) // the caller still owns and closes the store
 		e.wg.Wait()
 		return nil, err
+	}
+	if e.deferral != nil {
+		if err := e.recoverLeases(context.Background()); err != nil {
+			close(e.stop)
+			e.wg.Wait()
+			return nil, fmt.Errorf("indexing the leases a restart left: %w", err)
+		}
 	}
 	if opts.ReapInterval >= 0 {
 		maxSleep := opts.ReapInterval
@@ -417,6 +430,7 @@ func (e *Engine) writer() {
 				for batch = e.take(nil); len(batch) > 0; batch = e.take(batch) {
 					batch = e.commit(batch)
 				}
+				e.finalCheckpoint()
 				return
 			}
 		}
@@ -459,6 +473,9 @@ func (e *Engine) commit(batch []*op) []*op {
 			if e.cache != nil {
 				e.cache.clear()
 			}
+			if e.deferral != nil {
+				e.deferral.discard()
+			}
 			e.fired = nil // it may hold what the discarded run wrote
 		}
 		batch = e.take(batch)
@@ -469,6 +486,9 @@ func (e *Engine) commit(batch []*op) []*op {
 	if err != nil {
 		e.fail(batch, err)
 		return nil
+	}
+	if e.deferral != nil {
+		e.deferral.settle()
 	}
 	done := batch[:len(results)]
 	answer(done, results)
@@ -509,7 +529,7 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	// One opTxn serves every op in turn, emptied before each: its buffer,
 	// maps and events are copied out or dropped once an op is done.
 	t := &e.opTxn
-	t.tx, t.cache = tx, e.cache
+	t.tx, t.cache, t.lease = tx, e.cache, e.deferral
 	for _, o := range batch {
 		if size > batchBytes {
 			break
@@ -527,6 +547,9 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 			}
 			events = append(events, t.events...)
 			t.cacheWrites()
+			for _, c := range t.leases {
+				t.lease.batch[c.id] = c.at
+			}
 		}
 		results = append(results, opResult{v, err})
 	}
@@ -583,6 +606,13 @@ func answer(batch []*op, results []opResult) {
 func (e *Engine) fail(batch []*op, err error) {
 	if e.cache != nil {
 		e.cache.clear()
+	}
+	if e.deferral != nil {
+		e.deferral.discard()
+		if len(e.deferral.set) > 0 { // a checkpoint in the batch cleared it: another soon
+			e.leaseStale.Store(true)
+			e.dueAt(e.clock.Now().Add(leaseMarkEvery))
+		}
 	}
 	e.fired = nil // it may hold what the batch that was not written wrote
 	if errors.Is(err, ErrStoreFailed) {
@@ -661,6 +691,8 @@ type opTxn struct {
 	writes WriteBuffer
 	states map[State]int64 // effects moved between states, applied per batch
 	cache  *writerCaches
+	lease  *leaseDeferral        // the writer's (leasemark.go); nil off the writer and on a shared store
+	leases []leaseChange         // this op's changes to it
 	recs   map[string]*effectRec // records this op wrote, for the cache
 	events []Event               // what the op did, journaled if it succeeds (events.go)
 	// dry: a dry run (explain.go), whose writes are dropped; it must
@@ -680,6 +712,7 @@ func (t *opTxn) reset() {
 	clear(t.states)
 	clear(t.recs)
 	t.events = t.events[:0]
+	t.leases = t.leases[:0]
 	t.principal = ""
 }
 

@@ -77,3 +77,28 @@ func newReplicaID() string {
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(id[:])
 }
+
+// seed makes every id g makes from now on sort after id, one made by an
+// idGen (perhaps by an earlier process, whose clock ran ahead of this
+// one's); anything else is ignored.
+func (g *idGen) seed(id string) {
+	i := strings.LastIndexByte(id, '_')
+	if i < 0 || len(id)-i-1 != 26 {
+		return
+	}
+	var hi, lo uint64
+	for _, c := range []byte(id[i+1:]) {
+		d := strings.IndexByte(crockford, c)
+		if d < 0 {
+			return
+		}
+		hi = hi<<5 | lo>>59
+		lo = lo<<5 | uint64(d)
+	}
+	ms, rhi := hi>>16, uint16(hi)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ms > g.lastMs || ms == g.lastMs && (rhi > g.hi || rhi == g.hi && lo > g.lo) {
+		g.lastMs, g.hi, g.lo = ms, rhi, lo
+	}
+}

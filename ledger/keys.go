@@ -21,7 +21,7 @@ import (
 //	m\0<ns>\0<group_key>\0<effect_id>           group member
 //	g\0<ns>\0<group_key>                        group record (JSON)
 //	a\0<approval_id>                            → effect_id
-//	l\0<lease expiry, 8 bytes BE>\0<effect_id>  pending leases, for the reaper
+//	l\0<lease expiry, 8 bytes BE>\0<effect_id>  pending leases, for the reaper (a new effect's comes later on an exclusive store: leasemark.go)
 //	t\0<retained, 8 bytes BE>\0<effect_id>      retention index: written before 2026-12-02, still swept (Purge)
 //	u\0<ns>\0<agent_id>                         unreported expiries of an agent (JSON)
 //	c\0<ns>\0<ceiling>\0<scope>\0<run>          ceiling counter, or a shared store's pool (budget.go)
@@ -29,6 +29,7 @@ import (
 //	m\0states                                  state counts, exclusive store (JSON)
 //	m\0secret-check                            the HMAC secret's check value
 //	m\0ping                                    written by Ping
+//	m\0lease-mark                              every pending effect whose id sorts before it has its l entry (leasemark.go)
 //	m\0halts                                   the active halts (halt.go, JSON)
 //	s\0<replica>                                one replica's state counts, shared store (JSON)
 //	h\0<chain>\0<seq, 16 hex digits>            a batch's audit records, from that seq (events.go)

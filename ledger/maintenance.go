@@ -17,8 +17,9 @@ const sweepBatch = 256
 // counts and warnings are right even when nobody retries. Expiry also
 // happens lazily whenever a begin touches such an effect. It returns how
 // many effects it expired. The background reaper calls it every
-// Options.ReapInterval. It then expires lapsed approval requests
-// (ExpireApprovals).
+// Options.ReapInterval. It first writes the entries of the leases the
+// writer deferred (leasemark.go), and then expires lapsed approval
+// requests (ExpireApprovals).
 func (e *Engine) Reap(ctx context.Context) (int, error) {
 	n, _, err := e.reap(ctx)
 	return n, err
@@ -27,6 +28,10 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // reap is Reap, also returning when the next lease or approval request it
 // saw ends (zero when none does): the background reaper sleeps until then.
 func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
+	// Deferred leases first get their entries (leasemark.go).
+	if err := e.checkpoint(ctx); err != nil {
+		return 0, time.Time{}, err
+	}
 	n, next, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
 			return false, nil
@@ -51,7 +56,8 @@ func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
 // Reaper timing. The reaper used to sweep every ReapInterval whether or
 // not anything was due: an idle ledger's two scans a second. It now sleeps
 // until the first lease or approval request it knows of ends, and the
-// writer wakes it when it hands out one that ends sooner (dueAt), so an
+// writer wakes it when it hands out one that ends sooner, or defers a
+// lease's entry (a checkpoint is then due a second later; dueAt), so an
 // empty ledger sweeps only every maxReapSleep. That cap stands for what
 // the reaper cannot know: a wall clock stepped forward (its timer runs on
 // the monotonic clock) and, on a shared store, leases other replicas
@@ -70,9 +76,10 @@ const (
 const reapNever = int64(math.MaxInt64)
 
 // dueAt tells the background reaper that a lease or an approval request
-// ends at at, waking it when that is before it meant to sweep. It is
-// called by the writer as it writes the index entry; an op that then
-// fails costs only an early sweep.
+// ends at at, or that deferred leases need a checkpoint then
+// (leasemark.go), waking it when that is before it meant to sweep. It is
+// called by the writer as it writes the index entry or defers it; an op
+// that then fails costs only an early sweep.
 func (e *Engine) dueAt(at time.Time) {
 	if e.reapWake == nil {
 		return

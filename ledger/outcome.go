@@ -350,7 +350,7 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	}
 	wasIndeterminate := rec.State == StateIndeterminate
 	if rec.State == StatePending {
-		if err := t.Delete(timeKey(kindLease, *rec.LeaseExpiresAt, rec.EffectID)); err != nil {
+		if err := e.dropLease(t, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -437,7 +437,7 @@ func (e *Engine) fillResult(t *opTxn, rec *effectRec, state State, result []byte
 // reservations stay: the action may have happened.
 func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
 	at := *rec.LeaseExpiresAt
-	if err := t.Delete(timeKey(kindLease, at, rec.EffectID)); err != nil {
+	if err := e.dropLease(t, rec); err != nil {
 		return err
 	}
 	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at

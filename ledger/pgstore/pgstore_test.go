@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratchet-mcp/ratchet/internal/pgtest"
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -831,5 +832,143 @@ func TestBatchWritesInsertRewriteAndDelete(t *testing.T) {
 	want := map[string]string{"a": "2a", "b": "2b", "d": "3d", "w": "3w", "x": "2x", "y": ""}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("the ledger after the batches (-want +got):\n%s", d)
+	}
+}
+
+func TestAPrefetchTellsEmptyValuesFromAbsentKeysAmongMany(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	// Keys of every byte value, a few hundred of them (one bytea[] each
+	// way), every other one written, some with empty values.
+	var keys [][]byte
+	want := map[string][]byte{}
+	for i := range 300 {
+		k := []byte{'p', 0, byte(i), 0xff, byte(i >> 8), 0}
+		keys = append(keys, k)
+		switch i % 4 {
+		case 0:
+			want[string(k)] = []byte{}
+		case 2:
+			want[string(k)] = bytes.Repeat([]byte{byte(i)}, i)
+		}
+	}
+	if err := s.Update(ctx, func(tx ledger.Txn) error {
+		for k, v := range want {
+			tx.Set([]byte(k), v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, how := range []string{"prefetch", "get"} {
+		got := map[string][]byte{}
+		if err := s.Update(ctx, func(tx ledger.Txn) error {
+			if how == "prefetch" {
+				vals, err := tx.(ledger.Prefetcher).Prefetch(keys)
+				if err != nil {
+					return err
+				}
+				for i, v := range vals {
+					if v != nil {
+						got[string(keys[i])] = v
+					}
+				}
+			}
+			for _, k := range keys { // after a prefetch, from what it read
+				v, err := tx.Get(k)
+				switch {
+				case errors.Is(err, ledger.ErrNotFound):
+					if _, ok := got[string(k)]; ok {
+						return fmt.Errorf("%q: prefetched present, Get says absent", k)
+					}
+				case err != nil:
+					return err
+				case v == nil:
+					return fmt.Errorf("%q: present with a nil value", k)
+				default:
+					got[string(k)] = v
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: the values read (-want +got):\n%s", how, d)
+		}
+	}
+}
+
+func TestLargeValuesAreCompressedWithLz4UnlessTheDSNSaysOtherwise(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "SET default_toast_compression = lz4"); err != nil {
+		t.Skipf("the server has no lz4: %v", err)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	for name, c := range map[string]struct{ dsn, want string }{
+		"the store's": {dsn, "lz4"},
+		"the DSN's":   {dsn + sep + "default_toast_compression=pglz", "pglz"},
+	} {
+		if !strings.Contains(dsn, "://") && name == "the DSN's" {
+			c.dsn = dsn + " default_toast_compression=pglz"
+		}
+		s, err := Open(context.Background(), c.dsn, &Options{Schema: pgtest.Schema(t, dsn, "s_")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		big := bytes.Repeat([]byte("an audit block compresses well. "), 1000)
+		if err := s.Update(ctx, func(tx ledger.Txn) error { return tx.Set([]byte("h\x00big"), big) }); err != nil {
+			t.Fatal(err)
+		}
+		var method string
+		if err := s.writes.QueryRow(ctx, "SELECT pg_column_compression(v) FROM kv WHERE k = $1", []byte("h\x00big")).Scan(&method); err != nil {
+			t.Fatal(err)
+		}
+		if method != c.want {
+			t.Errorf("with %s setting, a %d-byte value is stored compressed with %q, want %s", name, len(big), method, c.want)
+		}
+		s.Close()
+	}
+}
+
+func TestAByteaArrayReachesTheServerAsPgxWouldSendIt(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	conn, err := s.writes.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, ok := conn.Conn().TypeMap().PlanEncode(pgtype.ByteaArrayOID, pgtype.BinaryFormatCode, byteas{}).(byteasPlan); !ok {
+		t.Fatal("the store's sessions do not encode byteas with byteasPlan")
+	}
+	many := make([][]byte, 1000)
+	for i := range many {
+		many[i] = bytes.Repeat([]byte{byte(i), 0, 0xff}, i%40)
+	}
+	for name, a := range map[string][][]byte{
+		"empty":       {},
+		"one":         {[]byte("k\x00one")},
+		"empty value": {{}, []byte("x")},
+		"a null":      {[]byte("a"), nil, []byte("c")},
+		"many":        many,
+	} {
+		var same bool
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT $1::bytea[] IS NOT DISTINCT FROM $2::bytea[], cardinality($1::bytea[])", byteas(a), a).Scan(&same, &n); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !same || n != len(a) {
+			t.Errorf("%s: the server got a different array from byteas (%d elements, want %d)", name, n, len(a))
+		}
 	}
 }
