@@ -204,7 +204,6 @@ type op struct {
 	// ops that are rare or read what cannot be known before they run.
 	reads func(known knownFunc) [][]byte
 	done  chan opResult
-	tr    *OpTrace
 }
 
 // knownFunc returns the value of a key prefetched in an earlier round (nil
@@ -383,12 +382,6 @@ func submitReading[T any](ctx context.Context, e *Engine, reads func(known known
 // enqueue queues o for the writer and waits until its batch is durable.
 func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
 	o.done = make(chan opResult, 1)
-	if TraceOn {
-		o.tr, _ = ctx.Value(traceCtxKey{}).(*OpTrace)
-		if o.tr != nil {
-			o.tr.Enq = time.Now()
-		}
-	}
 	e.closeMu.RLock()
 	if e.closed {
 		e.closeMu.RUnlock()
@@ -396,9 +389,6 @@ func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
 	}
 	select {
 	case e.ops <- o:
-		if o.tr != nil {
-			o.tr.Sent = time.Now()
-		}
 		e.closeMu.RUnlock()
 	case <-ctx.Done():
 		e.closeMu.RUnlock()
@@ -408,9 +398,6 @@ func (e *Engine) enqueue(ctx context.Context, o *op) (any, error) {
 	// the answer is waited for so that a caller never abandons a durable
 	// execute it was not told about.
 	r := <-o.done
-	if o.tr != nil {
-		o.tr.Recv = time.Now()
-	}
 	return r.val, r.err
 }
 
@@ -473,11 +460,6 @@ func (e *Engine) commit(batch []*op) []*op {
 	}
 	var results []opResult
 	runs := 0
-	var bt BatchTrace
-	if TraceOn {
-		bt.Start = time.Now()
-		bt.Taken0 = len(batch)
-	}
 	err := e.store.Update(e.storeCtx, func(tx Txn) error {
 		// A shared store may have made this batch wait for other
 		// replicas' (see pgstore): whatever arrived meanwhile joins it.
@@ -496,13 +478,7 @@ func (e *Engine) commit(batch []*op) []*op {
 		}
 		batch = e.take(batch)
 		var err error
-		if TraceOn {
-			bt.DecideStart = time.Now()
-		}
 		results, err = e.decideBatch(tx, batch)
-		if TraceOn {
-			bt.DecideEnd = time.Now()
-		}
 		return err
 	})
 	if err != nil {
@@ -513,25 +489,7 @@ func (e *Engine) commit(batch []*op) []*op {
 		e.deferral.settle()
 	}
 	done := batch[:len(results)]
-	if TraceOn {
-		bt.UpdateEnd = time.Now()
-		bt.Store = LastStoreTiming
-		bt.Ops = len(done)
-		id := batchN.Add(1) - 1
-		for i, o := range done {
-			if o.tr != nil {
-				o.tr.Batch, o.tr.Pos = id, i
-				o.tr.Answered = time.Now()
-			}
-			o.done <- results[i]
-		}
-		bt.AnswerEnd = time.Now()
-		if int(id) < len(Batches) {
-			Batches[id] = bt
-		}
-	} else {
-		answer(done, results)
-	}
+	answer(done, results)
 	if e.queued {
 		e.wake.signal()
 	}

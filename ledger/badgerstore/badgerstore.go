@@ -347,16 +347,11 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	if err := txn.Set(appliedKey, appliedValue(seq)); err != nil {
 		return err
 	}
-	s.wal.tm = ledger.StoreTiming{}
 	if err := s.wal.append(seq, s.seq, rec); err != nil {
 		return err
 	}
 	s.seq = seq // used in the log even if the commit fails
-	tc := time.Now()
-	cerr := txn.Commit()
-	s.wal.tm.Commit = time.Since(tc)
-	ledger.LastStoreTiming = s.wal.tm
-	if err := cerr; err != nil {
+	if err := txn.Commit(); err != nil {
 		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
 	}
 	return nil
@@ -538,29 +533,8 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 	}
 }
 
-func (badgerLogger) Infof(f string, a ...any)  { logEvent(f, a) }
-func (badgerLogger) Debugf(f string, a ...any) { logEvent(f, a) }
-
-// TEMPORARY (p99): Badger's log lines with their times.
-var (
-	EventsMu sync.Mutex
-	Events   []Event
-)
-
-type Event struct {
-	At  time.Time
-	Msg string
-}
-
-func logEvent(f string, a []any) {
-	if !ledger.TraceOn {
-		return
-	}
-	m := fmt.Sprintf(f, a...)
-	EventsMu.Lock()
-	Events = append(Events, Event{time.Now(), m})
-	EventsMu.Unlock()
-}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}
 
 // Empty reports whether the store holds no keys.
 func (s *Store) Empty() (bool, error) {

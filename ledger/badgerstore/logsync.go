@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // logSync makes everything Badger has committed durable, with Badger's own
@@ -62,8 +61,6 @@ type logSync struct {
 
 	mu     sync.Mutex
 	newest [2]int // per kind, the newest file the last sync saw
-
-	dirTime time.Duration // TEMPORARY (p99 trace)
 }
 
 // logKinds are Badger's two log file kinds, in the order they are synced:
@@ -104,7 +101,6 @@ func newLogSync(dir string) (*logSync, error) {
 func (s *logSync) sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirTime = 0
 	for k := range logKinds {
 		n, err := s.syncKind(k)
 		if err != nil {
@@ -113,11 +109,9 @@ func (s *logSync) sync() error {
 		if n > s.newest[k] {
 			// New files: their names must be durable too, a new value
 			// log file's before any pointer into it.
-			td := time.Now()
 			if err := syncDir(s.dir); err != nil {
 				return err
 			}
-			s.dirTime += time.Since(td)
 			s.newest[k] = n
 		}
 	}

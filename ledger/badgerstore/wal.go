@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -200,7 +199,6 @@ func walNonce(seq uint64) []byte {
 // wal is the log and the segment records are written to. Its methods are
 // called under Store.wmu, one at a time.
 type wal struct {
-	tm          ledger.StoreTiming // TEMPORARY
 	dir         string
 	master      []byte      // the encryption key; nil without one
 	aead        cipher.AEAD // the current generation's key (nil without one)
@@ -463,8 +461,6 @@ func (w *wal) append(seq, last uint64, rec *walRecord) error {
 	}
 	w.wbuf = w.seal(w.wbuf[:0], seq, rec)
 	if w.off+int64(len(w.wbuf)) > w.segmentSize && w.off > walHeaderSize {
-		tcp := time.Now()
-		defer func() { w.tm.Checkpoint = time.Since(tcp) - w.tm.Write - w.tm.Sync - w.tm.ZeroFill }()
 		if err := w.checkpoint(last); err != nil {
 			return w.fail(err)
 		}
@@ -472,22 +468,16 @@ func (w *wal) append(seq, last uint64, rec *walRecord) error {
 	}
 	f := w.files[w.cur]
 	if end := w.off + int64(len(w.wbuf)); end > w.sizes[w.cur] {
-		tz := time.Now()
-		defer func() { w.tm.ZeroFill = time.Since(tz) - w.tm.Write - w.tm.Sync }()
 		if err := w.zeroFill(w.cur, max(end, min(w.segmentSize, (end+walChunk-1)/walChunk*walChunk))); err != nil {
 			return w.fail(err)
 		}
 	}
-	tw := time.Now()
 	if _, err := f.WriteAt(w.wbuf, w.off); err != nil {
 		return w.fail(fmt.Errorf("writing ledger log: %w", err))
 	}
-	ts := time.Now()
-	w.tm.Write = ts.Sub(tw)
 	if err := w.datasync(f); err != nil {
 		return w.fail(fmt.Errorf("syncing ledger log: %w", err))
 	}
-	w.tm.Sync = time.Since(ts)
 	w.off += int64(len(w.wbuf))
 	return nil
 }
@@ -527,17 +517,12 @@ func (w *wal) fail(err error) error {
 // it, and whatever was written without the log), then starts the other
 // segment with the next generation at last+1, a new salt and key.
 func (w *wal) checkpoint(last uint64) error {
-	t0 := time.Now()
 	if err := w.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(last)) }); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	t1 := time.Now()
-	w.tm.CPUpdate = t1.Sub(t0)
 	if err := w.logs.sync(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	w.tm.CPLogSync = time.Since(t1)
-	w.tm.CPDir = w.logs.dirTime
 	next := 1 - w.cur
 	if w.files[next] == nil {
 		f, err := os.OpenFile(filepath.Join(w.dir, walNames[next]), os.O_RDWR|os.O_CREATE, 0o600)
