@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratchet-mcp/ratchet/ledger"
 	"github.com/ratchet-mcp/ratchet/ledger/badgerstore"
+	"github.com/ratchet-mcp/ratchet/ledger/pgstore"
 )
 
 // unreportedModel is what an agent's integration warning should say: the
@@ -438,6 +439,73 @@ func TestManyGoroutinesExpiringAndClearingOneAgentKeepItsCountExact(t *testing.T
 		m[id] = start.Add(15 * time.Second)
 	}
 	h.checkWarning("bot", m, "after the race")
+	if got := len(h.storedKeys("y\x00")); got != len(m) {
+		t.Errorf("the index holds %d keys, want %d", got, len(m))
+	}
+}
+
+// Fleet: 3 replicas on one PostgreSQL ledger expire, clear and count one
+// agent's unreported expiries at once (reaps, operators' resolves of
+// lapsed leases, the agent's late reports): the count and the index agree
+// with what was done, whichever replica did what first.
+func TestAFleetKeepsOneAgentsUnreportedCountExact(t *testing.T) {
+	if testBackend != "postgres" {
+		t.Skip("a fleet shares the PostgreSQL backend: the suite's PostgreSQL run has this test")
+	}
+	h := newHarness(t, testRules())
+	var engines []*ledger.Engine
+	for range 3 {
+		st, err := pgstore.Open(context.Background(), pgDSN(), &pgstore.Options{Schema: h.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, Policies: h.rules, Clock: h.clock, ReapInterval: -1, PurgeInterval: -1,
+			Route: func(ledger.Event) []string { return []string{"test-sink"} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		engines = append(engines, e)
+	}
+	const n = 240
+	start := h.clock.Now()
+	ids := h.beginMany("fleet", "bot", n, 5)
+	h.clock.Advance(10 * time.Second)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, n+3)
+	for i, id := range ids {
+		wg.Go(func() {
+			e := engines[i%3]
+			var err error
+			if i%2 == 0 {
+				_, err = e.Resolve(ctx, ledger.ResolveRequest{EffectID: id, Resolution: ledger.OutcomeFailed, ResolvedBy: "admin:op"})
+			} else {
+				_, err = e.Report(ctx, ledger.ReportRequest{EffectID: id, Outcome: ledger.OutcomeSucceeded})
+			}
+			errs <- err
+		})
+	}
+	for _, e := range engines {
+		wg.Go(func() {
+			_, err := e.Reap(ctx)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := unreportedModel{}
+	for i, id := range ids {
+		if i%2 == 1 {
+			m[id] = start.Add(5 * time.Second)
+		}
+	}
+	h.checkWarning("bot", m, "after the fleet")
 	if got := len(h.storedKeys("y\x00")); got != len(m) {
 		t.Errorf("the index holds %d keys, want %d", got, len(m))
 	}
