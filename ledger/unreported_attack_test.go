@@ -285,3 +285,45 @@ func TestAnEffectReattemptedAfterALateFailedReportIsCountedOnceAgainstItsLatestA
 		t.Errorf("the index holds %d keys, want %d", got, len(alice))
 	}
 }
+
+// TestAPurgeKeepsAnEffectStillCountedAsUnreported: an effect reported late
+// (settled, but still counted) outlives retention until an operator clears
+// it: a purge neither drops its record nor its count, so the warning never
+// names an effect that is gone; once cleared, it is purged like any other.
+func TestAPurgeKeepsAnEffectStillCountedAsUnreported(t *testing.T) {
+	h := newHarness(t, testRules())
+	h.eng.Close(context.Background())
+	h.defs.Retention = time.Minute
+	h.open()
+	ctx := context.Background()
+	start := h.clock.Now()
+	ids := h.beginMany("pg", "bot", 3, 5)
+	h.clock.Advance(10 * time.Second)
+	h.reapAll()
+	for _, id := range ids {
+		h.report(id, ledger.OutcomeSucceeded, func(q *ledger.ReportRequest) { q.Attempt = 1 })
+	}
+	m := unreportedModel{}
+	for _, id := range ids {
+		m[id] = start.Add(5 * time.Second)
+	}
+	h.clock.Advance(time.Hour)
+	if _, err := h.eng.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.checkWarning("bot", m, "after a purge")
+	w := m.want()
+	if got := h.get(w.Oldest); got == nil || got.State != ledger.StateSucceeded {
+		t.Fatalf("the oldest counted effect after a purge: %+v", got)
+	}
+	h.operatorResolve(w.Oldest, ledger.OutcomeSucceeded)
+	delete(m, w.Oldest)
+	h.clock.Advance(time.Hour)
+	if _, err := h.eng.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.checkWarning("bot", m, "the oldest cleared and purged")
+	if got := len(h.storedKeys("y\x00")); got != len(m) {
+		t.Errorf("the index holds %d keys, want %d", got, len(m))
+	}
+}
