@@ -1103,3 +1103,54 @@ func TestACheckpointIndexesTheRecordsItCanReadAndMovesTheMarkOnlyPastAllOfThem(t
 	}
 	wantUnreported(t, h, "other", a.EffectID)
 }
+
+// An open whose walk from the lease mark reads effects says at Info how
+// many and why: with the mark far behind the newest effect (an older
+// Ratchet ran the ledger since, or checkpoints failed), it says so; a
+// clean reopen walks none and says nothing of it.
+func TestAnOpenSaysHowManyEffectsItsWalkReadAndWhy(t *testing.T) {
+	if testBackend == "postgres" {
+		t.Skip("the mark and its walk are the exclusive store's")
+	}
+	h := newHarness(t, nil)
+	var mark []byte
+	h.rawKey(leaseMarkKey, func(old []byte) []byte { mark = slices.Clone(old); return old })
+	h.clock.Advance(10 * time.Minute)
+	for i := range 5 {
+		r := h.beginWant(ledger.BeginRequest{IdempotencyKey: fmt.Sprintf("walk-%d", i), EffectType: "test.op", AgentID: "walk"}, ledger.DecisionExecute)
+		h.report(r.EffectID, ledger.OutcomeSucceeded)
+	}
+	if err := h.eng.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.eng = nil
+	h.rawKey(leaseMarkKey, func([]byte) []byte { return mark }) // as an older binary leaves it
+	type line struct {
+		Level, Msg, Why string
+		Effects         int
+	}
+	walks := func(logs *syncBuf) []line {
+		var out []line
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var ln line
+			if json.Unmarshal([]byte(l), &ln) == nil && strings.HasPrefix(ln.Msg, "walked the effects made after the lease mark") {
+				ln.Why = strings.SplitN(ln.Why, ":", 2)[0]
+				out = append(out, ln)
+			}
+		}
+		return out
+	}
+	logs := &syncBuf{}
+	h.logger = slog.New(slog.NewJSONHandler(logs, nil))
+	h.open()
+	want := []line{{"INFO", "walked the effects made after the lease mark; none lacked its lease entry", "the lease mark is far behind the newest effect", 5}}
+	if diff := cmp.Diff(want, walks(logs)); diff != "" {
+		t.Errorf("the open after a stale mark logged (-want +got):\n%s", diff)
+	}
+	logs = &syncBuf{}
+	h.logger = slog.New(slog.NewJSONHandler(logs, nil))
+	h.reopen()
+	if diff := cmp.Diff([]line(nil), walks(logs)); diff != "" {
+		t.Errorf("a clean reopen logged (-want +got):\n%s", diff)
+	}
+}
