@@ -39,7 +39,15 @@ import (
 //
 // A failed commit changes nothing: what a batch defers or undefers is
 // kept aside (leaseDeferral.batch) and joins the set only once the batch
-// is durable, as the batch's other writes do.
+// is durable, as the batch's other writes do. A deferred record a
+// checkpoint cannot read stays in the set and the op writes no mark (the
+// others get their entries); reap goes on to its sweep all the same.
+//
+// Rolling back: a Ratchet without lease marks reaps only through entries.
+// A clean Close leaves every pending effect with its entry; a crash does
+// not (the last second's deferred leases), so after a crash this version
+// (or a later one) must open the ledger and close it before an older one
+// opens it: the open indexes what the crash left, and says so in its log.
 //
 // Not deferred, and why: a new attempt of an existing effect (its id sorts
 // before the mark, so no walk from the mark would find it), a begin while
