@@ -733,6 +733,9 @@ func (e *Engine) execute(t *opTxn, in *beginInput, rec *effectRec, uses []*ceili
 	}
 	for _, u := range uses {
 		if !u.c.observed { // the agent is answered as if observed rules were absent
+			if out.Budgets == nil {
+				out.Budgets = make([]BudgetUse, 0, len(uses))
+			}
 			out.Budgets = append(out.Budgets, u.budget(now))
 		}
 	}

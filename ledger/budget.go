@@ -382,6 +382,9 @@ func ceilingsFor(t *opTxn, in *beginInput, now time.Time) ([]*ceilingUse, error)
 				u.amount = *in.req.EstimatedCostMicros
 			}
 		}
+		if uses == nil { // room for every ceiling: append grew it at each
+			uses = make([]*ceilingUse, 0, len(in.pol.ceilings))
+		}
 		uses = append(uses, u)
 	}
 	return uses, nil
@@ -562,6 +565,9 @@ func reserve(t *opTxn, uses []*ceilingUse, now time.Time) ([]reservation, error)
 		u.rec.add(u.c, now, start, end, r.Amount, r.Count)
 		if err := t.Set(u.key, u.rec.encode()); err != nil {
 			return nil, err
+		}
+		if res == nil { // room for every counter: append grew it at each
+			res = make([]reservation, 0, len(uses))
 		}
 		res = append(res, r)
 	}

@@ -27,6 +27,20 @@ func (c *genCache[V]) get(k string) (V, bool) {
 	return v, ok
 }
 
+// getBytes is get by a key's bytes: m[string(k)] does not copy k, where
+// get(string(k)) made a string of it on every lookup (the writer looks up
+// a begin's counters, halts and keys by their bytes).
+func (c *genCache[V]) getBytes(k []byte) (V, bool) {
+	if v, ok := c.cur[string(k)]; ok {
+		return v, true
+	}
+	v, ok := c.prev[string(k)]
+	if ok {
+		c.put(string(k), v)
+	}
+	return v, ok
+}
+
 // put stores v, which must not be changed afterwards.
 func (c *genCache[V]) put(k string, v V) {
 	if len(c.cur) >= c.max/2 {

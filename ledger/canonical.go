@@ -183,61 +183,90 @@ func plainString(s string) bool {
 // each dimension's).
 type macs struct{ pool sync.Pool }
 
+// mac is one pooled HMAC with the buffers its callers fill: the input,
+// joined there and written at once, and the sum. A buffer of the caller's
+// own would escape to the heap through hash.Hash's methods (a Write of
+// each part, []byte{0} and io.WriteString's copy, allocated too).
+type mac struct {
+	h       hash.Hash
+	in, sum []byte
+}
+
 func newMACs(secret []byte) *macs {
 	m := &macs{}
-	m.pool.New = func() any { return hmac.New(sha256.New, secret) }
+	m.pool.New = func() any { return &mac{h: hmac.New(sha256.New, secret)} }
 	return m
 }
 
-func (m *macs) get() hash.Hash {
-	h := m.pool.Get().(hash.Hash)
-	h.Reset()
-	return h
+// keyedSumOf computes the HMAC of parts joined by 0x00 and calls fn with
+// the sum, which is the pooled mac's: fn copies what it keeps.
+func (m *macs) keyedSumOf(parts []string, fn func(sum []byte)) {
+	mc := m.pool.Get().(*mac)
+	in := mc.in[:0]
+	for i, p := range parts {
+		if i > 0 {
+			in = append(in, 0)
+		}
+		in = append(in, p...)
+	}
+	mc.in = in
+	m.sum(mc, fn)
+}
+
+// sum hashes mc.in, calls fn with the sum and puts mc back.
+func (m *macs) sum(mc *mac, fn func(sum []byte)) {
+	mc.h.Reset()
+	mc.h.Write(mc.in)
+	mc.sum = mc.h.Sum(mc.sum[:0])
+	fn(mc.sum)
+	if cap(mc.in) > 4<<10 { // a large payload's fingerprint: not kept
+		mc.in = nil
+	}
+	m.pool.Put(mc)
 }
 
 // keyedHash is keyedSum hex-encoded.
 func (m *macs) keyedHash(parts ...string) string {
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.keyedSumTo(sum[:0], parts...))
+	var hx [2 * sha256.Size]byte
+	m.keyedSumOf(parts, func(sum []byte) { hex.Encode(hx[:], sum) })
+	return string(hx[:])
 }
 
 // keyedSum is HMAC-SHA256 under the server secret of parts joined by 0x00.
 func (m *macs) keyedSum(parts ...string) []byte {
-	return m.keyedSumTo(nil, parts...)
-}
-
-func (m *macs) keyedSumTo(dst []byte, parts ...string) []byte {
-	h := m.get()
-	defer m.pool.Put(h)
-	for i, p := range parts {
-		if i > 0 {
-			h.Write([]byte{0})
-		}
-		io.WriteString(h, p)
-	}
-	return h.Sum(dst)
+	var out []byte
+	m.keyedSumOf(parts, func(sum []byte) { out = append(out, sum...) })
+	return out
 }
 
 // fingerprint is the keyed hash of the canonical JSON of
 // {effect_type, vendor, payload}. payload must already be canonical.
 func (m *macs) fingerprint(effectType, vendor string, canonicalPayload []byte) string {
-	var buf bytes.Buffer
-	buf.WriteString(`{"effect_type":`)
-	writeString(&buf, effectType)
-	buf.WriteString(`,"payload":`)
+	mc := m.pool.Get().(*mac)
+	b := append(mc.in[:0], `{"effect_type":`...)
+	b = appendCanonString(b, effectType)
+	b = append(b, `,"payload":`...)
 	if len(canonicalPayload) == 0 {
-		buf.WriteString("null")
+		b = append(b, "null"...)
 	} else {
-		buf.Write(canonicalPayload)
+		b = append(b, canonicalPayload...)
 	}
-	buf.WriteString(`,"vendor":`)
-	writeString(&buf, vendor)
-	buf.WriteByte('}')
-	h := m.get()
-	defer m.pool.Put(h)
-	h.Write(buf.Bytes())
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	b = append(b, `,"vendor":`...)
+	b = appendCanonString(b, vendor)
+	mc.in = append(b, '}')
+	var hx [2 * sha256.Size]byte
+	m.sum(mc, func(sum []byte) { hex.Encode(hx[:], sum) })
+	return string(hx[:])
+}
+
+// appendCanonString appends s as writeString writes it.
+func appendCanonString(b []byte, s string) []byte {
+	if plainString(s) {
+		return append(append(append(b, '"'), s...), '"')
+	}
+	var buf bytes.Buffer
+	writeString(&buf, s)
+	return append(b, buf.Bytes()...)
 }
 
 // canonFast is canonicalJSON for the documents most payloads and results

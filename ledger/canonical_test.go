@@ -191,6 +191,55 @@ func TestPooledKeyedSumsAreHMACs(t *testing.T) {
 	wg.Wait()
 }
 
+// A fingerprint is the HMAC of {"effect_type","payload","vendor"} as
+// writeString spells the strings, payload as given (null when none),
+// computed apart, from many goroutines sharing the pooled states, with
+// payloads past what a pooled buffer keeps.
+func TestAFingerprintIsTheHMACOfItsCanonicalJSON(t *testing.T) {
+	secret := bytes.Repeat([]byte{9}, 32)
+	m := newMACs(secret)
+	apart := func(effectType, vendor string, payload []byte) string {
+		var buf bytes.Buffer
+		buf.WriteString(`{"effect_type":`)
+		writeString(&buf, effectType)
+		buf.WriteString(`,"payload":`)
+		if len(payload) == 0 {
+			buf.WriteString("null")
+		} else {
+			buf.Write(payload)
+		}
+		buf.WriteString(`,"vendor":`)
+		writeString(&buf, vendor)
+		buf.WriteByte('}')
+		h := hmac.New(sha256.New, secret)
+		h.Write(buf.Bytes())
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	big := []byte(`{"note":"` + strings.Repeat("x", 9000) + `"}`)
+	cases := []struct {
+		effectType, vendor string
+		payload            []byte
+	}{
+		{"payment.charge", "stripe", []byte(`{"amount":1000}`)},
+		{"payment.charge", "", nil},
+		{"odd\"type\\", "v\u00e9ndor\n", []byte(`[1,2]`)},
+		{"email.send", "mail", big},
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				c := cases[(g+i)%len(cases)]
+				if got, want := m.fingerprint(c.effectType, c.vendor, c.payload), apart(c.effectType, c.vendor, c.payload); got != want {
+					t.Errorf("fingerprint(%q, %q, %d bytes) = %s, want %s", c.effectType, c.vendor, len(c.payload), got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // checkText's fast path for printable ASCII answers as the rune-by-rune
 // checks do, for every ASCII character and at the length limit.
 func TestCheckTextASCIIAgreesWithRunes(t *testing.T) {

@@ -160,6 +160,7 @@ type Engine struct {
 	obs      Observer
 	cache    *writerCaches         // nil unless the store is exclusive; writer only
 	opTxn    opTxn                 // the writer's, each op's in turn (decideBatch)
+	batchBuf batchBufs             // the writer's, each batch's in turn (decideBatch)
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
 	queued   bool                  // the batch being committed wrote outbox entries; writer only
 	syncErr  atomic.Pointer[Error] // set once the store failed (failStop): no more writes
@@ -174,6 +175,7 @@ type Engine struct {
 
 	audit          bool          // keep the audit log (events.go)
 	auditRetention time.Duration // how long audit records stay
+	auditRecLen    int           // the last audit block's bytes a record; writer only (appendAudit)
 	route          func(Event) []string
 	thresholds     []float64          // budget alert fractions, ascending (thresholds.go)
 	fired          firedMemory        // thresholds seen fired (thresholds.go); writer only
@@ -513,10 +515,17 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 			return nil, err
 		}
 	}
-	results := make([]opResult, 0, len(batch))
+	// The batch's results, state moves and events go in the writer's
+	// buffers, kept from batch to batch (emptied, and what they held
+	// dropped, once a batch is answered: see batchBufs.reset).
+	bb := &e.batchBuf
+	bb.reset()
+	results, events := bb.results, bb.events
+	if bb.states == nil {
+		bb.states = map[State]int64{}
+	}
+	states := bb.states
 	size := 0
-	states := map[State]int64{}
-	var events []Event
 	// One opTxn serves every op in turn, emptied before each: its buffer,
 	// maps and events are copied out or dropped once an op is done.
 	t := &e.opTxn
@@ -554,7 +563,34 @@ func (e *Engine) decideBatch(tx Txn, batch []*op) ([]opResult, error) {
 	if err := e.journal(tx, events, now); err != nil {
 		return nil, err
 	}
+	bb.results, bb.events = results, events
 	return results, nil
+}
+
+// batchBufs are the writer's buffers for one batch, decideBatch's: its
+// ops' results (answered, then no longer read), its ops' moves between
+// states and their events (journaled, then no longer read).
+type batchBufs struct {
+	results []opResult
+	states  map[State]int64
+	events  []Event
+}
+
+// reset empties b for the next batch, dropping what the last one's
+// results and events pointed to; a batch of rare size leaves no buffer
+// that large behind.
+func (b *batchBufs) reset() {
+	const keep = 1024
+	clear(b.results[:cap(b.results)]) // a batch abandoned midway appended past len
+	clear(b.events[:cap(b.events)])
+	if cap(b.results) > keep {
+		b.results = nil
+	}
+	if cap(b.events) > keep {
+		b.events = nil
+	}
+	b.results, b.events = b.results[:0], b.events[:0]
+	clear(b.states)
 }
 
 // answer tells each op of a durable batch its result.
@@ -690,7 +726,7 @@ func (t *opTxn) Get(k []byte) ([]byte, error) {
 	if t.cache == nil || !valueCached(k) {
 		return t.tx.Get(k)
 	}
-	v, ok := t.cache.vals.get(string(k))
+	v, ok := t.cache.vals.getBytes(k)
 	if !ok {
 		var err error
 		v, err = t.tx.Get(k)

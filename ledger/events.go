@@ -286,7 +286,10 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 	// Each record is encoded once, its hash empty, hashed, and copied into
 	// the block (the JSON array of the records) with its hash written in.
 	first := head.Seq + 1
-	block := make([]byte, 0, 512*len(events))
+	// Room for the records at the last batch's average length, an eighth
+	// more: 512 a record was too little for an effect.begun with its
+	// dimensions, and the block grew, copied, once or twice a batch.
+	block := make([]byte, 0, max(512, e.auditRecLen+e.auditRecLen/8)*len(events)+2)
 	block = append(block, '[')
 	// in is what a record's hash is of (auditHash): Prev, a newline, then
 	// the record, encoded straight after them.
@@ -313,6 +316,7 @@ func (e *Engine) appendAudit(tx Txn, events []Event, now time.Time) error {
 		head = auditHead{Seq: r.Seq, Hash: h, At: ev.At}
 	}
 	block = append(block, ']')
+	e.auditRecLen = len(block) / len(events)
 	if err := tx.Set(auditKey(chain, first), block); err != nil {
 		return err
 	}

@@ -555,7 +555,7 @@ func (w *wal) checkpoint(last uint64) error {
 // them with the file's new size (one metadata commit per chunk).
 func (w *wal) zeroFill(i int, size int64) error {
 	f := w.files[i]
-	zeros := make([]byte, walChunk)
+	zeros := walZeros[:]
 	for off := w.sizes[i]; off < size; off += walChunk {
 		if _, err := f.WriteAt(zeros[:min(walChunk, size-off)], off); err != nil {
 			return fmt.Errorf("preparing ledger log: %w", err)
@@ -567,6 +567,11 @@ func (w *wal) zeroFill(i int, size int64) error {
 	w.sizes[i] = max(w.sizes[i], size)
 	return nil
 }
+
+// walZeros is what zeroFill writes, never written itself: a chunk made
+// for each call was a MiB allocated for every MiB the log grew (2.6 KiB an
+// engine pair), and, never written, its pages are the kernel's zero page.
+var walZeros [walChunk]byte
 
 // syncBadger checkpoints unless the log failed, so that Badger alone
 // holds every batch: on Close (an older binary opening the directory then

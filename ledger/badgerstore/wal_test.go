@@ -460,3 +460,92 @@ func TestBackupLeavesOutTheStoresOwnKeys(t *testing.T) {
 	crash(dst)
 	openWant(t, dstDir, opts, 4, "after a restore, a write and a crash")
 }
+
+// Each batch's log record holds its own writes only, though the store
+// reuses one record's buffer from batch to batch: after a batch larger
+// than the buffer it keeps, and after a batch whose fn failed midway (its
+// writes in the buffer, never logged), the log replayed over Badger as it
+// was before them gives exactly what was committed.
+func TestEachBatchsLogRecordHoldsOnlyItsOwnWrites(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir, snap := t.TempDir(), t.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCounter(t, s, 0)
+	if err := s.syncBadger(); err != nil { // a checkpoint: Badger as it is now
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	big := bytes.Repeat([]byte("b"), keptRecord+keptRecord/4)
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Set([]byte("big"), big) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(context.Background(), func(tx ledger.Txn) error { return tx.Delete([]byte("big")) }); err != nil {
+		t.Fatal(err)
+	}
+	putCounter(t, s, 1)
+	failed := errors.New("the op failed")
+	err = s.Update(context.Background(), func(tx ledger.Txn) error {
+		if err := tx.Set([]byte("c\x00n"), []byte("never committed")); err != nil {
+			return err
+		}
+		if err := tx.Set([]byte("x\x00lost"), []byte("never committed")); err != nil {
+			return err
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("the failing batch's Update = %v, want its fn's error", err)
+	}
+	putCounter(t, s, 2)
+	copyDir(t, dir, snap, isWAL)
+	crash(s)
+	openWant(t, snap, opts, 3, "after replaying the log over Badger at the checkpoint")
+}
+
+// A batch's entries come from chunks of entryChunk: batches of many
+// sets, of one key set again and again, and then of a few, each keep
+// every key's last value, committed and replayed alike.
+func TestEveryBatchKeepsEachKeysLastValueWhateverItsSize(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir, snap := t.TempDir(), t.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.syncBadger(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	want := map[string]string{}
+	for b, n := range []int{3000, 10, 5000, 1, 40} {
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
+			for i := range n {
+				k, v := fmt.Sprintf("k\x00%05d", i%700), fmt.Sprintf("batch %d set %d", b, i)
+				if err := tx.Set([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+				want[k] = v
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, contents(t, s)); diff != "" {
+			t.Fatalf("after batch %d of %d sets (-want +got):\n%s", b, n, diff)
+		}
+	}
+	copyDir(t, dir, snap, isWAL)
+	crash(s)
+	r, err := Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if diff := cmp.Diff(want, contents(t, r)); diff != "" {
+		t.Fatalf("replayed (-want +got):\n%s", diff)
+	}
+}

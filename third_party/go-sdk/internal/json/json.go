@@ -7,6 +7,7 @@
 package json
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 
@@ -53,27 +54,13 @@ func Unmarshal(data []byte, v any) error {
 // nesting of JSON objects and arrays exceeds maxDepth. It is a lightweight pass which
 // tracks '{' and '[' against '}' and ']' while skipping over the contents of strings.
 func checkMaxDepth(data []byte, maxDepth int) error {
-	var (
-		depth    int
-		inString bool
-		escaped  bool
-	)
-	for _, b := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
-			}
-			continue
-		}
-
-		switch b {
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
 		case '"':
-			inString = true
+			// Ratchet's patch (third_party/README.md): a string is skipped
+			// from quote to quote (bytes.IndexByte), not byte by byte.
+			i = stringEnd(data, i)
 		case '{', '[':
 			depth++
 			if depth > maxDepth {
@@ -86,4 +73,43 @@ func checkMaxDepth(data []byte, maxDepth int) error {
 		}
 	}
 	return nil
+}
+
+// stringEnd returns the index of the quote that closes the string opened at
+// data[open], or len(data) when none does: the first quote after it that
+// an even run of backslashes precedes (each backslash escapes the byte
+// after it, so an odd run ends with one that escapes the quote).
+func stringEnd(data []byte, open int) int {
+	for i := open + 1; i < len(data); i++ {
+		j := bytes.IndexByte(data[i:], '"')
+		if j < 0 {
+			return len(data)
+		}
+		i += j
+		run := 0
+		for k := i - 1; k > open && data[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 0 {
+			return i
+		}
+	}
+	return len(data)
+}
+
+// IsCompact reports whether data is valid JSON with no whitespace outside
+// its strings: what encoding/json's compaction (with HTML escaping off, as
+// the SDK's encoder runs) returns unchanged. Ratchet's patch
+// (third_party/README.md): jsonrpc2 uses it to skip compacting again what
+// a MarshalJSON or an earlier marshal already made compact.
+func IsCompact(data []byte) bool {
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			return false
+		case '"':
+			i = stringEnd(data, i)
+		}
+	}
+	return json.Valid(data)
 }

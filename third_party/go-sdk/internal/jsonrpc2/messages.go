@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	internaljson "github.com/modelcontextprotocol/go-sdk/internal/json"
 )
@@ -148,11 +149,52 @@ func toWireError(err error) *WireError {
 func EncodeMessage(msg Message) ([]byte, error) {
 	wire := wireCombined{VersionTag: wireVersion}
 	msg.marshal(&wire)
+	// Ratchet's patch (third_party/README.md): encoding/json scans a
+	// json.RawMessage (a Marshaler) again to compact it. When Params or
+	// Result is the last field on the wire (no error follows it) and is
+	// compact already, as marshalToRaw makes it, the envelope is marshaled
+	// without it and the field is appended as it is: the same bytes, with a
+	// fast check in place of the encoder's scan.
+	if key, raw := compactLast(&wire); raw != nil {
+		data, err := jsonMarshal(&wire)
+		if err != nil {
+			return nil, fmt.Errorf("marshaling jsonrpc message: %w", err)
+		}
+		out := make([]byte, 0, len(data)+len(key)+len(raw)+1)
+		out = append(out, data[:len(data)-1]...) // without its closing brace
+		out = append(out, key...)
+		out = append(out, raw...)
+		return append(out, '}'), nil
+	}
 	data, err := jsonMarshal(&wire)
 	if err != nil {
 		return nil, fmt.Errorf("marshaling jsonrpc message: %w", err)
 	}
 	return data, nil
+}
+
+// compactLast takes Params or Result out of wire and returns it with the
+// key that precedes it on the wire, when it is the last field wire holds
+// and compact JSON (internaljson.IsCompact); else it returns nil and leaves
+// wire as it was.
+func compactLast(wire *wireCombined) (string, json.RawMessage) {
+	var key string
+	var raw json.RawMessage
+	switch {
+	case wire.Error != nil:
+		return "", nil
+	case len(wire.Result) > 0 && len(wire.Params) == 0:
+		key, raw = `,"result":`, wire.Result
+	case len(wire.Params) > 0 && len(wire.Result) == 0:
+		key, raw = `,"params":`, wire.Params
+	default:
+		return "", nil
+	}
+	if !internaljson.IsCompact(raw) {
+		return "", nil
+	}
+	wire.Params, wire.Result = nil, nil
+	return key, raw
 }
 
 // EncodeIndent is like EncodeMessage, but honors indents.
@@ -225,6 +267,27 @@ func DecodeMessage(data []byte) (Message, error) {
 func marshalToRaw(obj any) (json.RawMessage, error) {
 	if obj == nil {
 		return nil, nil
+	}
+	// Ratchet's patch (third_party/README.md): encoding/json compacts what
+	// a MarshalJSON returns, and the SDK's results marshal themselves with
+	// json.Marshal, which returns compact JSON already. This does what the
+	// encoder does for a Marshaler at the top (HTML escaping off), with a
+	// fast check in place of its scan when the JSON is compact; a nil
+	// pointer takes the encoder's path ("null").
+	if m, ok := obj.(json.Marshaler); ok {
+		if v := reflect.ValueOf(obj); v.Kind() != reflect.Pointer || !v.IsNil() {
+			data, err := m.MarshalJSON()
+			if err == nil && internaljson.IsCompact(data) {
+				return json.RawMessage(data), nil
+			}
+			if err == nil {
+				var buf bytes.Buffer
+				if err = json.Compact(&buf, data); err == nil {
+					return json.RawMessage(buf.Bytes()), nil
+				}
+			}
+			return nil, &json.MarshalerError{Type: v.Type(), Err: err}
+		}
 	}
 	data, err := jsonMarshal(obj)
 	if err != nil {
