@@ -1154,3 +1154,67 @@ func TestAnOpenSaysHowManyEffectsItsWalkReadAndWhy(t *testing.T) {
 		t.Errorf("a clean reopen logged (-want +got):\n%s", diff)
 	}
 }
+
+// Kills at many moments, before, during and after checkpoints, and
+// soon after an open that had leases to index: four rounds of the crash
+// child on one ledger, each killed at a different moment. Finally every
+// effect the children were told of that is still pending has its entry,
+// and one reap, once every lease has ended, expires exactly those.
+func TestKillsAtManyMomentsLoseNoLease(t *testing.T) {
+	if testBackend == "postgres" {
+		t.Skip("kills a process holding a Badger ledger")
+	}
+	h := newHarness(t, nil)
+	h.eng.Close(context.Background())
+	h.eng = nil
+	var pending []string
+	for round, after := range []time.Duration{50 * time.Millisecond, 950 * time.Millisecond, 1500 * time.Millisecond, 2600 * time.Millisecond} {
+		t.Setenv("LEASEMARK_CHILD_PREFIX", fmt.Sprintf("r%d-", round)) // each round's keys its own
+		out := runCrashChild(t, h.dir, "load", "", func(begun, _ int, since time.Duration) bool {
+			return begun >= 20 && since > after
+		})
+		p := pendingOf(out)
+		t.Logf("round %d: killed after %v, %d begun, %d left pending", round, after, len(out), len(p))
+		pending = append(pending, p...)
+	}
+	h.clock.t = time.Now()
+	h.open()
+	entries := map[string]bool{}
+	for _, k := range h.storedKeys("l\x00") {
+		entries[k[11:]] = true
+	}
+	var stillPending, missing []string
+	for _, id := range pending {
+		if h.get(id).State != ledger.StatePending {
+			continue
+		}
+		stillPending = append(stillPending, id)
+		if !entries[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d of %d pending effects have no lease entry: %v", len(missing), len(stillPending), missing[:min(3, len(missing))])
+	}
+	h.clock.Advance(3 * time.Minute)
+	n, err := h.eng.Reap(context.Background())
+	if err != nil || n < len(stillPending) {
+		t.Errorf("reap after every lease ended = %d, %v; want at least %d", n, err, len(stillPending))
+	}
+	if m, err := h.eng.Reap(context.Background()); err != nil || m != 0 {
+		t.Errorf("a second reap = %d, %v; want 0", m, err)
+	}
+	var left []string
+	for _, id := range stillPending {
+		if eff := h.get(id); eff.State == ledger.StatePending || eff.Reason != ledger.ReasonLeaseExpired {
+			left = append(left, fmt.Sprintf("%s %s %s lease %v", id, eff.State, eff.Reason, eff.LeaseExpiresAt))
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("%d pending effects not expired, e.g. %v", len(left), left[:min(3, len(left))])
+	}
+	r := h.begin(ledger.BeginRequest{IdempotencyKey: "after-the-kills", EffectType: "test.op", AgentID: "crash"})
+	if w := r.IntegrationWarning; w == nil || w.UnreportedCount != n {
+		t.Errorf("the agent's warning %+v, want %d unreported", w, n)
+	}
+}
