@@ -170,8 +170,10 @@ func (e *Engine) dropLease(t *opTxn, rec *effectRec) error {
 // same, so one bad record holds back neither their entries nor the sweep
 // (reap goes on after a checkpoint error). unread says why no mark was
 // written; the stale flag stays set, so the next reap tries again, and the
-// reaper is woken at the unread lease's end. err is an error that
-// abandons the op (a write the transaction refused).
+// reaper is woken at the unread lease's end if that is still to come
+// (after it, at its interval: a record that stays unreadable must not make
+// it spin). err is an error that abandons the op (a write the transaction
+// refused).
 func (e *Engine) checkpointLeases(t *opTxn, now time.Time) (unread, err error) {
 	if t.lease == nil {
 		return nil, nil
@@ -198,8 +200,10 @@ func (e *Engine) checkpointLeases(t *opTxn, now time.Time) (unread, err error) {
 			if failed++; unread == nil {
 				unread = fmt.Errorf("reading deferred effect %s: %w", id, err)
 			}
-			e.dueAt(at) // try again by the lease's end at the latest
-			continue    // kept in the set
+			if at.After(now) { // try again by the lease's end; once past, at the reaper's interval (no spin)
+				e.dueAt(at)
+			}
+			continue // kept in the set
 		}
 		t.leases = append(t.leases, leaseChange{id: id}) // indexed now, or no longer pending
 		if err == nil && rec.State == StatePending && rec.LeaseExpiresAt != nil && rec.LeaseExpiresAt.Equal(at) {

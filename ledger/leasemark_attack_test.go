@@ -1218,3 +1218,40 @@ func TestKillsAtManyMomentsLoseNoLease(t *testing.T) {
 		t.Errorf("the agent's warning %+v, want %d unreported", w, n)
 	}
 }
+
+// A deferred record that stays unreadable after its lease ended does not
+// make the background reaper spin: each failed checkpoint must not wake it
+// again at once (at its lease's end, now past), so it retries at its
+// interval, logging once each time.
+func TestAnUnreadableDeferredRecordDoesNotMakeTheReaperSpin(t *testing.T) {
+	h, _ := readFaultHarness(t)
+	ctx := context.Background()
+	if err := h.eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var fs *readFaults
+	h.wrap = func(st *badgerstore.Store) ledger.Store { fs = &readFaults{Store: st}; return fs }
+	st := h.openStore()
+	h.wrap = nil
+	logs := &syncBuf{}
+	eng, err := ledger.New(ledger.Options{Store: st, Secret: h.secret, PurgeInterval: -1, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	a, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "unreadable", EffectType: "test.op", AgentID: "spin", LeaseSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.failCommit.Store(true) // empties the writer's caches
+	eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: "refused", EffectType: "test.op", AgentID: "spin"})
+	fs.failCommit.Store(false)
+	fs.setFailKey(append([]byte("e\x00"), a.EffectID...))
+	time.Sleep(3 * time.Second) // the checkpoint a second after the failure, then the lease's end
+	fs.setFailKey(nil)
+	n := strings.Count(logs.String(), "background reap failed")
+	t.Logf("%d failed reaps logged in 3 s", n)
+	if n > 5 {
+		t.Errorf("the background reaper failed %d times in 3 s on one unreadable record, want a few (it spins)", n)
+	}
+}
