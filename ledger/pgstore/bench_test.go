@@ -1,3 +1,8 @@
+//go:build linux
+
+// The benchmark reads the server processes' CPU from /proc and its own from
+// getrusage: Linux only.
+
 package pgstore
 
 import (
