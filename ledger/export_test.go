@@ -1,6 +1,10 @@
 package ledger
 
-import "bytes"
+import (
+	"bytes"
+	"context"
+	"time"
+)
 
 // KeyKinds lists the kinds of keyLayouts.
 func KeyKinds() []string {
@@ -44,3 +48,28 @@ func AuditHashOf(r AuditRecord) string {
 // UseLegacyUndoKeys makes e hand out undo keys as versions before the
 // derived ones did, to write a ledger as they left it.
 func UseLegacyUndoKeys(e *Engine, on bool) { e.legacyUndoKeys = on }
+
+// DeferredLeases is how many leases e's writer holds without their entries
+// (leasemark.go), asked through the writer; 0 on a shared store.
+func DeferredLeases(e *Engine) int {
+	n, _ := submit(context.Background(), e, func(t *opTxn, _ time.Time) (int, error) {
+		if t.lease == nil {
+			return 0, nil
+		}
+		return len(t.lease.set) + len(t.lease.batch), nil
+	})
+	return n
+}
+
+// PendingLease decodes a stored effect record: whether it is pending, and
+// its lease end.
+func PendingLease(v []byte) (bool, time.Time, error) {
+	var rec effectRec
+	if err := decodeEffect(v, &rec); err != nil {
+		return false, time.Time{}, err
+	}
+	if rec.State != StatePending || rec.LeaseExpiresAt == nil {
+		return false, time.Time{}, nil
+	}
+	return true, *rec.LeaseExpiresAt, nil
+}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -38,7 +39,15 @@ import (
 //
 // A failed commit changes nothing: what a batch defers or undefers is
 // kept aside (leaseDeferral.batch) and joins the set only once the batch
-// is durable, as the batch's other writes do.
+// is durable, as the batch's other writes do. A deferred record a
+// checkpoint cannot read stays in the set and the op writes no mark (the
+// others get their entries); reap goes on to its sweep all the same.
+//
+// Rolling back: a Ratchet without lease marks reaps only through entries.
+// A clean Close leaves every pending effect with its entry; a crash does
+// not (the last second's deferred leases), so after a crash this version
+// (or a later one) must open the ledger and close it before an older one
+// opens it: the open indexes what the crash left, and says so in its log.
 //
 // Not deferred, and why: a new attempt of an existing effect (its id sorts
 // before the mark, so no walk from the mark would find it), a begin while
@@ -51,6 +60,9 @@ const (
 	maxDeferred    = 4096
 	// recoverBatch is how many entries one op of recoverLeases writes.
 	recoverBatch = 4096
+	// staleMarkSpan: a lease mark further than this behind the newest
+	// effect at open was not left by a kill alone (logRecovery).
+	staleMarkSpan = time.Minute
 )
 
 // leaseMarkKey holds the lease mark: an id made by the engine's generator
@@ -151,9 +163,20 @@ func (e *Engine) dropLease(t *opTxn, rec *effectRec) error {
 
 // checkpointLeases writes the entry of every deferred effect still
 // pending, then a new lease mark (see above). Writer only.
-func (e *Engine) checkpointLeases(t *opTxn, now time.Time) error {
+//
+// A record it cannot read (a damaged block, an I/O error) keeps its effect
+// in the set, and the op then writes no mark, since that effect may be
+// pending without its entry; the entries of the others are written all the
+// same, so one bad record holds back neither their entries nor the sweep
+// (reap goes on after a checkpoint error). unread says why no mark was
+// written; the stale flag stays set, so the next reap tries again, and the
+// reaper is woken at the unread lease's end if that is still to come
+// (after it, at its interval: a record that stays unreadable must not make
+// it spin). err is an error that abandons the op (a write the transaction
+// refused).
+func (e *Engine) checkpointLeases(t *opTxn, now time.Time) (unread, err error) {
 	if t.lease == nil {
-		return nil
+		return nil, nil
 	}
 	// The set as this op sees it: the durable batches', then this
 	// batch's changes, then this op's.
@@ -166,41 +189,54 @@ func (e *Engine) checkpointLeases(t *opTxn, now time.Time) error {
 	for _, c := range t.leases {
 		view[c.id] = c.at
 	}
+	failed := 0
 	for id, at := range view {
-		t.leases = append(t.leases, leaseChange{id: id}) // indexed now, or no longer pending
 		if at.IsZero() {
+			t.leases = append(t.leases, leaseChange{id: id}) // no longer pending
 			continue
 		}
 		rec, err := e.effectByID(t, "", id)
-		if errors.Is(err, ErrNotFound) {
-			continue
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			if failed++; unread == nil {
+				unread = fmt.Errorf("reading deferred effect %s: %w", id, err)
+			}
+			if at.After(now) { // try again by the lease's end; once past, at the reaper's interval (no spin)
+				e.dueAt(at)
+			}
+			continue // kept in the set
 		}
-		if err != nil {
-			return err
-		}
-		if rec.State == StatePending && rec.LeaseExpiresAt != nil && rec.LeaseExpiresAt.Equal(at) {
+		t.leases = append(t.leases, leaseChange{id: id}) // indexed now, or no longer pending
+		if err == nil && rec.State == StatePending && rec.LeaseExpiresAt != nil && rec.LeaseExpiresAt.Equal(at) {
 			if err := t.Set(timeKey(kindLease, at, id), nil); err != nil {
-				return err
+				return nil, err
 			}
 			e.dueAt(at)
 		}
 	}
+	if unread != nil {
+		return fmt.Errorf("%d of %d deferred leases left without their entries, no lease mark written: %w", failed, len(view), unread), nil
+	}
 	if err := t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now))); err != nil {
-		return err
+		return nil, err
 	}
 	e.leaseStale.Store(false) // set again by a later deferral, or by fail
-	return nil
+	return nil, nil
 }
 
 // checkpoint runs checkpointLeases through the writer when an effect was
-// deferred since the last one.
+// deferred since the last one. Its error is the op's, or what kept the
+// checkpoint from writing its mark (unread records), whose readable
+// entries are written all the same.
 func (e *Engine) checkpoint(ctx context.Context) error {
 	if e.deferral == nil || !e.leaseStale.Load() {
 		return nil
 	}
-	_, err := submit(ctx, e, func(t *opTxn, now time.Time) (any, error) {
-		return nil, e.checkpointLeases(t, now)
+	unread, err := submit(ctx, e, func(t *opTxn, now time.Time) (error, error) {
+		return e.checkpointLeases(t, now)
 	})
+	if err == nil {
+		err = unread
+	}
 	return err
 }
 
@@ -215,6 +251,7 @@ func (e *Engine) recoverLeases(ctx context.Context) error {
 	var mark []byte
 	var last string
 	var missing [][]byte
+	walked, started := 0, time.Now()
 	err := e.view(ctx, func(r Reader) error {
 		v, err := r.Get(leaseMarkKey)
 		if errors.Is(err, ErrNotFound) {
@@ -226,6 +263,7 @@ func (e *Engine) recoverLeases(ctx context.Context) error {
 		mark = v
 		return r.Scan(prefix(kindEffect), key(kindEffect, string(mark)), func(k, v []byte) (bool, error) {
 			last = lastPart(k)
+			walked++
 			var rec effectRec
 			if err := decodeEffect(v, &rec); err != nil {
 				return false, err
@@ -250,9 +288,7 @@ func (e *Engine) recoverLeases(ctx context.Context) error {
 	if mark != nil && last == "" {
 		return nil // nothing made since the mark
 	}
-	if len(missing) > 0 {
-		e.log.Info("indexed the leases a restart left without their entries", "effects", len(missing))
-	}
+	e.logRecovery(string(mark), last, walked, len(missing), time.Since(started))
 	for {
 		part := missing[:min(len(missing), recoverBatch)]
 		missing = missing[len(part):]
@@ -272,6 +308,38 @@ func (e *Engine) recoverLeases(ctx context.Context) error {
 	}
 }
 
+// logRecovery says what an open's walk from the lease mark read, and why
+// (see the package doc's rule): after a kill the mark trails the newest
+// effects by about leaseMarkEvery; much more means checkpoints failed, or
+// a Ratchet without lease marks ran the ledger since (it writes every
+// entry and moves no mark), and the walk, which New waits for, reads all
+// it made. A walk that found entries missing states the rollback rule,
+// since a version without marks would never have reaped those leases.
+func (e *Engine) logRecovery(mark, last string, walked, missing int, took time.Duration) {
+	if walked == 0 {
+		return
+	}
+	args := []any{"effects", walked, "took", took.Round(time.Millisecond)}
+	if from, ok := idTime(mark); ok {
+		if to, ok := idTime(last); ok {
+			args = append(args, "since_mark", to.Sub(from).Round(time.Millisecond))
+			if to.Sub(from) > staleMarkSpan {
+				args = append(args, "why", "the lease mark is far behind the newest effect: "+
+					"checkpoints failed, or a Ratchet without lease marks ran this ledger since")
+			}
+		}
+	}
+	if missing == 0 {
+		e.log.Info("walked the effects made after the lease mark; none lacked its lease entry", args...)
+		return
+	}
+	args = append(args, "indexed", missing, "rule",
+		"after a crash, start this version (or a later one) on the ledger and stop it cleanly "+
+			"before a Ratchet without lease marks opens it: that one reaps only through lease entries, "+
+			"and a crash leaves the last second's leases without theirs")
+	e.log.Info("walked the effects made after the lease mark and indexed the leases a crash left without their entries", args...)
+}
+
 // finalCheckpoint runs a checkpoint as the writer stops (Close), so that
 // the next open has no effects to walk.
 func (e *Engine) finalCheckpoint() {
@@ -279,12 +347,16 @@ func (e *Engine) finalCheckpoint() {
 		return
 	}
 	o := &op{done: make(chan opResult, 1), fn: func(t *opTxn, now time.Time) (any, error) {
-		return nil, e.checkpointLeases(t, now)
+		return e.checkpointLeases(t, now)
 	}}
 	for batch := []*op{o}; len(batch) > 0; {
 		batch = e.commit(batch)
 	}
-	if r := <-o.done; r.err != nil {
+	r := <-o.done
+	if unread, _ := r.val.(error); r.err == nil && unread != nil {
+		r.err = unread
+	}
+	if r.err != nil {
 		e.log.Warn("writing the deferred leases' entries at close", "err", r.err)
 	}
 }

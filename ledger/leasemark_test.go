@@ -353,7 +353,7 @@ func TestCrashChild(t *testing.T) {
 	for w := range 8 {
 		go func() {
 			for i := 0; ; i++ {
-				r, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: fmt.Sprintf("w%d-%d", w, i), EffectType: "test.op", AgentID: "crash"})
+				r, err := eng.Begin(ctx, ledger.BeginRequest{IdempotencyKey: os.Getenv("LEASEMARK_CHILD_PREFIX") + fmt.Sprintf("w%d-%d", w, i), EffectType: "test.op", AgentID: "crash"})
 				if err != nil {
 					fail(err)
 				}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -19,7 +20,9 @@ const sweepBatch = 256
 // many effects it expired. The background reaper calls it every
 // Options.ReapInterval. It first writes the entries of the leases the
 // writer deferred (leasemark.go), and then expires lapsed approval
-// requests (ExpireApprovals).
+// requests (ExpireApprovals). A failed checkpoint does not stop the
+// sweep: its error is returned with the sweep's, and the count is still
+// what the sweep expired.
 func (e *Engine) Reap(ctx context.Context) (int, error) {
 	n, _, err := e.reap(ctx)
 	return n, err
@@ -28,9 +31,18 @@ func (e *Engine) Reap(ctx context.Context) (int, error) {
 // reap is Reap, also returning when the next lease or approval request it
 // saw ends (zero when none does): the background reaper sleeps until then.
 func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
-	// Deferred leases first get their entries (leasemark.go).
-	if err := e.checkpoint(ctx); err != nil {
-		return 0, time.Time{}, err
+	// Deferred leases first get their entries (leasemark.go). A
+	// checkpoint that fails does not stop the sweep: the leases already
+	// indexed are reaped all the same (one unreadable deferred record must
+	// not hold back every other agent's expiries), the stale flag makes the
+	// next reap try the checkpoint again, and reap returns its error with
+	// the sweep's for the reaper to log.
+	cerr := e.checkpoint(ctx)
+	if cerr != nil && (errors.Is(cerr, ErrClosed) || ctx.Err() != nil) {
+		return 0, time.Time{}, cerr
+	}
+	if cerr != nil {
+		cerr = fmt.Errorf("checkpoint of the deferred leases (the sweep went on): %w", cerr)
 	}
 	n, next, err := e.sweep(ctx, kindLease, func(now time.Time) time.Time { return now }, func(t *opTxn, rec *effectRec, now time.Time) (bool, error) {
 		if rec.State != StatePending || now.Before(*rec.LeaseExpiresAt) {
@@ -50,7 +62,7 @@ func (e *Engine) reap(ctx context.Context) (int, time.Time, error) {
 			next = due
 		}
 	}
-	return n, next, err
+	return n, next, errors.Join(cerr, err)
 }
 
 // Reaper timing. The reaper used to sweep every ReapInterval whether or
