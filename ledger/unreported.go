@@ -27,14 +27,20 @@ import (
 // An expiry writes its index key and the summary; a clear deletes its
 // index key and rewrites (or, at zero, deletes) the summary, and only when
 // it clears the oldest does it scan for the next one: one key read from
-// where the cleared one was (on a shared store a scan takes the ledger key
-// exclusively: clears come from operators and late reports, rarely).
+// where the cleared one was. On a shared store that scan takes the ledger
+// key exclusively, so the batch holding it runs alone across the fleet.
+// Clears come from an operator's resolve and from the expiry of a new
+// attempt of an effect still counted (reported late, begun again, left
+// unreported again), which an agent can repeat: a known cost (review
+// revunrep 02); letting the summary's key lock cover the scan of its own
+// agent's index would remove it, and needs the store to know that rule.
 //
 // Ledgers written before 2026-12-04 hold the whole set in the summary, as
 // a JSON map of effect id to time ({"unreported":{…}}), with no index keys.
 // It is read as it is (the same count and oldest), and the first write of
-// the agent's set converts it: the index keys of every effect in the map,
-// and the summary without the map.
+// the agent's set converts it: the index keys of every effect in the map
+// whose record still counts it against the agent (convertAgent), and the
+// summary without the map.
 
 // agentRec is an agent's summary record.
 type agentRec struct {
@@ -97,14 +103,41 @@ func unreportedIndexParts(prefix []byte, k []byte) (time.Time, string, bool) {
 }
 
 // convertAgent writes the index keys of an old record's map and drops the
-// map from a (the caller writes a).
-func convertAgent(t *opTxn, ns, agent string, a *agentRec) error {
+// map from a (the caller writes a), with a's count and oldest set from what
+// it kept. It keeps an entry only if its effect's record still counts it
+// against this agent at that time (acting, the effect the caller is
+// changing, is kept as it is): before 2026-12-04 an expiry did not clear an
+// earlier attempt's entry, so an effect expired under one agent, reported
+// late and expired again under another was in both maps, and the first
+// agent's entry could never be cleared (clears follow the record). One read
+// an entry, once an agent (review revunrep 01).
+func convertAgent(t *opTxn, ns, agent, acting string, a *agentRec) error {
+	kept := make(map[string]time.Time, len(a.Unreported))
 	for id, at := range a.Unreported {
+		if id != acting {
+			rec, err := readEffect(t, ns, id)
+			if errors.Is(err, ErrNotFound) {
+				continue // purged
+			}
+			if err != nil {
+				return err
+			}
+			owner := rec.UnreportedAgent
+			if owner == "" { // a record written as JSON, before it was kept
+				owner = rec.AgentID
+			}
+			if owner != agent || !rec.UnreportedAt.Equal(at) {
+				continue
+			}
+		}
+		kept[id] = at
 		if err := t.Set(unreportedIndexKey(ns, agent, at, id), nil); err != nil {
 			return err
 		}
 	}
 	a.Unreported = nil
+	a.Count = len(kept)
+	a.Oldest, a.Since = oldestOf(kept)
 	return nil
 }
 
@@ -125,12 +158,8 @@ func addUnreported(t *opTxn, ns, agent, id string, since time.Time) (int, error)
 		return 0, err
 	}
 	if a.Unreported != nil {
-		if _, ok := a.Unreported[id]; ok { // not counted twice (callers clear first)
-			delete(a.Unreported, id)
-			a.Count--
-			a.Oldest, a.Since = oldestOf(a.Unreported)
-		}
-		if err := convertAgent(t, ns, agent, &a); err != nil {
+		delete(a.Unreported, id) // not counted twice (callers clear first)
+		if err := convertAgent(t, ns, agent, "", &a); err != nil {
 			return 0, err
 		}
 	}
@@ -158,7 +187,7 @@ func removeUnreported(t *opTxn, ns, agent, id string, since time.Time) error {
 			return nil // not counted: the record stays as it was
 		}
 		ik = unreportedIndexKey(ns, agent, at, id) // the map's time, whichever the effect holds
-		if err := convertAgent(t, ns, agent, &a); err != nil {
+		if err := convertAgent(t, ns, agent, id, &a); err != nil {
 			return err
 		}
 	} else if _, err := t.Get(ik); errors.Is(err, ErrNotFound) {
