@@ -60,7 +60,7 @@ func (e *Engine) Begin(ctx context.Context, req BeginRequest) (*BeginResult, err
 }
 
 // reads names what a begin reads: its key (and SameAs) and, once known, the
-// effect it points to; the agent's unreported expiries; the halts; its group; the
+// effect it points to; the agent's unreported summary (unreported.go); the halts; its group; the
 // effect it compensates; its ceilings' counters.
 func (in *beginInput) reads(known knownFunc) [][]byte {
 	req := &in.req
@@ -446,12 +446,13 @@ func (g *gate) unreportedLimit(r *gates) (*refusal, error) {
 		return nil, nil
 	}
 	if g.unreported == nil {
-		g.unreported = &agentRec{}
-		if err := getJSON(g.t, key(kindUnreported, g.in.req.Namespace, g.in.req.AgentID), g.unreported); err != nil && !errors.Is(err, ErrNotFound) {
+		a, _, err := readAgent(g.t, g.in.req.Namespace, g.in.req.AgentID)
+		if err != nil {
 			return nil, err
 		}
+		g.unreported = &a
 	}
-	n := len(g.unreported.Unreported)
+	n := g.unreported.Count
 	if n < r.maxUnreported {
 		return nil, nil
 	}
@@ -757,18 +758,11 @@ func (e *Engine) vendorKey(rec *effectRec) vendors.Key {
 
 // integrationWarning reports an agent's unreported lease expiries.
 func (e *Engine) integrationWarning(t *opTxn, ns, agent string) (*IntegrationWarning, error) {
-	var a agentRec
-	if err := getJSON(t, key(kindUnreported, ns, agent), &a); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil, nil
-		}
+	a, _, err := readAgent(t, ns, agent)
+	if err != nil || a.Count == 0 {
 		return nil, err
 	}
-	if len(a.Unreported) == 0 {
-		return nil, nil
-	}
-	id, since := a.oldest()
-	return &IntegrationWarning{UnreportedCount: len(a.Unreported), OldestEffectID: id, OldestSince: since,
+	return &IntegrationWarning{UnreportedCount: a.Count, OldestEffectID: a.Oldest, OldestSince: a.Since,
 		Message: "You have begun effects whose leases expired without a report. Report the outcome after every action, and tell the operator: those effects are blocked until resolved."}, nil
 }
 

@@ -349,7 +349,7 @@ func (d *recReader) json(dst any) {
 }
 
 // getJSON, setJSON and decodeJSON store the records kept as JSON (groups,
-// agents' unreported expiries, state counts).
+// agents' unreported summaries, state counts).
 func getJSON(r Reader, k []byte, v any) error {
 	b, err := r.Get(k)
 	if err != nil {

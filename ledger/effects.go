@@ -80,6 +80,11 @@ func (e *Engine) effectByKey(r Reader, ns, idemKey string) (*effectRec, error) {
 // effectByID loads an effect; a namespace other than "" must match, and a
 // mismatch is reported as not found so namespaces cannot probe each other.
 func (e *Engine) effectByID(r Reader, ns, id string) (*effectRec, error) {
+	return readEffect(r, ns, id)
+}
+
+// readEffect is effectByID, for code that has no engine at hand.
+func readEffect(r Reader, ns, id string) (*effectRec, error) {
 	rec := cachedEffect(r, id)
 	if rec == nil {
 		b, err := r.Get(key(kindEffect, id))

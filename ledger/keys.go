@@ -23,7 +23,8 @@ import (
 //	a\0<approval_id>                            → effect_id
 //	l\0<lease expiry, 8 bytes BE>\0<effect_id>  pending leases, for the reaper (a new effect's comes later on an exclusive store: leasemark.go)
 //	t\0<retained, 8 bytes BE>\0<effect_id>      retention index: written before 2026-12-02, still swept (Purge)
-//	u\0<ns>\0<agent_id>                         unreported expiries of an agent (JSON)
+//	u\0<ns>\0<agent_id>                         an agent's unreported expiries: count and oldest (unreported.go, JSON)
+//	y\0<ns>\0<agent_id>\0<since, 16 hex digits>\0<effect_id> one of them, in the order the oldest is chosen (unreported.go)
 //	c\0<ns>\0<ceiling>\0<scope>\0<run>          ceiling counter, or a shared store's pool (budget.go)
 //	c\0<ns>\0<ceiling>\0<scope>\0<run>\0<replica> one replica's share of a pool
 //	m\0states                                  state counts, exclusive store (JSON)
@@ -48,29 +49,30 @@ import (
 // The engine's records keep that kind because existing ledgers hold them
 // there, and a fleet mid-upgrade could not move them atomically.
 const (
-	kindEffect        = "e"
-	kindIdemKey       = "k"
-	kindNamespace     = "n"
-	kindRun           = "r"
-	kindGroupMember   = "m"
-	kindGroup         = "g"
-	kindApproval      = "a"
-	kindLease         = "l"
-	kindRetention     = "t"
-	kindUnreported    = "u"
-	kindCounter       = "c"
-	kindMeta          = kindGroupMember // the same stored byte: see above
-	kindReplicaCounts = "s"
-	kindAudit         = "h"
-	kindAuditHead     = "j"
-	kindOutbox        = "o"
-	kindVendorKey     = "v"
-	kindSinkRef       = "x"
-	kindThreshold     = "b"
-	kindApprovalDue   = "d"
-	kindGrant         = "q"
-	kindRecoveryClaim = "w"
-	kindRedeemed      = "z"
+	kindEffect          = "e"
+	kindIdemKey         = "k"
+	kindNamespace       = "n"
+	kindRun             = "r"
+	kindGroupMember     = "m"
+	kindGroup           = "g"
+	kindApproval        = "a"
+	kindLease           = "l"
+	kindRetention       = "t"
+	kindUnreported      = "u"
+	kindUnreportedIndex = "y"
+	kindCounter         = "c"
+	kindMeta            = kindGroupMember // the same stored byte: see above
+	kindReplicaCounts   = "s"
+	kindAudit           = "h"
+	kindAuditHead       = "j"
+	kindOutbox          = "o"
+	kindVendorKey       = "v"
+	kindSinkRef         = "x"
+	kindThreshold       = "b"
+	kindApprovalDue     = "d"
+	kindGrant           = "q"
+	kindRecoveryClaim   = "w"
+	kindRedeemed        = "z"
 )
 
 // The engine's own records (kindMeta). secretCheckKey holds a keyed hash of
@@ -86,28 +88,29 @@ var (
 // NUL-separated parts its keys may have (0 for the time indexes, which are
 // checked by length instead).
 var keyLayouts = map[string][]int{
-	kindEffect:        {1},
-	kindIdemKey:       {2},
-	kindNamespace:     {2},
-	kindRun:           {3},
-	kindGroupMember:   {3, 1}, // 3: a group member; 1: a kindMeta record (the same byte)
-	kindGroup:         {2},
-	kindApproval:      {1},
-	kindLease:         {0},
-	kindRetention:     {0},
-	kindUnreported:    {2},
-	kindCounter:       {4, 5},
-	kindReplicaCounts: {1},
-	kindAudit:         {2},
-	kindAuditHead:     {1},
-	kindOutbox:        {2},
-	kindVendorKey:     {2},
-	kindSinkRef:       {2},
-	kindThreshold:     {4},
-	kindApprovalDue:   {0},
-	kindGrant:         {1},
-	kindRecoveryClaim: {1},
-	kindRedeemed:      {0},
+	kindEffect:          {1},
+	kindIdemKey:         {2},
+	kindNamespace:       {2},
+	kindRun:             {3},
+	kindGroupMember:     {3, 1}, // 3: a group member; 1: a kindMeta record (the same byte)
+	kindGroup:           {2},
+	kindApproval:        {1},
+	kindLease:           {0},
+	kindRetention:       {0},
+	kindUnreported:      {2},
+	kindUnreportedIndex: {4},
+	kindCounter:         {4, 5},
+	kindReplicaCounts:   {1},
+	kindAudit:           {2},
+	kindAuditHead:       {1},
+	kindOutbox:          {2},
+	kindVendorKey:       {2},
+	kindSinkRef:         {2},
+	kindThreshold:       {4},
+	kindApprovalDue:     {0},
+	kindGrant:           {1},
+	kindRecoveryClaim:   {1},
+	kindRedeemed:        {0},
 }
 
 func key(kind string, parts ...string) []byte {

@@ -404,23 +404,6 @@ func (e *Engine) settleOutcome(t *opTxn, rec *effectRec, o outcome, verb string,
 	return &v, nil
 }
 
-// agentRec tracks an agent's effects whose leases expired unreported.
-type agentRec struct {
-	Unreported map[string]time.Time `json:"unreported"`
-}
-
-// oldest returns the earliest unreported effect.
-func (a *agentRec) oldest() (string, time.Time) {
-	var id string
-	var at time.Time
-	for k, t := range a.Unreported {
-		if id == "" || t.Before(at) || (t.Equal(at) && k < id) {
-			id, at = k, t
-		}
-	}
-	return id, at
-}
-
 // fillResult keeps result as the answer of an effect that succeeded
 // without one (settled by a vendor's record that carried none, say); an
 // answer already kept is never replaced.
@@ -440,23 +423,21 @@ func (e *Engine) expireLease(t *opTxn, rec *effectRec) error {
 	if err := e.dropLease(t, rec); err != nil {
 		return err
 	}
-	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at
-	rec.UnreportedAt, rec.UnreportedAgent = at, rec.owner()
-	var a agentRec
-	ak := key(kindUnreported, rec.Namespace, rec.UnreportedAgent)
-	if err := getJSON(t, ak, &a); err != nil && !errors.Is(err, ErrNotFound) {
+	// An effect still counted from an earlier attempt's expiry (reported
+	// late, then begun again) is counted once, now, against this attempt's
+	// agent.
+	if err := e.clearUnreported(t, rec); err != nil {
 		return err
 	}
-	if a.Unreported == nil {
-		a.Unreported = map[string]time.Time{}
-	}
-	a.Unreported[rec.EffectID] = at
-	if err := setJSON(t, ak, &a); err != nil {
+	rec.State, rec.Reason, rec.Since = StateIndeterminate, ReasonLeaseExpired, &at
+	rec.UnreportedAt, rec.UnreportedAgent = at, rec.owner()
+	n, err := addUnreported(t, rec.Namespace, rec.UnreportedAgent, rec.EffectID, at)
+	if err != nil {
 		return err
 	}
 	t.emit(effectEvent(EventEffectIndeterminate, rec))
 	t.emit(Event{Type: EventIntegrationWarning, Namespace: rec.Namespace, AgentID: rec.UnreportedAgent,
-		EffectID: rec.EffectID, Count: len(a.Unreported)})
+		EffectID: rec.EffectID, Count: n})
 	return e.putEffect(t, rec, at)
 }
 
@@ -477,18 +458,7 @@ func (e *Engine) clearUnreported(t *opTxn, rec *effectRec) error {
 	if agent == "" { // a record written as JSON, before it was kept
 		agent = rec.AgentID
 	}
+	at := rec.UnreportedAt
 	rec.UnreportedAt, rec.UnreportedAgent = time.Time{}, ""
-	var a agentRec
-	ak := key(kindUnreported, rec.Namespace, agent)
-	if err := getJSON(t, ak, &a); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	delete(a.Unreported, rec.EffectID)
-	if len(a.Unreported) == 0 {
-		return t.Delete(ak)
-	}
-	return setJSON(t, ak, &a)
+	return removeUnreported(t, rec.Namespace, agent, rec.EffectID, at)
 }

@@ -63,7 +63,7 @@
 //
 // What replicas still share: a key both need, such as one idempotency key
 // begun through two of them at once (exactly what the locks are for), or
-// an agent's unreported set being written. The per-state counts are one
+// an agent's unreported summary being written. The per-state counts are one
 // key per replica (see the ledger's state counts).
 //
 // The engine answers only after COMMIT, with synchronous_commit as the
