@@ -60,15 +60,25 @@ func idTime(id string) (time.Time, bool) {
 	if i < 0 || len(id)-i-1 != 26 {
 		return time.Time{}, false
 	}
-	var ms uint64
-	for _, c := range []byte(id[i+1 : i+11]) { // 10 digits: 3 + 9×5 bits, the 48 of the time
-		d := strings.IndexByte(crockford, c)
-		if d < 0 {
-			return time.Time{}, false
-		}
-		ms = ms<<5 | uint64(d)
+	_, ms, ok := decodeBase32(id[i+1 : i+11]) // 10 digits: 3 + 9×5 bits, the 48 of the time
+	if !ok {
+		return time.Time{}, false
 	}
 	return time.UnixMilli(int64(ms)), true
+}
+
+// decodeBase32 reads up to 26 of idGen's Crockford digits as a number of
+// up to 128 bits, hi and lo; false for any other character.
+func decodeBase32(s string) (hi, lo uint64, ok bool) {
+	for _, c := range []byte(s) {
+		d := strings.IndexByte(crockford, c)
+		if d < 0 {
+			return 0, 0, false
+		}
+		hi = hi<<5 | lo>>59
+		lo = lo<<5 | uint64(d)
+	}
+	return hi, lo, true
 }
 
 // newReplicaID names an engine on a shared store, for as long as it runs.
@@ -86,14 +96,9 @@ func (g *idGen) seed(id string) {
 	if i < 0 || len(id)-i-1 != 26 {
 		return
 	}
-	var hi, lo uint64
-	for _, c := range []byte(id[i+1:]) {
-		d := strings.IndexByte(crockford, c)
-		if d < 0 {
-			return
-		}
-		hi = hi<<5 | lo>>59
-		lo = lo<<5 | uint64(d)
+	hi, lo, ok := decodeBase32(id[i+1:])
+	if !ok {
+		return
 	}
 	ms, rhi := hi>>16, uint16(hi)
 	g.mu.Lock()

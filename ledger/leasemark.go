@@ -216,11 +216,17 @@ func (e *Engine) checkpointLeases(t *opTxn, now time.Time) (unread, err error) {
 	if unread != nil {
 		return fmt.Errorf("%d of %d deferred leases left without their entries, no lease mark written: %w", failed, len(view), unread), nil
 	}
-	if err := t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now))); err != nil {
+	if err := e.writeLeaseMark(t, now); err != nil {
 		return nil, err
 	}
 	e.leaseStale.Store(false) // set again by a later deferral, or by fail
 	return nil, nil
+}
+
+// writeLeaseMark writes a new lease mark: a fresh id, after every effect
+// minted so far.
+func (e *Engine) writeLeaseMark(t *opTxn, now time.Time) error {
+	return t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now)))
 }
 
 // checkpoint runs checkpointLeases through the writer when an effect was
@@ -301,7 +307,7 @@ func (e *Engine) recoverLeases(ctx context.Context) error {
 			if len(missing) > 0 {
 				return nil, nil
 			}
-			return nil, t.Set(leaseMarkKey, []byte(e.ids.next("eff_", now)))
+			return nil, e.writeLeaseMark(t, now)
 		}); err != nil || len(missing) == 0 {
 			return err
 		}
