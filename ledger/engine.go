@@ -159,6 +159,7 @@ type Engine struct {
 	ids      idGen
 	obs      Observer
 	cache    *writerCaches         // nil unless the store is exclusive; writer only
+	prep     Preparer              // the store, when it prepares Updates ahead (nil otherwise)
 	opTxn    opTxn                 // the writer's, each op's in turn (decideBatch)
 	batchBuf batchBufs             // the writer's, each batch's in turn (decideBatch)
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
@@ -270,6 +271,7 @@ func New(opts Options) (*Engine, error) {
 	if e.obs == nil {
 		e.obs = nopObserver{}
 	}
+	e.prep, _ = opts.Store.(Preparer)
 	if x, ok := opts.Store.(Exclusive); ok && x.Exclusive() {
 		// 4096 records hold every effect in flight even at thousands of
 		// decisions a second; a report that comes later decodes its record
@@ -491,6 +493,9 @@ func (e *Engine) commit(batch []*op) []*op {
 		e.deferral.settle()
 	}
 	done := batch[:len(results)]
+	if e.prep != nil && (len(results) < len(batch) || len(e.ops) > 0) {
+		e.prep.PrepareUpdate() // see ledger.Preparer: before the answers
+	}
 	answer(done, results)
 	if e.queued {
 		e.wake.signal()

@@ -59,6 +59,17 @@ type Compactor interface {
 	Compact() error
 }
 
+// Preparer is implemented by stores that can make the next Update's
+// transaction ready ahead of it (badgerstore: its read timestamp, which
+// waits for Badger's last commit to be acknowledged). The engine calls
+// PrepareUpdate after an Update returns and before it answers that batch's
+// callers, when ops are already waiting for the next batch: answered first,
+// the callers would take the cores that acknowledgement waits for. With no
+// op waiting it does not call it, so a lone caller's answer is not delayed.
+type Preparer interface {
+	PrepareUpdate()
+}
+
 // Prefetcher is implemented by transactions whose reads are round trips to
 // a server. Before running a batch, the engine names the keys its ops will
 // read, and Prefetch fetches them together, so that later Gets of those
