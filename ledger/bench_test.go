@@ -53,7 +53,7 @@ func BenchmarkBeginReport(b *testing.B) {
 // figure for changes to what one op costs (docs/design.md):
 //
 //	go test -c -o /tmp/ledger.test ./ledger
-//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/ledger.test -test.run XXX -test.bench BenchmarkBeginReportSerial -test.benchtime 2000x
+//	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind /tmp/ledger.test -test.run XXX -test.bench BenchmarkBeginReportSerial -test.benchtime 2000x
 //
 // once with 2000x and once with 4000x; the difference over 2000 is one pair.
 func BenchmarkBeginReportSerial(b *testing.B) {

@@ -26,7 +26,7 @@ import (
 // own work on an effect POST"). Under callgrind, as design.md describes:
 //
 //	go test -c -o /tmp/proxy.test ./proxy
-//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind /tmp/proxy.test -test.cpu 1 -test.run XXX -test.bench '^BenchmarkGate$' -test.benchtime 1000x
+//	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind /tmp/proxy.test -test.cpu 1 -test.run XXX -test.bench '^BenchmarkGate$' -test.benchtime 1000x
 //
 // and again at 5000x: the difference over 4000 is a request's instructions
 // (two runs agree within 1%). -test.cpu 1: with a second P idle, the

@@ -109,6 +109,12 @@ func benchCPU(dir, only string) ([]cpuFigure, error) {
 	return out, nil
 }
 
+// callgrindGODEBUG is the environment a Go program runs with under
+// callgrind: asynchronous preemption off (callgrind asserts on its
+// signals) and RDTSCP off (valgrind 3.19 cannot decode it, and the runtime
+// reads the clock with it where the CPU has it).
+const callgrindGODEBUG = "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off"
+
 var irRe = regexp.MustCompile(`Collected : (\d+)`)
 
 // callgrind runs "self -cpu-worker kind:n:dir" under callgrind and returns
@@ -120,7 +126,7 @@ func callgrind(self, dir, kind string, n int64) (int64, error) {
 	}
 	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
 		self, "-cpu-worker", fmt.Sprintf("%s:%d:%s", kind, n, dir))
-	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off") // valgrind 3.19 cannot decode RDTSCP, which the runtime uses where the CPU has it
+	cmd.Env = append(os.Environ(), callgrindGODEBUG)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("callgrind: %v\n%s", err, b)

@@ -225,7 +225,7 @@ func main() {
 		return
 	}
 	writeNeeds(w, needs, engine64)
-	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, peers, mcp, proxy, pg, scale, flush, idle or cpu). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`; where each goroutine waits: the same with `-trace trace.out`, then `go tool trace trace.out` (Goroutines). Instructions by function for one workload of section 7: `go build -o /tmp/br ./internal/benchreport && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind /tmp/br -cpu-worker engine:512:/tmp/cg`, then `callgrind_annotate callgrind.out.*`.\n", 7)
+	w("## Re-running\n\n`make bench` (about %d minutes on 2 cores). One section, printed and not written: `go run ./internal/benchreport -only pg` (engine, peers, mcp, proxy, pg, scale, flush, idle or cpu). The engine alone, with a CPU profile: `go test -run XXX -bench BenchmarkBeginReport -benchtime 20000x -cpuprofile cpu.prof ./ledger`; where each goroutine waits: the same with `-trace trace.out`, then `go tool trace trace.out` (Goroutines). Instructions by function for one workload of section 7: `go build -o /tmp/br ./internal/benchreport && %s valgrind --tool=callgrind /tmp/br -cpu-worker engine:512:/tmp/cg`, then `callgrind_annotate callgrind.out.*`.\n", 7, callgrindGODEBUG)
 	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
 		fail(err)
 	}

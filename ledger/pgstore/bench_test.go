@@ -34,7 +34,7 @@ import (
 // reports the CPU time a pair took in this process (engine-µs) and in the
 // server processes serving its sessions (server-µs, when the server runs
 // on this machine; in 10 ms ticks), pairs per commit and statements per
-// pair. Under callgrind (GODEBUG=asyncpreemptoff=1, 2000x and 4000x, the
+// pair. Under callgrind (GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off, 2000x and 4000x, the
 // difference over 2000) it gives the engine process's instructions a pair
 // (docs/design.md).
 func BenchmarkBeginReport(b *testing.B) {
