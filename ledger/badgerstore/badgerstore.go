@@ -290,7 +290,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithBaseTableSize(2 << 20).
 		WithNumLevelZeroTables(16).
 		WithNumLevelZeroTablesStall(48).
-		WithInMemory(opts.InMemory)
+		WithInMemory(opts.InMemory).
+		WithMemTableLog(opts.NoSync) // the store's log covers every commit (see checkpoint)
 	if opts.InMemory {
 		// There is no value log in memory: Badger refuses a value over the
 		// threshold (and its error path panics on values under 1 KiB), so
@@ -371,8 +372,12 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 		return err
 	}
 	s.seq = seq // used in the log even if the commit fails
+	rotations := s.db.MemTableRotations()
 	if err := txn.Commit(); err != nil {
 		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
+	}
+	if s.db.MemTableRotations() != rotations {
+		return s.wal.rotated(seq, rec) // the batch began a memtable
 	}
 	return nil
 }

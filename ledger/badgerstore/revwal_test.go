@@ -23,59 +23,59 @@ import (
 // Adversarial tests of the log (issue 31, branch revwal). Each one failed
 // on the wal branch as of fb353b6; /work/wt/briefs/revwal-tasks/ says why.
 
-// newestMem is the number of the newest memtable log file in dir.
-func newestMem(t *testing.T, dir string) int {
+// ssts is the number of Badger's tables in dir.
+func ssts(t *testing.T, dir string) int {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	m, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newest := -1
-	for _, e := range ents {
-		if n, ok := logNumber(e.Name(), 1); ok {
-			newest = max(newest, n)
-		}
-	}
-	return newest
+	return len(m)
 }
 
-// A power cut after Badger began a new memtable and before the next Sync:
-// the kernel wrote back the new memtable's page (holding the unanswered
-// batch k) but none of the old memtable's pages since the checkpoint.
-// Badger then opens with batch k's applied sequence number, which is past
-// the log's last record, so nothing is replayed and every batch Sync
-// answered since the checkpoint is gone.
-func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
+// With the store's log on, Badger keeps no memtable logs (Open), so a
+// power cut keeps of Badger only the tables it flushed: a prefix of its
+// commits ending with some memtable, nothing of the one it was filling.
+// Every batch answered since the last checkpoint must come back from the
+// log. (Until Badger's memtable logs were turned off, the same test was
+// TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst: the newer
+// memtable's log reaching the disk before the older one's.)
+func TestAnsweredBatchesSurviveAPowerCutWhateverBadgerFlushed(t *testing.T) {
 	dir, snap := t.TempDir(), t.TempDir()
-	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30}
+	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30} // no checkpoint but Open's
 	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Badger as of the checkpoint Open made (a copy holds more than the
-	// disk may: nothing of Badger's since it was synced).
-	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
-	mem := newestMem(t, dir)
 	val := bytes.Repeat([]byte("v"), 512<<10) // under the value threshold: in the tree
 	put := func(i int) error {                // answered when it returns
 		return s.Update(context.Background(), func(tx ledger.Txn) error {
 			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
 		})
 	}
+	tables := ssts(t, dir)
 	k := 0
-	for ; newestMem(t, dir) == mem; k++ {
-		if k > 200 {
-			t.Fatal("Badger never began a new memtable")
+	for ; ssts(t, dir) == tables; k++ {
+		if k > 400 {
+			t.Fatal("Badger never flushed a memtable to a table")
 		}
 		if err := put(k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Batch k-1 went to the new memtable; 0..k-2 went to the old one.
-	// (Update answers each batch once its record is durable.)
-	answered := k - 1
-	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
-	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })
+	for range 5 { // and some in the memtable after it
+		if err := put(k); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	if mems, _ := filepath.Glob(filepath.Join(dir, "*.mem")); len(mems) > 0 {
+		t.Errorf("Badger wrote memtable logs with the store's log on: %v", mems)
+	}
+	// The disk after a power cut: the log, and of Badger's files what it
+	// synced (a table is in the manifest once synced; a file the manifest
+	// does not name is deleted at open).
+	copyDir(t, dir, snap, func(string) bool { return true })
 	crash(s)
 
 	s, err = Open(snap, opts)
@@ -85,7 +85,7 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 	defer s.Close()
 	var missing []int
 	err = s.View(context.Background(), func(r ledger.Reader) error {
-		for i := range answered {
+		for i := range k {
 			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
 			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 				return err
@@ -100,8 +100,30 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(missing) > 0 {
-		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), answered, missing)
+		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), k, missing)
 	}
+}
+
+// A checkpoint starts a segment that holds none of the batches before it,
+// so Badger must hold them durably without its memtable logs: in tables.
+// A power cut just after a checkpoint, before Badger filled a memtable,
+// leaves the log empty and Badger with what the checkpoint flushed.
+func TestACheckpointLeavesEveryBatchInBadgersTables(t *testing.T) {
+	dir, snap := t.TempDir(), t.TempDir()
+	opts := &Options{MinFreeBytes: -1}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		putCounter(t, s, i)
+	}
+	if err := s.syncBadger(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(string) bool { return true })
+	crash(s)
+	openWant(t, snap, opts, 20, "after a power cut just after a checkpoint")
 }
 
 // An operator puts another ledger's log files into a ledger's directory

@@ -206,7 +206,8 @@ type wal struct {
 	logs        *logSync // Badger's files, synced at a checkpoint
 	db          *badger.DB
 	segmentSize int64
-	datasync    func(*os.File) error // tests inject a failure
+	datasync    func(*os.File) error     // tests inject a failure
+	flush       func(mutable bool) error // flushMemTables; tests watch the order
 
 	failed error // once set, every later write is refused
 	files  [2]*os.File
@@ -222,6 +223,7 @@ type wal struct {
 // log and the last sequence number used.
 func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *logSync) (*wal, uint64, error) {
 	w := &wal{dir: dir, master: key, logs: logs, db: db, segmentSize: segmentSize, datasync: datasync}
+	w.flush = func(mutable bool) error { return flushMemTables(db, mutable) }
 	applied, appliedVersion, err := readApplied(db)
 	if err != nil {
 		return nil, 0, err
@@ -516,6 +518,10 @@ func (w *wal) fail(err error) error {
 // makes Badger durable (every batch committed so far, last and all before
 // it, and whatever was written without the log), then starts the other
 // segment with the next generation at last+1, a new salt and key.
+//
+// Badger keeps no memtable logs (see Open), so it is durable once its
+// memtables are in tables: the value log first (a table may point into
+// it), then every memtable flushed, then the tables' names.
 func (w *wal) checkpoint(last uint64) error {
 	if err := w.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(last)) }); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -523,6 +529,62 @@ func (w *wal) checkpoint(last uint64) error {
 	if err := w.logs.sync(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if err := w.flush(true); err != nil {
+		return fmt.Errorf("checkpoint: flushing Badger's memtables: %w", err)
+	}
+	if err := syncDir(w.dir); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return w.begin(last + 1)
+}
+
+// rotated is called after batch seq, whose record is rec, was committed
+// and Badger began a new memtable for it: the memtable holds seq alone,
+// and Badger holds every batch before it once the memtables before are in
+// tables, which Badger began to flush at the rotation. Once the segment
+// is half full, the log checkpoints there (a rotation checkpoint): it
+// waits for those flushes and starts the other segment at seq, with
+// seq's record, sealed anew, as its first. A checkpoint forced at a full
+// segment instead flushes a memtable Badger had only begun, one more
+// table at level 0 for every segment, and the compactions they brought
+// cost about as much CPU as the memtable logs saved (docs/design.md,
+// "Badger without its memtable logs"). With memtables a quarter of a
+// segment, one fills before the segment does unless its batches hold
+// far more than the log's records do.
+func (w *wal) rotated(seq uint64, rec *walRecord) error {
+	if w.failed != nil {
+		return w.failed
+	}
+	if w.off < w.segmentSize/2 {
+		return nil
+	}
+	if err := w.logs.sync(); err != nil {
+		return w.fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	if err := w.flush(false); err != nil {
+		return w.fail(fmt.Errorf("checkpoint: flushing Badger's memtables: %w", err))
+	}
+	if err := syncDir(w.dir); err != nil {
+		return w.fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	if err := w.begin(seq); err != nil {
+		return w.fail(err)
+	}
+	return w.append(seq, seq-1, rec)
+}
+
+// flushMemTables flushes Badger's memtables, the mutable one too or only
+// the immutable ones.
+func flushMemTables(db *badger.DB, mutable bool) error {
+	if mutable {
+		return db.FlushMemTables()
+	}
+	return db.FlushImmutableMemTables()
+}
+
+// begin starts the other segment with the next generation at start,
+// Badger durable up to start-1.
+func (w *wal) begin(start uint64) error {
 	next := 1 - w.cur
 	if w.files[next] == nil {
 		f, err := os.OpenFile(filepath.Join(w.dir, walNames[next]), os.O_RDWR|os.O_CREATE, 0o600)
@@ -537,7 +599,7 @@ func (w *wal) checkpoint(last uint64) error {
 			return err
 		}
 	}
-	h := walHeader{gen: w.hdr.gen + 1, start: last + 1, id: w.id}
+	h := walHeader{gen: w.hdr.gen + 1, start: start, id: w.id}
 	if _, err := rand.Read(h.salt[:]); err != nil {
 		return err
 	}

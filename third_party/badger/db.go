@@ -101,6 +101,10 @@ type DB struct {
 	// polled flushChan from writeRequests.
 	flushCond *sync.Cond
 
+	// rotations counts the mutable memtables replaced (Ratchet's patch:
+	// MemTableRotations).
+	rotations atomic.Uint64
+
 	// Initialized via openMemTables.
 	nextMemFid int
 
@@ -1062,6 +1066,7 @@ func (db *DB) ensureRoomForWrite() error {
 			if err != nil {
 				return y.Wrapf(err, "cannot create new mem table")
 			}
+			db.rotations.Add(1)
 			// New memtable is empty. We certainly have room.
 			return nil
 		default:

@@ -103,7 +103,9 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 		buf: &bytes.Buffer{},
 	}
 	// We don't need to create the wal for the skiplist in in-memory mode so return the mt.
-	if db.opt.InMemory {
+	// Nor for a new memtable with the memtable logs off (Options.WithMemTableLog); an
+	// existing log, opened at open without O_CREATE, is still replayed.
+	if db.opt.InMemory || (db.opt.NoMemTableLog && flags&os.O_CREATE != 0) {
 		return mt, z.NewFile
 	}
 
@@ -153,6 +155,9 @@ func (db *DB) mtFilePath(fid int) string {
 }
 
 func (mt *memTable) SyncWAL() error {
+	if mt.wal == nil { // memtable logs off (Options.WithMemTableLog)
+		return nil
+	}
 	return mt.wal.Sync()
 }
 
@@ -160,8 +165,8 @@ func (mt *memTable) isFull() bool {
 	if mt.sl.MemSize() >= mt.opt.MemTableSize {
 		return true
 	}
-	if mt.opt.InMemory {
-		// InMemory mode doesn't have any WAL.
+	if mt.wal == nil {
+		// InMemory mode doesn't have any WAL, nor a memtable with the logs off.
 		return false
 	}
 	return int64(mt.wal.writeAt) >= mt.opt.MemTableSize

@@ -45,6 +45,9 @@ type Options struct {
 	Compression       options.CompressionType
 	InMemory          bool
 	MetricsEnabled    bool
+	// NoMemTableLog: memtables keep no write-ahead log (Ratchet's patch;
+	// see WithMemTableLog).
+	NoMemTableLog bool
 	// Sets the Stream.numGo field
 	NumGoroutines int
 
@@ -690,6 +693,21 @@ func (opt Options) WithBlockCacheSize(size int64) Options {
 // created. In case of a crash all data will be lost.
 func (opt Options) WithInMemory(b bool) Options {
 	opt.InMemory = b
+	return opt
+}
+
+// WithMemTableLog returns a new Options value with the memtables'
+// write-ahead logs (the .mem files) on or off. Default: on.
+//
+// Ratchet's patch. Off, a commit is written to the value log (values over
+// the threshold) and to the memtable's skiplist only, and survives a crash
+// only once its memtable has been flushed to a level 0 table: a store that
+// turns the logs off keeps a log of its own and calls FlushMemTables before
+// it discards any of that log. Memtable logs left by an earlier open with
+// the logs on are still replayed at open. DB.Sync then syncs the value log
+// alone.
+func (opt Options) WithMemTableLog(b bool) Options {
+	opt.NoMemTableLog = !b
 	return opt
 }
 
