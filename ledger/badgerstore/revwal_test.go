@@ -425,3 +425,64 @@ func TestBytesInARecycledSegmentsOldValueAreNotReplayed(t *testing.T) {
 		t.Fatalf("after open the ledger holds forged=%q, which no batch wrote", v)
 	}
 }
+
+// Once a segment is half full the log checkpoints where Badger began a new
+// memtable (wal.rotated): the batch that began it is in that memtable
+// alone, so it must be the new segment's first record. A power cut just
+// after such a checkpoint keeps of Badger only the memtables before it,
+// in tables.
+func TestARotationCheckpointKeepsTheBatchThatBeganTheMemtable(t *testing.T) {
+	dir, snap := t.TempDir(), t.TempDir()
+	opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20} // a memtable is 16 MiB
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("v"), 512<<10)
+	gen := s.wal.hdr.gen
+	k := 0
+	for ; s.wal.hdr.gen == gen; k++ {
+		if k > 100 {
+			t.Fatal("the log never checkpointed")
+		}
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if written := int64(k) * int64(len(val)); written > opts.segmentSize-(2<<20) {
+		t.Fatalf("the log checkpointed after %d bytes of values, at a full segment, not at a memtable's rotation", written)
+	}
+	if s.wal.hdr.start != s.seq {
+		t.Fatalf("the new segment starts at batch %d, want %d (the one that began the memtable)", s.wal.hdr.start, s.seq)
+	}
+	copyDir(t, dir, snap, func(string) bool { return true })
+	crash(s)
+
+	s, err = Open(snap, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var missing []int
+	err = s.View(context.Background(), func(r ledger.Reader) error {
+		for i := range k {
+			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
+			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+				return err
+			}
+			if !bytes.Equal(v, val) {
+				missing = append(missing, i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of the %d answered batches are missing after a power cut just after a rotation checkpoint: %v", len(missing), k, missing)
+	}
+}
