@@ -11,7 +11,13 @@
 // (appliedKey). Segments are zero-filled ahead of the records and reused,
 // so the fdatasync overwrites allocated blocks and needs no journal
 // commit, where a sync of Badger's sparse, growing memtable log needs one
-// each time. The engine calls Update per batch and answers it when Update
+// each time. With the log on, Badger keeps no memtable logs at all (the
+// patched Badger in third_party, WithMemTableLog(false)): a commit goes to
+// its memtable's skiplist, and is in Badger's files once Badger flushes
+// that memtable to a level 0 table. Writing each commit a second time,
+// through a fresh memory map whose every page faulted in, was a tenth of
+// an engine pair's CPU (docs/design.md, "Badger without its memtable
+// logs"). The engine calls Update per batch and answers it when Update
 // returns, so its writer waits for each fdatasync (the overlap of commit
 // and sync that Badger's own log allowed is gone; docs/design.md has the
 // cost). Badger's own conflict detection
@@ -25,18 +31,27 @@
 // the log never begins before such a write.
 //
 // A checkpoint writes the applied key (the last batch) at Badger's newest
-// version, makes Badger's files durable (logSync: value log, then the
-// memtable's logs, every file Badger wrote), and starts the other segment
-// with the next generation, its header naming the first sequence number it
-// will hold, the ledger's id and a new random salt. It runs when a segment
-// is full (before the record that does not fit), on Open, on Close (so a
-// clean shutdown leaves Badger complete without the log), and around
-// writes that bypass the log (Restore, value log GC).
+// version, makes Badger's files durable (logSync: the value log, and any
+// memtable log an older binary left; then every memtable flushed to a
+// table, FlushMemTables; then the directory), and starts the other
+// segment with the next generation, its header naming the first sequence
+// number it will hold, the ledger's id and a new random salt. It runs when
+// a segment is full (before the record that does not fit), on Open, on
+// Close (so a clean shutdown leaves Badger complete without the log), and
+// around writes that bypass the log (Restore, value log GC). Once a
+// segment is half full, a rotation checkpoint comes first: when a batch's
+// commit made Badger begin a new memtable (MemTableRotations), that
+// memtable holds the batch alone, so the log waits for the memtables
+// before it to reach their tables (FlushImmutableMemTables) and starts the
+// other segment at that batch, its record the first (wal.rotated). It
+// makes no table Badger would not have made; a checkpoint at a full
+// segment flushes a memtable only begun.
 //
-// Recovery. Open opens Badger, whose own replay of its memtable logs gives
-// a transaction-atomic state, though not a prefix of the commits: Badger
-// keeps two memtables, each with its own log file, and a power cut may
-// keep the newer one's pages and lose the older one's tail. It reads the
+// Recovery. Open opens Badger, which holds the memtables flushed to tables
+// before the crash (and replays a memtable log an older binary left): a
+// transaction-atomic state, not always a prefix of the commits (an older
+// binary's two memtable logs could lose the older one's tail and keep the
+// newer one's pages). It reads the
 // current segment's records from its first, s, to the first that fails
 // its length, crc32c (over the segment's salt and the record), generation
 // or sequence (a torn tail, or a reused segment's older bytes, which
