@@ -401,7 +401,10 @@ func (w *wal) read() ([]walRead, error) {
 		}
 		n := binary.LittleEndian.Uint32(hdr)
 		gen, seq := binary.LittleEndian.Uint64(hdr[8:]), binary.LittleEndian.Uint64(hdr[16:])
-		if n == 0 || gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
+		// Zeros (the segment past its last record) fail the generation,
+		// never 0; an empty payload (a batch that wrote nothing but the
+		// applied key, without a key to seal it) is a record.
+		if gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
 			break
 		}
 		p := make([]byte, n)
