@@ -391,8 +391,8 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	if err := txn.Commit(); err != nil {
 		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
 	}
-	if s.db.MemTableRotations() != rotations {
-		return s.wal.rotated(seq, rec) // the batch began a memtable
+	if r := s.db.MemTableRotations(); r != rotations {
+		return s.wal.rotated(seq, rec, r) // the batch began a memtable
 	}
 	return nil
 }

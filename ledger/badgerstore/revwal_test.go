@@ -432,62 +432,148 @@ func TestBytesInARecycledSegmentsOldValueAreNotReplayed(t *testing.T) {
 }
 
 // Once a segment is half full the log checkpoints where Badger began a new
-// memtable (wal.rotated): the batch that began it is in that memtable
-// alone, so it must be the new segment's first record. A power cut just
-// after such a checkpoint keeps of Badger only the memtables before it,
-// in tables.
-func TestARotationCheckpointKeepsTheBatchThatBeganTheMemtable(t *testing.T) {
-	dir, snap := t.TempDir(), t.TempDir()
-	opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20} // a memtable is 16 MiB
-	s, err := Open(dir, opts)
+// memtable (wal.rotated), without waiting for the flush of the memtables
+// before it. A power cut just after one, in either of two places:
+//   - "flushed": after that flush. The batch that began the new memtable
+//     is in that memtable alone, so it must be the new segment's first
+//     record.
+//   - "before the flush": Badger's tables as they were before the
+//     rotation, and the log as it is after it. The batches between are
+//     in the segment before, which Open must read too.
+//
+// With and without a key (each generation's records are sealed under its
+// own).
+func TestARotationCheckpointLosesNoBatchWhereverThePowerIsCut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flushed bool
+		key     []byte
+	}{
+		{"flushed", true, nil},
+		{"before the flush", false, nil},
+		{"before the flush, with a key", false, bytes.Repeat([]byte{7}, 32)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, snap := t.TempDir(), t.TempDir()
+			opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20, EncryptionKey: tc.key} // a memtable is 16 MiB
+			s, err := Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			val := bytes.Repeat([]byte("v"), 512<<10)
+			gen := s.wal.hdr.gen
+			k, copied := 0, false
+			for ; s.wal.hdr.gen == gen; k++ {
+				if k > 100 {
+					t.Fatal("the log never checkpointed")
+				}
+				if !tc.flushed && !copied && s.wal.off >= opts.segmentSize/2 {
+					// Badger's tables now: none holds the batches of the
+					// memtable being filled, the one the rotation ends.
+					if err := s.db.FlushImmutableMemTables(); err != nil {
+						t.Fatal(err)
+					}
+					copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+					copied = true
+				}
+				err := s.Update(context.Background(), func(tx ledger.Txn) error {
+					return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if written := int64(k) * int64(len(val)); written > opts.segmentSize-(2<<20) {
+				t.Fatalf("the log checkpointed after %d bytes of values, at a full segment, not at a memtable's rotation", written)
+			}
+			if s.wal.hdr.start != s.seq {
+				t.Fatalf("the new segment starts at batch %d, want %d (the one that began the memtable)", s.wal.hdr.start, s.seq)
+			}
+			if !tc.flushed && !copied {
+				t.Fatal("the test took no copy of Badger before the rotation")
+			}
+			for range 3 { // and some batches after it, in the new segment
+				err := s.Update(context.Background(), func(tx ledger.Txn) error {
+					return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k++
+			}
+			if err := s.db.FlushImmutableMemTables(); err != nil { // a consistent copy (see above)
+				t.Fatal(err)
+			}
+			if tc.flushed {
+				copyDir(t, dir, snap, func(string) bool { return true })
+			} else {
+				copyDir(t, dir, snap, isWAL)
+			}
+			crash(s)
+
+			s, err = Open(snap, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var missing []int
+			err = s.View(context.Background(), func(r ledger.Reader) error {
+				for i := range k {
+					v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
+					if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+						return err
+					}
+					if !bytes.Equal(v, val) {
+						missing = append(missing, i)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(missing) > 0 {
+				t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), k, missing)
+			}
+		})
+	}
+}
+
+// The segment a rotation checkpoint left holds the batches whose flush it
+// did not wait for, so the next checkpoint, which overwrites that segment,
+// must wait for that flush first (wal.leave), and for no other.
+func TestTheNextCheckpointWaitsForTheRotationsFlush(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20}
+	s, err := Open(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
+	var waited, rotations []uint64
+	s.wal.flushed = func(r uint64) error {
+		waited = append(waited, r)
+		return s.db.FlushedThrough(r)
+	}
 	val := bytes.Repeat([]byte("v"), 512<<10)
-	gen := s.wal.hdr.gen
-	k := 0
-	for ; s.wal.hdr.gen == gen; k++ {
-		if k > 100 {
-			t.Fatal("the log never checkpointed")
+	for k := 0; len(rotations) < 2; k++ {
+		if k > 300 {
+			t.Fatalf("two rotation checkpoints did not come in %d batches", k)
 		}
+		gen := s.wal.hdr.gen
 		err := s.Update(context.Background(), func(tx ledger.Txn) error {
 			return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if written := int64(k) * int64(len(val)); written > opts.segmentSize-(2<<20) {
-		t.Fatalf("the log checkpointed after %d bytes of values, at a full segment, not at a memtable's rotation", written)
-	}
-	if s.wal.hdr.start != s.seq {
-		t.Fatalf("the new segment starts at batch %d, want %d (the one that began the memtable)", s.wal.hdr.start, s.seq)
-	}
-	copyDir(t, dir, snap, func(string) bool { return true })
-	crash(s)
-
-	s, err = Open(snap, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var missing []int
-	err = s.View(context.Background(), func(r ledger.Reader) error {
-		for i := range k {
-			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
-			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
-				return err
+		if s.wal.hdr.gen != gen {
+			if s.wal.hdr.start != s.seq {
+				t.Fatalf("checkpoint %d was not at a rotation: the segment starts at %d, the batch was %d", len(rotations)+1, s.wal.hdr.start, s.seq)
 			}
-			if !bytes.Equal(v, val) {
-				missing = append(missing, i)
-			}
+			rotations = append(rotations, s.db.MemTableRotations())
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if len(missing) > 0 {
-		t.Fatalf("%d of the %d answered batches are missing after a power cut just after a rotation checkpoint: %v", len(missing), k, missing)
+	if diff := cmp.Diff(rotations[:1], waited); diff != "" {
+		t.Errorf("flushes the second rotation checkpoint waited for (-the first rotation's +waited):\n%s", diff)
 	}
 }

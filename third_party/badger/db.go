@@ -1062,11 +1062,11 @@ func (db *DB) ensureRoomForWrite() error {
 				db.mt.sl.MemSize(), len(db.flushChan))
 			// We manage to push this task. Let's modify imm.
 			db.imm = append(db.imm, db.mt)
+			db.mt.rotation = db.rotations.Add(1) // read by FlushedThrough, under db.lock
 			db.mt, err = db.newMemTable()
 			if err != nil {
 				return y.Wrapf(err, "cannot create new mem table")
 			}
-			db.rotations.Add(1)
 			// New memtable is empty. We certainly have room.
 			return nil
 		default:

@@ -9,7 +9,8 @@ import "github.com/dgraph-io/badger/v4/y"
 
 // MemTableRotations returns how many times the mutable memtable has been
 // replaced by a new one: when full, before a write (the write then goes to
-// the new one), and by FlushMemTables.
+// the new one), and by FlushMemTables. Each rotation's number is the count
+// after it (FlushedThrough).
 func (db *DB) MemTableRotations() uint64 { return db.rotations.Load() }
 
 // FlushMemTables writes the mutable memtable, when it holds anything, and
@@ -61,14 +62,34 @@ func (db *DB) flushMemTables(mutable bool) error {
 			db.flushCond.Wait() // the flusher broadcasts after each flush
 		}
 		db.imm = append(db.imm, db.mt)
+		db.mt.rotation = db.rotations.Add(1)
 		mt, err := db.newMemTable()
 		if err != nil { // as in ensureRoomForWrite
 			return y.Wrapf(err, "cannot create new mem table")
 		}
 		db.mt = mt
-		db.rotations.Add(1)
 	}
-	for len(db.imm) > 0 {
+	return db.waitFlushed(^uint64(0))
+}
+
+// FlushedThrough returns once every memtable made immutable by rotation
+// number r (MemTableRotations' count) or before it is in a level 0 table
+// and the manifest: every write committed before that rotation is then in
+// a table. It flushes nothing itself; a rotation long past returns at
+// once. FlushedThrough(0) waits only for memtables replayed at open.
+func (db *DB) FlushedThrough(r uint64) error {
+	if db.opt.InMemory || db.opt.ReadOnly {
+		return nil
+	}
+	db.lock.Lock()
+	defer db.lock.Unlock()
+	return db.waitFlushed(r)
+}
+
+// waitFlushed waits, db.lock held, until no immutable memtable of
+// rotation r or before is left (they are flushed in order, oldest first).
+func (db *DB) waitFlushed(r uint64) error {
+	for len(db.imm) > 0 && db.imm[0].rotation <= r {
 		if db.IsClosed() {
 			return ErrDBClosed
 		}

@@ -38,6 +38,7 @@ type memTable struct {
 	maxVersion uint64
 	opt        Options
 	buf        *bytes.Buffer
+	rotation   uint64 // the rotation that made it immutable; 0 for one replayed at open (Ratchet's patch)
 }
 
 func (db *DB) openMemTables(opt Options) error {
