@@ -41,11 +41,13 @@
 // around writes that bypass the log (Restore, value log GC). Once a
 // segment is half full, a rotation checkpoint comes first: when a batch's
 // commit made Badger begin a new memtable (MemTableRotations), that
-// memtable holds the batch alone, so the log waits for the memtables
-// before it to reach their tables (FlushImmutableMemTables) and starts the
-// other segment at that batch, its record the first (wal.rotated). It
-// makes no table Badger would not have made; a checkpoint at a full
-// segment flushes a memtable only begun.
+// memtable holds the batch alone, so the log starts the other segment at
+// that batch, its record the first (wal.rotated), and notes the rotation:
+// the batches before it are in the memtables Badger has begun to flush,
+// and in the segment just left, which the next checkpoint overwrites only
+// once that flush is in a table (FlushedThrough, at once by then). It
+// makes no table Badger would not have made and holds no write; a
+// checkpoint at a full segment flushes a memtable only begun.
 //
 // Recovery. Open opens Badger, which holds the memtables flushed to tables
 // before the crash (and replays a memtable log an older binary left): a
@@ -56,7 +58,10 @@
 // its length, crc32c (over the segment's salt and the record), generation
 // or sequence (a torn tail, or a reused segment's older bytes, which
 // cannot carry the new salt): the last good one is L. At the checkpoint
-// that began the segment Badger was durable up to s-1, and every batch
+// that began the segment Badger was durable up to s-1 (after a rotation
+// checkpoint, once its flush finished; before that, Badger is behind s-1,
+// and Open reads the segment before too, of the generation before, which
+// begins where Badger is durable and reaches s-1), and every batch
 // committed to Badger since is one of the records s..L, since each was
 // synced before its commit. Open applies every record from s to L in
 // order, each in its own transaction with its sequence number, whatever
@@ -81,9 +86,10 @@
 // Open refuses, with an error saying what to do: a log whose header names
 // another ledger (the id, random, is stored in Badger under idKey at the
 // first open; a directory from before the log gets one then); Badger
-// behind the log's checkpoint; and a replay over writes that bypassed the
-// log. The last is found cheaply: the applied key is written by every
-// batch and every checkpoint, so it is Badger's newest version unless
+// behind the log's checkpoint where the segment before cannot carry it
+// there; and a replay over writes that bypassed the log. The last is found
+// cheaply: the applied key is written by every batch and every full
+// checkpoint, so it is Badger's newest version unless
 // something committed to Badger without the log after the last batch, and
 // when records are to be replayed and Badger's MaxVersion is past the
 // applied key's, open stops rather than put the log's older values over
