@@ -890,6 +890,13 @@ func (db *DB) writeRequests(reqs []*request) error {
 	db.opt.Debugf("Writing to memtable")
 	var count int
 	for _, b := range reqs {
+		if b.rotate { // FlushMemTables
+			if err := db.rotateMemTable(false); err != nil {
+				done(err)
+				return y.Wrap(err, "writeRequests")
+			}
+			continue
+		}
 		if len(b.Entries) == 0 {
 			continue
 		}
@@ -1045,13 +1052,19 @@ var errNoRoom = errors.New("No room for write")
 
 // ensureRoomForWrite is always called serially. It blocks (without busy-polling)
 // until the current memtable can be flushed, i.e. until flushChan has room.
-func (db *DB) ensureRoomForWrite() error {
+func (db *DB) ensureRoomForWrite() error { return db.rotateMemTable(true) }
+
+// rotateMemTable replaces the mutable memtable, pushing it to be flushed:
+// when it is full if onlyFull, else when it holds anything. It is called
+// by the write goroutine alone (the mutable memtable is written without
+// the lock).
+func (db *DB) rotateMemTable(onlyFull bool) error {
 	var err error
 	db.lock.Lock()
 	defer db.lock.Unlock()
 
 	y.AssertTrue(db.mt != nil) // A nil mt indicates that DB is being closed.
-	if !db.mt.isFull() {
+	if onlyFull && !db.mt.isFull() || db.mt.sl.Empty() {
 		return nil
 	}
 

@@ -702,6 +702,9 @@ type request struct {
 	Wg   sync.WaitGroup
 	Err  error
 	ref  atomic.Int32
+	// rotate: no entries; the write goroutine replaces the mutable
+	// memtable, if it holds anything (Ratchet's patch: FlushMemTables).
+	rotate bool
 }
 
 func (req *request) reset() {
@@ -710,6 +713,7 @@ func (req *request) reset() {
 	req.Wg = sync.WaitGroup{}
 	req.Err = nil
 	req.ref.Store(0)
+	req.rotate = false
 }
 
 func (req *request) IncrRef() {
