@@ -84,3 +84,5 @@ tool (
 )
 
 replace github.com/modelcontextprotocol/go-sdk => ./third_party/go-sdk
+
+replace github.com/dgraph-io/badger/v4 => ./third_party/badger

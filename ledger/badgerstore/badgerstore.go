@@ -11,7 +11,13 @@
 // (appliedKey). Segments are zero-filled ahead of the records and reused,
 // so the fdatasync overwrites allocated blocks and needs no journal
 // commit, where a sync of Badger's sparse, growing memtable log needs one
-// each time. The engine calls Update per batch and answers it when Update
+// each time. With the log on, Badger keeps no memtable logs at all (the
+// patched Badger in third_party, WithMemTableLog(false)): a commit goes to
+// its memtable's skiplist, and is in Badger's files once Badger flushes
+// that memtable to a level 0 table. Writing each commit a second time,
+// through a fresh memory map whose every page faulted in, was a tenth of
+// an engine pair's CPU (docs/design.md, "Badger without its memtable
+// logs"). The engine calls Update per batch and answers it when Update
 // returns, so its writer waits for each fdatasync (the overlap of commit
 // and sync that Badger's own log allowed is gone; docs/design.md has the
 // cost). Badger's own conflict detection
@@ -25,23 +31,37 @@
 // the log never begins before such a write.
 //
 // A checkpoint writes the applied key (the last batch) at Badger's newest
-// version, makes Badger's files durable (logSync: value log, then the
-// memtable's logs, every file Badger wrote), and starts the other segment
-// with the next generation, its header naming the first sequence number it
-// will hold, the ledger's id and a new random salt. It runs when a segment
-// is full (before the record that does not fit), on Open, on Close (so a
-// clean shutdown leaves Badger complete without the log), and around
-// writes that bypass the log (Restore, value log GC).
+// version, makes Badger's files durable (logSync: the value log, and any
+// memtable log an older binary left; then every memtable flushed to a
+// table, FlushMemTables; then the directory), and starts the other
+// segment with the next generation, its header naming the first sequence
+// number it will hold, the ledger's id and a new random salt. It runs when
+// a segment is full (before the record that does not fit), on Open, on
+// Close (so a clean shutdown leaves Badger complete without the log), and
+// around writes that bypass the log (Restore, value log GC). Once a
+// segment is half full, a rotation checkpoint comes first: when a batch's
+// commit made Badger begin a new memtable (MemTableRotations), that
+// memtable holds the batch alone, so the log starts the other segment at
+// that batch, its record the first (wal.rotated), and notes the rotation:
+// the batches before it are in the memtables Badger has begun to flush,
+// and in the segment just left, which the next checkpoint overwrites only
+// once that flush is in a table (FlushedThrough, at once by then). It
+// makes no table Badger would not have made and holds no write; a
+// checkpoint at a full segment flushes a memtable only begun.
 //
-// Recovery. Open opens Badger, whose own replay of its memtable logs gives
-// a transaction-atomic state, though not a prefix of the commits: Badger
-// keeps two memtables, each with its own log file, and a power cut may
-// keep the newer one's pages and lose the older one's tail. It reads the
+// Recovery. Open opens Badger, which holds the memtables flushed to tables
+// before the crash (and replays a memtable log an older binary left): a
+// transaction-atomic state, not always a prefix of the commits (an older
+// binary's two memtable logs could lose the older one's tail and keep the
+// newer one's pages). It reads the
 // current segment's records from its first, s, to the first that fails
 // its length, crc32c (over the segment's salt and the record), generation
 // or sequence (a torn tail, or a reused segment's older bytes, which
 // cannot carry the new salt): the last good one is L. At the checkpoint
-// that began the segment Badger was durable up to s-1, and every batch
+// that began the segment Badger was durable up to s-1 (after a rotation
+// checkpoint, once its flush finished; before that, Badger is behind s-1,
+// and Open reads the segment before too, of the generation before, which
+// begins where Badger is durable and reaches s-1), and every batch
 // committed to Badger since is one of the records s..L, since each was
 // synced before its commit. Open applies every record from s to L in
 // order, each in its own transaction with its sequence number, whatever
@@ -66,9 +86,10 @@
 // Open refuses, with an error saying what to do: a log whose header names
 // another ledger (the id, random, is stored in Badger under idKey at the
 // first open; a directory from before the log gets one then); Badger
-// behind the log's checkpoint; and a replay over writes that bypassed the
-// log. The last is found cheaply: the applied key is written by every
-// batch and every checkpoint, so it is Badger's newest version unless
+// behind the log's checkpoint where the segment before cannot carry it
+// there; and a replay over writes that bypassed the log. The last is found
+// cheaply: the applied key is written by every batch and every full
+// checkpoint, so it is Badger's newest version unless
 // something committed to Badger without the log after the last batch, and
 // when records are to be replayed and Badger's MaxVersion is past the
 // applied key's, open stops rather than put the log's older values over
@@ -290,7 +311,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithBaseTableSize(2 << 20).
 		WithNumLevelZeroTables(16).
 		WithNumLevelZeroTablesStall(48).
-		WithInMemory(opts.InMemory)
+		WithInMemory(opts.InMemory).
+		WithMemTableLog(opts.NoSync) // the store's log covers every commit (see checkpoint)
 	if opts.InMemory {
 		// There is no value log in memory: Badger refuses a value over the
 		// threshold (and its error path panics on values under 1 KiB), so
@@ -371,8 +393,12 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 		return err
 	}
 	s.seq = seq // used in the log even if the commit fails
+	rotations := s.db.MemTableRotations()
 	if err := txn.Commit(); err != nil {
 		return s.wal.fail(fmt.Errorf("committing batch %d to Badger after the log: %w", seq, err))
+	}
+	if r := s.db.MemTableRotations(); r != rotations {
+		return s.wal.rotated(seq, rec, r) // the batch began a memtable
 	}
 	return nil
 }

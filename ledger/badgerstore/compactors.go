@@ -22,7 +22,7 @@ import (
 //
 // The two are unexported; a Badger release that renames them fails the
 // build here, and TestCompactorsStopWhenIdle checks they still do this.
-// Badger is pinned in go.mod.
+// Badger is pinned: go.mod replaces it with third_party/badger.
 
 //go:linkname badgerStopCompactions github.com/dgraph-io/badger/v4.(*DB).stopCompactions
 func badgerStopCompactions(db *badger.DB)

@@ -18,10 +18,14 @@ import (
 // write-ahead log (NNNNN.mem), which holds the keys, the smaller values
 // and, for the others, pointers into the value log. The store keeps every
 // value it writes in the tree (see Open), so only a ledger written before
-// that has values in the value log, and a commit now writes the memtable's
-// log alone. Both are written through shared memory maps, so an fdatasync
-// of the file through any descriptor writes what was committed through
-// the map.
+// that has values in the value log; and with the store's log on Badger
+// writes no memtable log (WithMemTableLog(false): a checkpoint flushes the
+// memtables to tables instead, see wal.checkpoint), so a memtable log is
+// one an older binary left, replayed and synced at open, deleted once
+// flushed: a commit writes to the value log alone (its header, with the
+// store's defaults). Both kinds are written through shared memory maps,
+// so an fdatasync of the file through any descriptor writes what was
+// committed through the map.
 //
 // Order matters where the value log is written: a pointer on disk whose
 // value is not would survive a power cut as an entry that cannot be read
@@ -34,12 +38,14 @@ import (
 // the hole (while records still went to the value log, that cost a tenth
 // to a fifth of the pairs/s at 1 and 16 callers). An fdatasync of a value
 // log file nothing was written to costs next to nothing. For values in
-// the value log one window remains that only Badger could close: it
+// the value log one window remained that only Badger could close: it
 // flushes a full memtable to a table (synced, with its pointers) in the
 // background, and if that finished before the next sync of the value log
-// (within a millisecond or so; building the table takes far longer) a
-// power cut in between would lose the values of the memtable's last,
-// unanswered, batch.
+// a power cut in between would leave pointers to values that are gone.
+// With the store's log the window is closed: the value log is synced at
+// every checkpoint, before the memtables are flushed, and every batch
+// since is a record of the log, replayed over whatever Badger kept at
+// newer versions.
 //
 // With SyncWrites off, Badger syncs neither a file it rotates away from nor
 // (see Store.Compact) a value log file before value log GC deletes the one

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -23,59 +24,64 @@ import (
 // Adversarial tests of the log (issue 31, branch revwal). Each one failed
 // on the wal branch as of fb353b6; /work/wt/briefs/revwal-tasks/ says why.
 
-// newestMem is the number of the newest memtable log file in dir.
-func newestMem(t *testing.T, dir string) int {
+// ssts is the number of Badger's tables in dir.
+func ssts(t *testing.T, dir string) int {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	m, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newest := -1
-	for _, e := range ents {
-		if n, ok := logNumber(e.Name(), 1); ok {
-			newest = max(newest, n)
-		}
-	}
-	return newest
+	return len(m)
 }
 
-// A power cut after Badger began a new memtable and before the next Sync:
-// the kernel wrote back the new memtable's page (holding the unanswered
-// batch k) but none of the old memtable's pages since the checkpoint.
-// Badger then opens with batch k's applied sequence number, which is past
-// the log's last record, so nothing is replayed and every batch Sync
-// answered since the checkpoint is gone.
-func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
+// With the store's log on, Badger keeps no memtable logs (Open), so a
+// power cut keeps of Badger only the tables it flushed: a prefix of its
+// commits ending with some memtable, nothing of the one it was filling.
+// Every batch answered since the last checkpoint must come back from the
+// log. (Until Badger's memtable logs were turned off, the same test was
+// TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst: the newer
+// memtable's log reaching the disk before the older one's.)
+func TestAnsweredBatchesSurviveAPowerCutWhateverBadgerFlushed(t *testing.T) {
 	dir, snap := t.TempDir(), t.TempDir()
-	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30}
+	opts := &Options{MinFreeBytes: -1, segmentSize: 1 << 30} // no checkpoint but Open's
 	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Badger as of the checkpoint Open made (a copy holds more than the
-	// disk may: nothing of Badger's since it was synced).
-	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
-	mem := newestMem(t, dir)
 	val := bytes.Repeat([]byte("v"), 512<<10) // under the value threshold: in the tree
 	put := func(i int) error {                // answered when it returns
 		return s.Update(context.Background(), func(tx ledger.Txn) error {
 			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
 		})
 	}
+	tables := ssts(t, dir)
 	k := 0
-	for ; newestMem(t, dir) == mem; k++ {
-		if k > 200 {
-			t.Fatal("Badger never began a new memtable")
+	for ; ssts(t, dir) == tables; k++ {
+		if k > 400 {
+			t.Fatal("Badger never flushed a memtable to a table")
 		}
 		if err := put(k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Batch k-1 went to the new memtable; 0..k-2 went to the old one.
-	// (Update answers each batch once its record is durable.)
-	answered := k - 1
-	newMem := fmt.Sprintf("%05d.mem", newestMem(t, dir))
-	copyDir(t, dir, snap, func(n string) bool { return isWAL(n) || n == newMem })
+	for range 5 { // and some in the memtable after it
+		if err := put(k); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	if mems, _ := filepath.Glob(filepath.Join(dir, "*.mem")); len(mems) > 0 {
+		t.Errorf("Badger wrote memtable logs with the store's log on: %v", mems)
+	}
+	// The disk after a power cut: the log, and of Badger's files the
+	// tables it flushed (synced, then named in the manifest). A copy of
+	// the directory while a table is being written may take a manifest
+	// naming a table the listing missed, so the flush is waited for first
+	// (it makes no table, and leaves the batches after it in memory).
+	if err := s.db.FlushImmutableMemTables(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(string) bool { return true })
 	crash(s)
 
 	s, err = Open(snap, opts)
@@ -85,7 +91,7 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 	defer s.Close()
 	var missing []int
 	err = s.View(context.Background(), func(r ledger.Reader) error {
-		for i := range answered {
+		for i := range k {
 			v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
 			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 				return err
@@ -100,8 +106,30 @@ func TestSyncedBatchesSurviveANewMemtableReachingTheDiskFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(missing) > 0 {
-		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), answered, missing)
+		t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), k, missing)
 	}
+}
+
+// A checkpoint starts a segment that holds none of the batches before it,
+// so Badger must hold them durably without its memtable logs: in tables.
+// A power cut just after a checkpoint, before Badger filled a memtable,
+// leaves the log empty and Badger with what the checkpoint flushed.
+func TestACheckpointLeavesEveryBatchInBadgersTables(t *testing.T) {
+	dir, snap := t.TempDir(), t.TempDir()
+	opts := &Options{MinFreeBytes: -1}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		putCounter(t, s, i)
+	}
+	if err := s.syncBadger(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(string) bool { return true })
+	crash(s)
+	openWant(t, snap, opts, 20, "after a power cut just after a checkpoint")
 }
 
 // An operator puts another ledger's log files into a ledger's directory
@@ -401,5 +429,216 @@ func TestBytesInARecycledSegmentsOldValueAreNotReplayed(t *testing.T) {
 	defer s.Close()
 	if v, ok := contents(t, s)["forged"]; ok {
 		t.Fatalf("after open the ledger holds forged=%q, which no batch wrote", v)
+	}
+}
+
+// Once a segment is half full the log checkpoints where Badger began a new
+// memtable (wal.rotated), without waiting for the flush of the memtables
+// before it. A power cut just after one, in either of two places:
+//   - "flushed": after that flush. The batch that began the new memtable
+//     is in that memtable alone, so it must be the new segment's first
+//     record.
+//   - "before the flush": Badger's tables as they were before the
+//     rotation, and the log as it is after it. The batches between are
+//     in the segment before, which Open must read too.
+//
+// With and without a key (each generation's records are sealed under its
+// own).
+func TestARotationCheckpointLosesNoBatchWhereverThePowerIsCut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flushed bool
+		key     []byte
+	}{
+		{"flushed", true, nil},
+		{"before the flush", false, nil},
+		{"before the flush, with a key", false, bytes.Repeat([]byte{7}, 32)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, snap := t.TempDir(), t.TempDir()
+			opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20, EncryptionKey: tc.key} // a memtable is 16 MiB
+			s, err := Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			val := bytes.Repeat([]byte("v"), 512<<10)
+			gen := s.wal.hdr.gen
+			k, copied := 0, false
+			for ; s.wal.hdr.gen == gen; k++ {
+				if k > 100 {
+					t.Fatal("the log never checkpointed")
+				}
+				if !tc.flushed && !copied && s.wal.off >= opts.segmentSize/2 {
+					// Badger's tables now: none holds the batches of the
+					// memtable being filled, the one the rotation ends.
+					if err := s.db.FlushImmutableMemTables(); err != nil {
+						t.Fatal(err)
+					}
+					copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+					copied = true
+				}
+				err := s.Update(context.Background(), func(tx ledger.Txn) error {
+					return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if written := int64(k) * int64(len(val)); written > opts.segmentSize-(2<<20) {
+				t.Fatalf("the log checkpointed after %d bytes of values, at a full segment, not at a memtable's rotation", written)
+			}
+			if s.wal.hdr.start != s.seq {
+				t.Fatalf("the new segment starts at batch %d, want %d (the one that began the memtable)", s.wal.hdr.start, s.seq)
+			}
+			if !tc.flushed && !copied {
+				t.Fatal("the test took no copy of Badger before the rotation")
+			}
+			for range 3 { // and some batches after it, in the new segment
+				err := s.Update(context.Background(), func(tx ledger.Txn) error {
+					return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k++
+			}
+			if err := s.db.FlushImmutableMemTables(); err != nil { // a consistent copy (see above)
+				t.Fatal(err)
+			}
+			if tc.flushed {
+				copyDir(t, dir, snap, func(string) bool { return true })
+			} else {
+				copyDir(t, dir, snap, isWAL)
+			}
+			crash(s)
+
+			s, err = Open(snap, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var missing []int
+			err = s.View(context.Background(), func(r ledger.Reader) error {
+				for i := range k {
+					v, err := r.Get(fmt.Appendf(nil, "r\x00%04d", i))
+					if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+						return err
+					}
+					if !bytes.Equal(v, val) {
+						missing = append(missing, i)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(missing) > 0 {
+				t.Fatalf("%d of the %d answered batches are missing after the power cut: %v", len(missing), k, missing)
+			}
+		})
+	}
+}
+
+// The segment a rotation checkpoint left holds the batches whose flush it
+// did not wait for, so the next checkpoint, which overwrites that segment,
+// must wait for that flush first (wal.leave), and for no other.
+func TestTheNextCheckpointWaitsForTheRotationsFlush(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1, segmentSize: 24 << 20}
+	s, err := Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var waited, rotations []uint64
+	s.wal.flushed = func(r uint64) error {
+		waited = append(waited, r)
+		return s.db.FlushedThrough(r)
+	}
+	val := bytes.Repeat([]byte("v"), 512<<10)
+	for k := 0; len(rotations) < 2; k++ {
+		if k > 300 {
+			t.Fatalf("two rotation checkpoints did not come in %d batches", k)
+		}
+		gen := s.wal.hdr.gen
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "r\x00%04d", k), val)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.wal.hdr.gen != gen {
+			if s.wal.hdr.start != s.seq {
+				t.Fatalf("checkpoint %d was not at a rotation: the segment starts at %d, the batch was %d", len(rotations)+1, s.wal.hdr.start, s.seq)
+			}
+			rotations = append(rotations, s.db.MemTableRotations())
+		}
+	}
+	if diff := cmp.Diff(rotations[:1], waited); diff != "" {
+		t.Errorf("flushes the second rotation checkpoint waited for (-the first rotation's +waited):\n%s", diff)
+	}
+}
+
+// Value log GC rewrites values through Badger while Updates run (Compact
+// does not hold the store's write lock), so a checkpoint's flush of the
+// mutable memtable may meet Badger writes that bypass the log. The flush
+// must replace the memtable in order with them (the write goroutine does
+// it), or a write lands in a memtable already being flushed, and lost, and
+// the race detector sees the memtable swapped under the writer.
+func TestACheckpointAmongWritesOutsideTheLogLosesNone(t *testing.T) {
+	dir := t.TempDir()
+	opts := &Options{MinFreeBytes: -1, segmentSize: 256 << 10} // a full checkpoint every few batches
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("v"), 16<<10)
+	const n = 400
+	done := make(chan error, 1)
+	go func() { // as value log GC writes
+		for i := range n {
+			err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(fmt.Appendf(nil, "g\x00%04d", i), val) })
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := range n {
+		err := s.Update(context.Background(), func(tx ledger.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "r\x00%04d", i), val)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var missing []string
+	err = s.View(context.Background(), func(r ledger.Reader) error {
+		for i := range n {
+			for _, p := range []string{"g", "r"} {
+				k := fmt.Appendf(nil, "%s\x00%04d", p, i)
+				if v, err := r.Get(k); err != nil || !bytes.Equal(v, val) {
+					missing = append(missing, string(k))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d writes missing after the reopen: %q", len(missing), missing[:min(5, len(missing))])
 	}
 }

@@ -206,13 +206,16 @@ type wal struct {
 	logs        *logSync // Badger's files, synced at a checkpoint
 	db          *badger.DB
 	segmentSize int64
-	datasync    func(*os.File) error // tests inject a failure
+	datasync    func(*os.File) error     // tests inject a failure
+	flush       func(mutable bool) error // flushMemTables; tests watch the order
+	flushed     func(r uint64) error     // db.FlushedThrough; tests hold it back
 
 	failed error // once set, every later write is refused
 	files  [2]*os.File
 	sizes  [2]int64 // bytes of each file written (records or zeros)
 	cur    int
 	hdr    walHeader // the current segment's
+	segRot [2]uint64 // per segment, the Badger flush its start waits for (0: none; see rotated)
 	off    int64     // where the next record goes in files[cur]
 	wbuf   []byte
 }
@@ -222,6 +225,8 @@ type wal struct {
 // log and the last sequence number used.
 func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *logSync) (*wal, uint64, error) {
 	w := &wal{dir: dir, master: key, logs: logs, db: db, segmentSize: segmentSize, datasync: datasync}
+	w.flush = func(mutable bool) error { return flushMemTables(db, mutable) }
+	w.flushed = db.FlushedThrough
 	applied, appliedVersion, err := readApplied(db)
 	if err != nil {
 		return nil, 0, err
@@ -271,17 +276,34 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 			return fail(fmt.Errorf("ledger log: %s holds the log of ledger %x, not of this ledger (%x): it was copied from another data directory; remove %s and %s to open the ledger without it",
 				walNames[w.cur], h.id, id, walNames[0], walNames[1]))
 		}
+		var recs []walRead
 		if applied+1 < h.start {
-			return fail(fmt.Errorf("ledger log: Badger holds batches up to %d, but the log's checkpoint says it held %d", applied, h.start-1))
+			// Badger behind the segment's start: a power cut before the
+			// flush a rotation checkpoint left running (wal.rotated). The
+			// batches between are in the segment before, not overwritten
+			// until that flush was done.
+			prev, ok, err := w.previous(headers, valid, applied)
+			if err != nil {
+				return fail(err)
+			}
+			if !ok {
+				return fail(fmt.Errorf("ledger log: Badger holds batches up to %d, but the log's checkpoint says it held %d", applied, h.start-1))
+			}
+			for _, rc := range prev {
+				if rc.seq < h.start {
+					recs = append(recs, rc)
+				}
+			}
 		}
 		w.hdr = h
 		if err := w.useKey(); err != nil {
 			return fail(err)
 		}
-		recs, err := w.read()
+		cur, err := w.read()
 		if err != nil {
 			return fail(err)
 		}
+		recs = append(recs, cur...)
 		if n := len(recs); n > 0 && applied > recs[n-1].seq {
 			// Each record is synced before its batch commits, and a
 			// checkpoint starts its segment after the last batch logged, so
@@ -322,6 +344,31 @@ func openWAL(dir string, key []byte, segmentSize int64, db *badger.DB, logs *log
 		return fail(err)
 	}
 	return w, last, nil
+}
+
+// previous reads the segment before the current one (w.cur) when it can
+// carry Badger, which holds batches up to applied, to the current one's
+// start: the generation before, the same ledger, beginning where Badger
+// holds everything before it, and its records reaching the current
+// segment's start-1. ok is false when it cannot.
+func (w *wal) previous(headers [2]walHeader, valid [2]bool, applied uint64) (recs []walRead, ok bool, err error) {
+	cur, other := w.cur, 1-w.cur
+	h, p := headers[cur], headers[other]
+	if !valid[other] || p.gen+1 != h.gen || p.id != h.id || p.start > applied+1 {
+		return nil, false, nil
+	}
+	w.cur, w.hdr = other, p
+	defer func() { w.cur = cur }()
+	if err := w.useKey(); err != nil {
+		return nil, false, err
+	}
+	if recs, err = w.read(); err != nil {
+		return nil, false, err
+	}
+	if len(recs) == 0 || recs[len(recs)-1].seq+1 < h.start {
+		return nil, false, nil
+	}
+	return recs, true, nil
 }
 
 // readKey calls fn with key's value and version in db; absent, not at all.
@@ -399,7 +446,10 @@ func (w *wal) read() ([]walRead, error) {
 		}
 		n := binary.LittleEndian.Uint32(hdr)
 		gen, seq := binary.LittleEndian.Uint64(hdr[8:]), binary.LittleEndian.Uint64(hdr[16:])
-		if n == 0 || gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
+		// Zeros (the segment past its last record) fail the generation,
+		// never 0; an empty payload (a batch that wrote nothing but the
+		// applied key, without a key to seal it) is a record.
+		if gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
 			break
 		}
 		p := make([]byte, n)
@@ -516,6 +566,10 @@ func (w *wal) fail(err error) error {
 // makes Badger durable (every batch committed so far, last and all before
 // it, and whatever was written without the log), then starts the other
 // segment with the next generation at last+1, a new salt and key.
+//
+// Badger keeps no memtable logs (see Open), so it is durable once its
+// memtables are in tables: the value log first (a table may point into
+// it), then every memtable flushed, then the tables' names.
 func (w *wal) checkpoint(last uint64) error {
 	if err := w.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, appliedValue(last)) }); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -523,6 +577,86 @@ func (w *wal) checkpoint(last uint64) error {
 	if err := w.logs.sync(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if err := w.flush(true); err != nil {
+		return fmt.Errorf("checkpoint: flushing Badger's memtables: %w", err)
+	}
+	w.segRot[w.cur] = 0 // every flush is done
+	if err := syncDir(w.dir); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := w.begin(last + 1); err != nil {
+		return err
+	}
+	w.segRot[w.cur] = 0
+	return nil
+}
+
+// rotated is called after batch seq, whose record is rec, was committed
+// and Badger began a new memtable for it (rotation number r): that
+// memtable holds seq alone, and every batch before it is in the memtables
+// Badger began to flush at the rotation. Once the segment is half full,
+// the log checkpoints there (a rotation checkpoint) without waiting for
+// that flush: it starts the other segment at seq, with seq's record,
+// sealed anew, as its first, and notes r as the flush the new segment's
+// start waits for (segRot). Until that flush is in a table, the batches
+// before seq are in the segment just left, which is not overwritten
+// before the next checkpoint, and Open reads both (openWAL). So the next
+// checkpoint of either kind first waits for it, a whole half segment
+// later, which is at once.
+//
+// A checkpoint forced at a full segment flushes a memtable Badger had only
+// begun, one more table at level 0 for every segment, and the compactions
+// they brought cost about as much CPU as the memtable logs saved; waiting
+// for the rotation's flush held every write for 14-36 ms (docs/design.md,
+// "Badger without its memtable logs"). With memtables a quarter of a
+// segment, one fills before the segment does unless its batches hold far
+// more than the log's records do.
+func (w *wal) rotated(seq uint64, rec *walRecord, r uint64) error {
+	if w.failed != nil {
+		return w.failed
+	}
+	if w.off < w.segmentSize/2 {
+		return nil
+	}
+	if err := w.leave(); err != nil {
+		return w.fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	if err := w.begin(seq); err != nil {
+		return w.fail(err)
+	}
+	w.segRot[w.cur] = r
+	return w.append(seq, seq-1, rec)
+}
+
+// leave makes Badger durable up to the current segment's start-1, so that
+// the other segment, which holds the batches before it, may be
+// overwritten: the value log (a table may point into it), the flush the
+// segment's start waits for, then the tables' names.
+func (w *wal) leave() error {
+	if err := w.logs.sync(); err != nil {
+		return err
+	}
+	if r := w.segRot[w.cur]; r != 0 {
+		if err := w.flushed(r); err != nil {
+			return fmt.Errorf("waiting for Badger's memtable flush: %w", err)
+		}
+		w.segRot[w.cur] = 0
+	}
+	return syncDir(w.dir)
+}
+
+// flushMemTables flushes Badger's memtables, the mutable one too or only
+// the immutable ones.
+func flushMemTables(db *badger.DB, mutable bool) error {
+	if mutable {
+		return db.FlushMemTables()
+	}
+	return db.FlushImmutableMemTables()
+}
+
+// begin starts the other segment with the next generation at start,
+// Badger durable up to start-1.
+func (w *wal) begin(start uint64) error {
 	next := 1 - w.cur
 	if w.files[next] == nil {
 		f, err := os.OpenFile(filepath.Join(w.dir, walNames[next]), os.O_RDWR|os.O_CREATE, 0o600)
@@ -537,7 +671,7 @@ func (w *wal) checkpoint(last uint64) error {
 			return err
 		}
 	}
-	h := walHeader{gen: w.hdr.gen + 1, start: last + 1, id: w.id}
+	h := walHeader{gen: w.hdr.gen + 1, start: start, id: w.id}
 	if _, err := rand.Read(h.salt[:]); err != nil {
 		return err
 	}

@@ -549,3 +549,30 @@ func TestEveryBatchKeepsEachKeysLastValueWhateverItsSize(t *testing.T) {
 		t.Fatalf("replayed (-want +got):\n%s", diff)
 	}
 }
+
+// A batch that writes nothing of the ledger's (the engine commits some:
+// a lease mark unchanged, a report of nothing) still has a record, with an
+// empty payload when the log has no key. Reading the log stopped at such a
+// record, as at the zeros after the last one, so after a power cut every
+// batch answered after it was lost; until Badger kept no memtable logs, a
+// kill did not show it (Badger replayed its own).
+func TestABatchThatWritesNothingDoesNotEndTheLog(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir, snap := t.TempDir(), t.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCounter(t, s, 0)
+	if err := s.syncBadger(); err != nil { // a checkpoint
+		t.Fatal(err)
+	}
+	copyDir(t, dir, snap, func(n string) bool { return !isWAL(n) })
+	if err := s.Update(context.Background(), func(ledger.Txn) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	putCounter(t, s, 1)
+	copyDir(t, dir, snap, isWAL)
+	crash(s)
+	openWant(t, snap, opts, 2, "after a power cut with a batch that wrote nothing in the log")
+}
