@@ -149,23 +149,29 @@ func benchRules() []ledger.Rule {
 
 // openEngine opens an engine on dir.
 func openEngine(dir string, sync bool) (*ledger.Engine, time.Duration, error) {
+	eng, _, open, err := openEngineStore(dir, sync)
+	return eng, open, err
+}
+
+// openEngineStore is openEngine, also returning the engine's store.
+func openEngineStore(dir string, sync bool) (*ledger.Engine, *badgerstore.Store, time.Duration, error) {
 	t0 := time.Now()
 	st, err := badgerstore.Open(dir, &badgerstore.Options{MinFreeBytes: -1, NoSync: !sync})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	// The key sits where "ratchet serve --data-dir" of the parent looks for
 	// it, so the scale section's server opens the ledger with it.
 	secret, err := ledger.LoadOrCreateSecret(filepath.Join(filepath.Dir(dir), "hmac.key"))
 	if err != nil {
 		st.Close()
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	eng, err := startEngine(st, secret)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	return eng, time.Since(t0), nil
+	return eng, st, time.Since(t0), nil
 }
 
 // startEngine starts an engine with the benchmark's policy on st, without

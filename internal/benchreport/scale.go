@@ -208,16 +208,18 @@ type scaleSide struct {
 	f    sideFigures
 	// the process's counters at its last pause, and the device's at its
 	// last resume
-	cpu    time.Duration
-	memFid int
-	devAt  int64
+	cpu       time.Duration
+	memTables uint64 // the store's count at the last slice's answer
+	devAt     int64
 }
 
 // scaleAnswer is a -scale-worker's answer to a line: its open time at
-// start, a slice's pairs and time, and at "end" its begins' p99.
+// start, a slice's pairs and time and the memtables its store has begun
+// since it opened, and at "end" its begins' p99.
 type scaleAnswer struct {
 	Open, Elapsed, P99 time.Duration
 	Pairs              int
+	MemTables          uint64
 	Err                string
 }
 
@@ -246,7 +248,7 @@ func startScaleSide(dir string) (*scaleSide, error) {
 		s.kill()
 		return nil, err
 	}
-	s.open = a.Open
+	s.open, s.memTables = a.Open, a.MemTables
 	return s, s.pause()
 }
 
@@ -280,15 +282,13 @@ func (s *scaleSide) pause() error {
 		return fmt.Errorf("scale worker: cannot read its CPU time")
 	}
 	written := deviceWritten(s.dir)
-	fid := maxMemFid(s.dir)
 	s.f.cpu += cpu - s.cpu
 	if written < 0 || s.devAt < 0 || s.f.written < 0 {
 		s.f.written = -1
 	} else {
 		s.f.written += written - s.devAt
 	}
-	s.f.memtables += fid - s.memFid
-	s.cpu, s.memFid = cpu, fid
+	s.cpu = cpu
 	return nil
 }
 
@@ -309,6 +309,8 @@ func (s *scaleSide) slice() error {
 	s.f.pairs += a.Pairs
 	s.f.elapsed += a.Elapsed
 	s.f.slices++
+	s.f.memtables += int(a.MemTables - s.memTables)
+	s.memTables = a.MemTables
 	return s.pause()
 }
 
@@ -401,34 +403,20 @@ func waitStopped(pid int) {
 	}
 }
 
-// maxMemFid is the highest number of a memtable's log file (NNNNN.mem) in
-// a Badger directory: every memtable gets the next one, so its growth is
-// the memtables written.
-func maxMemFid(dir string) int {
-	names, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
-	fid := 0
-	for _, n := range names {
-		if v, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(n), ".mem")); err == nil {
-			fid = max(fid, v)
-		}
-	}
-	return fid
-}
-
 // scaleWorker is one side of the scale section: it opens an engine on dir
 // (syncing), answers its open time, then for each line on stdin, a number
 // of pairs, runs them at 64 callers and answers their count and time; on
 // "end" it answers its begins' p99 over all its slices and closes.
 func scaleWorker(dir string) error {
 	enc := json.NewEncoder(os.Stdout)
-	eng, open, err := openEngine(dir, true)
+	eng, st, open, err := openEngineStore(dir, true)
 	if err != nil {
 		enc.Encode(scaleAnswer{Err: err.Error()})
 		return err
 	}
 	// The loaded ledger's preload used the "bench:" keys.
 	keyPrefix = "scale:"
-	enc.Encode(scaleAnswer{Open: open})
+	enc.Encode(scaleAnswer{Open: open, MemTables: st.MemTables()})
 	var lat latencies
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -442,7 +430,7 @@ func scaleWorker(dir string) error {
 		}
 		t0 := time.Now()
 		r := pairsInto(&lat, eng, 64, time.Hour, int64(n))
-		enc.Encode(scaleAnswer{Pairs: r.ops, Elapsed: time.Since(t0)})
+		enc.Encode(scaleAnswer{Pairs: r.ops, Elapsed: time.Since(t0), MemTables: st.MemTables()})
 	}
 	return eng.Close(context.Background())
 }

@@ -403,6 +403,12 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	return nil
 }
 
+// MemTables returns how many memtables Badger has begun since the store
+// opened (each written to a level 0 table once full, or by a checkpoint):
+// with Badger's memtable logs off (see Open) no file in the directory
+// counts them, so make bench's scale section asks the store.
+func (s *Store) MemTables() uint64 { return s.db.MemTableRotations() }
+
 // PrepareUpdate implements ledger.Preparer: it begins the next Update's
 // transaction now. A transaction's read timestamp waits until Badger's
 // watermark goroutine has seen the last commit; begun at the next Update,
