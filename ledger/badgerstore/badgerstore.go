@@ -312,7 +312,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 		WithNumLevelZeroTables(16).
 		WithNumLevelZeroTablesStall(48).
 		WithInMemory(opts.InMemory).
-		WithMemTableLog(opts.NoSync) // the store's log covers every commit (see checkpoint)
+		WithMemTableLog(opts.NoSync). // the store's log covers every commit (see checkpoint)
+		// Badger's expvar counters (gets, bloom filter hits per level,
+		// puts): nothing reads them, and each read of a key the ledger
+		// does not hold yet updated several under a lock, 0.9% of an
+		// engine pair's CPU (docs/design.md, "Tables written, not mapped").
+		WithMetricsEnabled(false)
 	if opts.InMemory {
 		// There is no value log in memory: Badger refuses a value over the
 		// threshold (and its error path panics on values under 1 KiB), so

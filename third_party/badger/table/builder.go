@@ -404,15 +404,21 @@ type buildData struct {
 
 func (bd *buildData) Copy(dst []byte) int {
 	var written int
-	for _, bl := range bd.blockList {
-		written += copy(dst[written:], bl.data[:bl.end])
+	for _, b := range bd.buffers() {
+		written += copy(dst[written:], b)
 	}
-	written += copy(dst[written:], bd.index)
-	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.index))))
-
-	written += copy(dst[written:], bd.checksum)
-	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.checksum))))
 	return written
+}
+
+// buffers returns the table's bytes in order, as the slices that hold
+// them: the blocks, the index and its length, the checksum and its length.
+func (bd *buildData) buffers() [][]byte {
+	bufs := make([][]byte, 0, len(bd.blockList)+4)
+	for _, bl := range bd.blockList {
+		bufs = append(bufs, bl.data[:bl.end])
+	}
+	return append(bufs, bd.index, y.U32ToBytes(uint32(len(bd.index))),
+		bd.checksum, y.U32ToBytes(uint32(len(bd.checksum))))
 }
 
 func (b *Builder) Done() buildData {
