@@ -1,0 +1,114 @@
+// Ratchet's third patch to go-sdk v1.8.0 (third_party/README.md): a tool
+// result of text blocks and compact structured content is written
+// directly, without encoding/json's reflection and its compaction of
+// every MarshalJSON's output. The bytes are the ones v1.8.0 wrote.
+
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+
+	internaljson "github.com/modelcontextprotocol/go-sdk/internal/json"
+)
+
+// simpleResultJSON is x's JSON as v1.8.0's MarshalJSON wrote it
+// (encoding/json over its wire struct, HTML escaping on) when x is a
+// plain result: no _meta or input requests;
+// content only text blocks without _meta or annotations; structured
+// content absent or a json.RawMessage that encoding/json would leave as
+// it is (compact, valid, nothing it escapes for HTML). Otherwise it
+// returns false and x goes through the encoder as before.
+func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
+	if x.Meta != nil || x.InputRequests != nil {
+		return nil, false
+	}
+	var structured json.RawMessage
+	switch v := x.StructuredContent.(type) {
+	case nil:
+	case json.RawMessage:
+		if v == nil || !internaljson.IsCompact(v) || bytes.ContainsAny(v, "<>&") ||
+			bytes.Contains(v, lineSeparator) || bytes.Contains(v, paragraphSeparator) {
+			return nil, false
+		}
+		structured = v
+	default:
+		return nil, false
+	}
+	size := 64 + len(structured) + len(x.RequestState)
+	for _, c := range x.Content {
+		if t, ok := c.(*TextContent); ok && t != nil {
+			size += 32 + len(t.Text) + len(t.Text)/8 // room for some escapes
+		}
+	}
+	b := make([]byte, 0, size)
+	// encoding/json writes the wire struct's fields in this order:
+	// _meta, content, structuredContent, isError, requestState,
+	// resultType, inputRequests.
+	b = append(b, `{"content":`...)
+	if x.Content == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, c := range x.Content {
+			t, ok := c.(*TextContent)
+			if !ok || t == nil || t.Meta != nil || t.Annotations != nil {
+				return nil, false
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"type":"text","text":`...)
+			b = appendJSONString(b, t.Text)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if structured != nil {
+		b = append(b, `,"structuredContent":`...)
+		b = append(b, structured...)
+	}
+	if x.IsError {
+		b = append(b, `,"isError":true`...)
+	}
+	if x.RequestState != "" {
+		b = append(b, `,"requestState":`...)
+		b = appendJSONString(b, x.RequestState)
+	}
+	if x.resultType != "" { // "complete" on every result of the 2026-07-28 protocol
+		b = append(b, `,"resultType":`...)
+		b = appendJSONString(b, string(x.resultType))
+	}
+	return append(b, '}'), true
+}
+
+// U+2028 and U+2029 in UTF-8, which encoding/json escapes with HTML
+// escaping on.
+var lineSeparator, paragraphSeparator = []byte("\u2028"), []byte("\u2029")
+
+// appendJSONString appends s as encoding/json.Marshal writes a string
+// (HTML escaping on): printable ASCII other than <, > and & as it is,
+// " and \ after a backslash; a string with anything else goes through
+// json.Marshal itself.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && s[j] != '"' && s[j] != '\\' {
+			j++
+		}
+		b = append(b, s[i:j]...)
+		if j < len(s) {
+			b = append(b, '\\', s[j])
+			j++
+		}
+		i = j
+	}
+	return append(b, '"')
+}
