@@ -14,11 +14,11 @@ import (
 
 // simpleResultJSON is x's JSON as v1.8.0's MarshalJSON wrote it
 // (encoding/json over its wire struct, HTML escaping on) when x is a
-// plain result: no _meta or input requests;
-// content only text blocks without _meta or annotations; structured
-// content absent or a json.RawMessage that encoding/json would leave as
-// it is (compact, valid, nothing it escapes for HTML). Otherwise it
-// returns false and x goes through the encoder as before.
+// plain result: no _meta or input requests; content only text blocks
+// without _meta or annotations; structured content absent or a
+// json.RawMessage that encoding/json would leave as it is (compact,
+// valid, nothing it escapes for HTML). Otherwise it returns false and x
+// goes through the encoder as before.
 func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	if x.Meta != nil || x.InputRequests != nil {
 		return nil, false
