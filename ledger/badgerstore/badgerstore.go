@@ -391,6 +391,14 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	if err != nil {
 		return err
 	}
+	if rec.empty() {
+		// Nothing to make durable or to commit: every batch before it was
+		// durable when its Update returned. No record either: a binary
+		// before 6423ff9 stops reading the log at a record with an empty
+		// payload (as at the zeros after the last one), so after a power
+		// cut and a downgrade it would lose every batch answered after it.
+		return nil
+	}
 	if err := txn.Set(appliedKey, appliedValue(seq)); err != nil {
 		return err
 	}

@@ -576,3 +576,37 @@ func TestABatchThatWritesNothingDoesNotEndTheLog(t *testing.T) {
 	crash(s)
 	openWant(t, snap, opts, 2, "after a power cut with a batch that wrote nothing in the log")
 }
+
+// A batch that writes nothing leaves no record at all: a binary before
+// 6423ff9 stops reading the log at an empty payload (as records does, the
+// older reading rule), so after a power cut and a rollback to it every
+// batch answered after one would be lost. Neither does it take a sequence
+// number: the next batch's record follows the last one written.
+func TestABatchThatWritesNothingLeavesNoRecord(t *testing.T) {
+	opts := &Options{MinFreeBytes: -1}
+	dir := t.TempDir()
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	putCounter(t, s, 0)
+	_, before := records(t, dir)
+	seq := s.seq
+	for range 3 {
+		if err := s.Update(context.Background(), func(ledger.Txn) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, after := records(t, dir)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("records after three batches that wrote nothing (-before +after):\n%s", diff)
+	}
+	if s.seq != seq {
+		t.Fatalf("batches that wrote nothing took sequence numbers %d..%d", seq+1, s.seq)
+	}
+	putCounter(t, s, 1)
+	if _, offs := records(t, dir); len(offs) != len(before)+1 {
+		t.Fatalf("an older binary's reading finds %d records after the next write, want %d", len(offs), len(before)+1)
+	}
+}
