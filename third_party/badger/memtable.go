@@ -97,7 +97,14 @@ const memFileExt string = ".mem"
 
 func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	filepath := db.mtFilePath(fid)
-	s := skl.NewSkiplist(arenaSize(db.opt))
+	var s *skl.Skiplist
+	select {
+	case buf := <-db.arenas: // a flushed memtable's arena (keepArena)
+		s = skl.NewSkiplistIn(buf, arenaSize(db.opt))
+	default:
+		s = skl.NewSkiplist(arenaSize(db.opt))
+	}
+	s.Recycle = db.keepArena
 	mt := &memTable{
 		sl:  s,
 		opt: db.opt,

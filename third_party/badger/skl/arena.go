@@ -37,6 +37,22 @@ func newArena(n int64) *Arena {
 	return out
 }
 
+// newArenaIn returns an arena of n bytes on buf, an earlier arena's buffer
+// (Ratchet's patch: Skiplist.Recycle), or a new one when buf is shorter.
+// buf's bytes are left as they are: a node's every field, its key and its
+// value are written before the node is linked (newNode, Put), and a node
+// stores no tower offset above its height, so nothing reachable reads an old
+// byte; the head node's tower, which Put reads before it writes, is cleared
+// by NewSkiplistIn.
+func newArenaIn(buf []byte, n int64) *Arena {
+	if int64(cap(buf)) < n {
+		return newArena(n)
+	}
+	out := &Arena{buf: buf[:n]}
+	out.n.Store(1)
+	return out
+}
+
 func (s *Arena) size() int64 {
 	return int64(s.n.Load())
 }

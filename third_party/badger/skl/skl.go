@@ -68,6 +68,14 @@ type Skiplist struct {
 	ref     atomic.Int32
 	arena   *Arena
 	OnClose func()
+
+	// Recycle, when set, is given the arena's buffer once the last
+	// reference is dropped (after OnClose), for NewSkiplistIn to build
+	// another list on (Ratchet's patch: a new 16 MiB arena is faulted in and
+	// zeroed page by page by the kernel at every memtable rotation). A
+	// caller of DecrRef must hold no key, value or node of the list after it:
+	// their bytes are overwritten by the next list on the buffer.
+	Recycle func(buf []byte)
 }
 
 // IncrRef increases the refcount
@@ -83,6 +91,9 @@ func (s *Skiplist) DecrRef() {
 	}
 	if s.OnClose != nil {
 		s.OnClose()
+	}
+	if s.Recycle != nil {
+		s.Recycle(s.arena.buf)
 	}
 
 	// Indicate we are closed. Good for testing.  Also, lets GC reclaim memory. Race condition
@@ -116,7 +127,24 @@ func decodeValue(value uint64) (valOffset uint32, valSize uint32) {
 
 // NewSkiplist makes a new empty skiplist, with a given arena size
 func NewSkiplist(arenaSize int64) *Skiplist {
-	arena := newArena(arenaSize)
+	return newSkiplist(newArena(arenaSize))
+}
+
+// NewSkiplistIn makes a new empty skiplist like NewSkiplist, on buf, the
+// buffer an earlier list gave to its Recycle, when it holds arenaSize bytes
+// (Ratchet's patch). Nothing may still read the earlier list.
+func NewSkiplistIn(buf []byte, arenaSize int64) *Skiplist {
+	arena := newArenaIn(buf, arenaSize)
+	s := newSkiplist(arena)
+	// The head is the one node whose tower is read before it is written:
+	// every level starts empty.
+	for i := range s.head.tower {
+		s.head.tower[i].Store(0)
+	}
+	return s
+}
+
+func newSkiplist(arena *Arena) *Skiplist {
 	head := newNode(arena, nil, y.ValueStruct{}, maxHeight)
 	s := &Skiplist{head: head, arena: arena}
 	s.height.Store(1)
