@@ -451,8 +451,8 @@ func (w *wal) read() ([]walRead, error) {
 		gen, seq := binary.LittleEndian.Uint64(hdr[8:]), binary.LittleEndian.Uint64(hdr[16:])
 		// Zeros (the segment past its last record) fail the generation,
 		// never 0; an empty payload (a batch that wrote nothing but the
-		// applied key, without a key to seal it, as binaries from 6423ff9
-		// to before 2026-12-07 wrote one) is a record.
+		// applied key, without a key to seal it, as binaries before
+		// 607eae9 wrote one) is a record.
 		if gen != h.gen || seq != want || int64(n) > w.sizes[w.cur]-walHeaderSize {
 			break
 		}
