@@ -8,10 +8,11 @@ import (
 	"github.com/dgraph-io/badger/v4/y"
 )
 
-// A builder that compresses its blocks keeps in its allocator each block
-// and the bytes it compressed to, not the compressor's bound for each
-// block: on compressible data (a 16 MiB memtable flush of Ratchet's
-// records), its allocator holds well under twice the table's bytes.
+// A builder that compresses its blocks keeps in its allocator only the
+// bytes each block compressed to: not the compressor's bound for each
+// block, nor the raw block once it is compressed (Ratchet's patches). On
+// compressible data (a 16 MiB memtable flush of Ratchet's records) its
+// allocator holds well under half the raw blocks' bytes.
 func TestBuilderAllocatorHoldsCompressedBytesNotTheirBound(t *testing.T) {
 	for _, c := range []options.CompressionType{options.Snappy, options.ZSTD} {
 		opts := Options{BlockSize: 16 << 10, TableSize: 2 << 20, BloomFalsePositive: 0.01, Compression: c, ZSTDCompressionLevel: 1}
@@ -26,7 +27,7 @@ func TestBuilderAllocatorHoldsCompressedBytesNotTheirBound(t *testing.T) {
 		b.Finish()
 		raw, used := int(b.uncompressedSize.Load()), b.alloc.Size()
 		b.Close()
-		if limit := raw * 3 / 2; used > limit {
+		if limit := raw / 2; used > limit {
 			t.Errorf("compression %d: the allocator holds %d bytes for %d bytes of blocks (compressed to %d), more than %d", c, used, raw, b.compressedSize.Load(), limit)
 		}
 	}
