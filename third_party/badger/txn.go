@@ -480,7 +480,7 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 	item.version = vs.Version
 	item.meta = vs.Meta
 	item.userMeta = vs.UserMeta
-	item.vptr = y.SafeCopy(item.vptr, vs.Value)
+	item.vptr = vs.Value // db.get's own copy (Ratchet's patch: it copies memtable hits, as lc.get copies table hits)
 	item.txn = txn
 	item.expiresAt = vs.ExpiresAt
 	return item, nil
