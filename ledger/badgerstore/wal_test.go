@@ -551,9 +551,9 @@ func TestEveryBatchKeepsEachKeysLastValueWhateverItsSize(t *testing.T) {
 	}
 }
 
-// appendEmptyRecord writes what binaries from 6423ff9 to before the next
-// test's fix wrote for a batch that wrote nothing: a record with an empty
-// payload (the log has no key), and the batch's applied key in Badger.
+// appendEmptyRecord writes what binaries before 607eae9 wrote for a batch
+// that wrote nothing: a record with an empty payload (the log has no key),
+// and the batch's applied key in Badger.
 func appendEmptyRecord(t *testing.T, s *Store) {
 	t.Helper()
 	s.wmu.Lock()

@@ -71,8 +71,8 @@ type Skiplist struct {
 
 	// Recycle, when set, is given the arena's buffer once the last
 	// reference is dropped (after OnClose), for NewSkiplistIn to build
-	// another list on (Ratchet's patch: a new 16 MiB arena is faulted in and
-	// zeroed page by page by the kernel at every memtable rotation). A
+	// another list on (Ratchet's patch: a new arena is faulted in and zeroed
+	// page by page by the kernel at every memtable rotation). A
 	// caller of DecrRef must hold no key, value or node of the list after it:
 	// their bytes are overwritten by the next list on the buffer.
 	Recycle func(buf []byte)

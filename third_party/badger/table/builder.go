@@ -185,11 +185,9 @@ func (b *Builder) handleBlock() {
 		// Extract the block.
 		blockBuf := item.data[:item.end]
 		// Compress the block into scratch, then keep only the bytes it
-		// took: allocating the compressor's bound for each block held
-		// about 19 KiB of the builder's allocator per 16 KiB block where
-		// Ratchet's blocks compress to under 4 KiB, and took a memtable
-		// flush's builder from a 28 MiB allocator to a 60 MiB one (Ratchet
-		// issue 31: the live heap of ratchet serve under MCP load).
+		// took in the allocator, not the compressor's bound (Ratchet's
+		// patch: the bound is larger than the raw block, and a builder's
+		// allocator lives until its table is written).
 		if doCompress {
 			out, err := b.compressInto(scratch, blockBuf)
 			y.Check(err)
