@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -215,8 +216,8 @@ func (t *tools) askToOpen(ctx context.Context, req *sdk.CallToolRequest, res *le
 	defer cancel()
 	r, err := req.Session.Elicit(ectx, params)
 	if err != nil {
-		t.log.Debug("asking the client to open an approval's page", "approval_id", res.ApprovalID, "error", err)
 		if ctx.Err() != nil || !errors.Is(ectx.Err(), context.DeadlineExceeded) {
+			t.elicitFailed(ctx, req, err, "asking the client to open an approval's page failed; answering approval_required", "approval_id", res.ApprovalID)
 			return nil, false
 		}
 		// The wait ran out: the call's context does not end when a client
@@ -324,6 +325,51 @@ func dollars(micros int64) string {
 	return fmt.Sprintf("$%d.%s", micros/1_000_000, s)
 }
 
+// codeRejected is the code of the SDK's jsonrpc2.ErrRejected (internal to
+// it): its transport could not send the request to the client.
+const codeRejected = -32005
+
+// elicitFailure says why an elicitation of a call whose context is ctx
+// failed with err, in words for the agent and the operator (a user whose
+// host shows forms was not asked, or its answer was lost): the call ended,
+// the wait ran out (elicitWait), the session ended, the request could not
+// be sent, the client answered with an error or with content the form's
+// schema refuses. The error itself is for the log: a client's error
+// message is not Ratchet's to repeat to the agent.
+func elicitFailure(ctx context.Context, err error) string {
+	var jerr *jsonrpc.Error
+	switch {
+	case ctx.Err() != nil:
+		return "the call ended before the client answered"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the client did not answer within " + elicitWait.String()
+	case errors.Is(err, sdk.ErrConnectionClosed):
+		return "the session ended before the client answered"
+	case errors.Is(err, &jsonrpc.Error{Code: codeRejected}):
+		return "the request could not be sent to the client"
+	case strings.Contains(err.Error(), "does not match requested schema"): // the Go SDK's check of an accept's content, ours (ServerSession.Elicit) or a Go client's
+		return "the client's answer did not fit the form"
+	case errors.As(err, &jerr) && jerr.Code != 0:
+		return "the client answered with an error (" + strconv.FormatInt(jerr.Code, 10) + ")"
+	case errors.As(err, &jerr):
+		return "the client answered with an error"
+	}
+	return "asking the client failed"
+}
+
+// elicitFailed logs an elicitation of req that failed with err, as a
+// warning (serve shows it by default) unless the call itself ended, and
+// returns elicitFailure's reason.
+func (t *tools) elicitFailed(ctx context.Context, req *sdk.CallToolRequest, err error, msg string, attrs ...any) string {
+	why := elicitFailure(ctx, err)
+	level := slog.LevelWarn
+	if ctx.Err() != nil {
+		level = slog.LevelInfo
+	}
+	t.log.Log(context.WithoutCancel(ctx), level, msg, append(attrs, "session", req.Session.ID(), "client", clientName(req), "reason", why, "error", err)...)
+	return why
+}
+
 func declined(action string) error {
 	return &ledger.Error{Code: ledger.CodeConfirmationRequired, Message: "the user did not confirm this action (" + action + "): do not perform it"}
 }
@@ -368,8 +414,7 @@ func (t *tools) confirmation(ctx context.Context, req *sdk.CallToolRequest, prio
 	start := time.Now()
 	r, err := req.Session.Elicit(ectx, params)
 	if err != nil {
-		t.log.Debug("asking the user to confirm", "error", err)
-		return nil, nil, declined("the client did not answer")
+		return nil, nil, declined(t.elicitFailed(ctx, req, err, "asking the user to confirm failed; answering confirmation_required"))
 	}
 	if !accepted(r) {
 		return nil, nil, declined(r.Action)

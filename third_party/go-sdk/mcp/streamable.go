@@ -786,6 +786,9 @@ func baseMediaType(value string) string {
 //     which case they are routed to the standalone SSE stream.
 //   - Requests or notifications made with a detached context.Context value are
 //     routed to the standalone SSE stream.
+//   - With no EventStore, a request routed to the standalone SSE stream while
+//     the client holds no GET on it waits for one (until its context or the
+//     session ends); a notification is dropped.
 type StreamableServerTransport struct {
 	// SessionID is the ID of this session.
 	//
@@ -815,7 +818,7 @@ type StreamableServerTransport struct {
 	// Specifically, responses will be application/json whenever incoming POST
 	// request contain only a single message. In this case, notifications or
 	// requests made within the context of a server request will be sent to the
-	// standalone SSE stream, if any.
+	// standalone SSE stream (see the routing rules above).
 	//
 	// TODO(rfindley): jsonResponse should be exported, since
 	// StreamableHTTPOptions.JSONResponse is exported, and we want to allow users
@@ -889,6 +892,10 @@ type streamableServerConn struct {
 	shouldPropagateCancellation bool
 
 	logger *slog.Logger
+
+	// onStandaloneWait, if set (by tests), is called when Write starts
+	// waiting for the client to open the standalone SSE stream.
+	onStandaloneWait func()
 
 	server     *Server
 	toolLookup func(name string) (*serverTool, bool)
@@ -993,6 +1000,11 @@ type stream struct {
 	// the spec and earlier there was a concept of batching, in which POST
 	// payloads could hold multiple requests or responses.
 	requests map[jsonrpc.ID]struct{}
+
+	// claimed, if non-nil, is closed when an HTTP request next claims the
+	// stream: server requests bound for the standalone stream wait on it
+	// while no GET holds it (see Write).
+	claimed chan struct{}
 
 	// isListen reports whether this stream was opened by a
 	// subscriptions/listen request. Listen streams are always SSE, live for
@@ -1404,6 +1416,10 @@ func (c *streamableServerConn) acquireStream(ctx context.Context, w http.Respons
 	s.done = make(chan struct{})
 	s.lastIdx = lastIdx
 	s.protocolVersion = protocolVersion
+	if s.claimed != nil { // requests wait for it (Write)
+		close(s.claimed)
+		s.claimed = nil
+	}
 	return s, s.done
 }
 
@@ -1896,7 +1912,33 @@ func (c *streamableServerConn) Write(ctx context.Context, msg jsonrpc.Message) e
 		return errors.New("session is closed")
 	}
 
+	// A request bound for the standalone SSE stream before the client has
+	// opened it (or while it reconnects) waits for its GET, until ctx ends or
+	// the session does: with no event store to replay it, it would be lost.
+	// A client may open the GET without waiting for it and call a tool at once
+	// (the TypeScript SDK 1.x does, after notifications/initialized), so a tool
+	// that elicits at once raced the GET. Notifications are still dropped.
+	req, isCall := msg.(*jsonrpc.Request)
+	isCall = isCall && req.IsCall()
 	s.mu.Lock()
+	for hooked := false; isCall && s.id == "" && s.done == nil && c.eventStore == nil; hooked = true {
+		if s.claimed == nil {
+			s.claimed = make(chan struct{})
+		}
+		claimed := s.claimed
+		s.mu.Unlock()
+		if c.onStandaloneWait != nil && !hooked {
+			c.onStandaloneWait()
+		}
+		select {
+		case <-claimed:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the client opened no stream for the server's requests: %w", jsonrpc2.ErrRejected, ctx.Err())
+		case <-c.done:
+			return errors.New("session is closed")
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 
 	// Store in eventStore before delivering.
