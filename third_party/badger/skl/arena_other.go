@@ -1,9 +1,9 @@
+//go:build !linux
+
 /*
  * SPDX-FileCopyrightText: © Hypermode Inc. <hello@hypermode.com>
  * SPDX-License-Identifier: Apache-2.0
  */
-
-//go:build !linux
 
 // Ratchet's patch (third_party/README.md): memtable arenas outside the Go
 // heap on Linux; elsewhere they stay in it, as in v4.9.6.
