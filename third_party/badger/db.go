@@ -105,9 +105,14 @@ type DB struct {
 	// MemTableRotations).
 	rotations atomic.Uint64
 
-	// arenas holds one arena buffer of a flushed memtable for the next
-	// memtable to be built on (Ratchet's patch: keepArena, openMemTable).
-	arenas chan []byte
+	// spareArena is a flushed memtable's arena buffer for the next memtable
+	// to be built on, or nil (Ratchet's patch: keepArena, openMemTable);
+	// once arenasClosed (at the end of close), an arena given back is freed.
+	// Arena buffers are outside the Go heap (skl.NewArenaBuffer), so each
+	// must reach skl.FreeArenaBuffer.
+	arenaMu      sync.Mutex
+	spareArena   []byte
+	arenasClosed bool
 
 	// Initialized via openMemTables.
 	nextMemFid int
@@ -259,7 +264,6 @@ func Open(opt Options) (*DB, error) {
 	db := &DB{
 		imm:              make([]*memTable, 0, opt.NumMemtables),
 		flushChan:        make(chan *memTable, opt.NumMemtables),
-		arenas:           make(chan []byte, 1),
 		writeCh:          make(chan *request, kvWriteChCapacity),
 		opt:              opt,
 		manifest:         manifestFile,
@@ -559,6 +563,7 @@ func (db *DB) IsClosed() bool {
 
 func (db *DB) close() (err error) {
 	defer db.allocPool.Release()
+	defer db.freeArenas() // after every memtable is dropped (Ratchet's patch)
 
 	db.opt.Debugf("Closing database")
 	db.opt.Infof("Lifetime L0 stalled for: %s\n", time.Duration(db.lc.l0stallsMs.Load()))
@@ -1120,12 +1125,40 @@ func (db *DB) rotateMemTable(onlyFull bool) error {
 // one flushed memtable's arena for openMemTable to build the next memtable
 // on, so a rotation reuses pages already faulted in instead of a new buffer
 // the kernel faults in and zeroes page by page (a tenth or more of an engine
-// pair's CPU on a small VM). A second spare is left to the collector.
+// pair's CPU on a small VM). A second spare, or any arena given back once
+// the DB is closed, is freed (skl.FreeArenaBuffer).
 func (db *DB) keepArena(buf []byte) {
-	select {
-	case db.arenas <- buf:
-	default:
+	db.arenaMu.Lock()
+	if db.spareArena == nil && !db.arenasClosed {
+		db.spareArena, buf = buf, nil
 	}
+	db.arenaMu.Unlock()
+	skl.FreeArenaBuffer(buf)
+}
+
+// takeArena returns the spare arena buffer, or a new one, of n bytes or
+// more (Ratchet's patch: keepArena).
+func (db *DB) takeArena(n int64) []byte {
+	db.arenaMu.Lock()
+	buf := db.spareArena
+	db.spareArena = nil
+	db.arenaMu.Unlock()
+	if int64(len(buf)) >= n {
+		return buf
+	}
+	skl.FreeArenaBuffer(buf)
+	return skl.NewArenaBuffer(n)
+}
+
+// freeArenas frees the spare arena buffer, and from now on every arena
+// given back (Ratchet's patch: keepArena); close calls it last, once the
+// memtables are flushed and dropped.
+func (db *DB) freeArenas() {
+	db.arenaMu.Lock()
+	buf := db.spareArena
+	db.spareArena, db.arenasClosed = nil, true
+	db.arenaMu.Unlock()
+	skl.FreeArenaBuffer(buf)
 }
 
 func arenaSize(opt Options) int64 {

@@ -97,13 +97,9 @@ const memFileExt string = ".mem"
 
 func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	filepath := db.mtFilePath(fid)
-	var s *skl.Skiplist
-	select {
-	case buf := <-db.arenas: // a flushed memtable's arena (keepArena)
-		s = skl.NewSkiplistIn(buf, arenaSize(db.opt))
-	default:
-		s = skl.NewSkiplist(arenaSize(db.opt))
-	}
+	// A flushed memtable's arena (keepArena), or a new one, outside the Go
+	// heap (Ratchet's patch: skl.NewArenaBuffer).
+	s := skl.NewSkiplistIn(db.takeArena(arenaSize(db.opt)), arenaSize(db.opt))
 	s.Recycle = db.keepArena
 	mt := &memTable{
 		sl:  s,
@@ -126,6 +122,7 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	}
 	lerr := mt.wal.open(filepath, flags, 2*db.opt.MemTableSize)
 	if lerr != z.NewFile && lerr != nil {
+		s.DecrRef() // gives the arena back (keepArena)
 		return nil, y.Wrapf(lerr, "While opening memtable: %s", filepath)
 	}
 

@@ -28,6 +28,14 @@ type Arena struct {
 	buf []byte
 }
 
+// arenaMapped counts the bytes NewArenaBuffer returned that
+// FreeArenaBuffer has not been given (Ratchet's patch; ArenaBytes).
+var arenaMapped atomic.Int64
+
+// ArenaBytes is the size of the arena buffers NewArenaBuffer returned and
+// FreeArenaBuffer has not been given, in every DB of the process.
+func ArenaBytes() int64 { return arenaMapped.Load() }
+
 // newArena returns a new arena.
 func newArena(n int64) *Arena {
 	// Don't store data at position 0 in order to reserve offset=0 as a kind

@@ -74,7 +74,8 @@ type Skiplist struct {
 	// another list on (Ratchet's patch: a new arena is faulted in and zeroed
 	// page by page by the kernel at every memtable rotation). A
 	// caller of DecrRef must hold no key, value or node of the list after it:
-	// their bytes are overwritten by the next list on the buffer.
+	// their bytes are overwritten by the next list on the buffer, or
+	// unmapped (NewArenaBuffer, FreeArenaBuffer).
 	Recycle func(buf []byte)
 }
 
@@ -131,8 +132,9 @@ func NewSkiplist(arenaSize int64) *Skiplist {
 }
 
 // NewSkiplistIn makes a new empty skiplist like NewSkiplist, on buf, the
-// buffer an earlier list gave to its Recycle, when it holds arenaSize bytes
-// (Ratchet's patch). Nothing may still read the earlier list.
+// buffer an earlier list gave to its Recycle or a new one from
+// NewArenaBuffer, when it holds arenaSize bytes (Ratchet's patch). Nothing
+// may still read an earlier list on it.
 func NewSkiplistIn(buf []byte, arenaSize int64) *Skiplist {
 	arena := newArenaIn(buf, arenaSize)
 	s := newSkiplist(arena)
