@@ -38,25 +38,7 @@ func TestACallAbandonedWhileItsUserIsOnThePageTakesNoLease(t *testing.T) {
 	hs := httptest.NewServer(Handler(srv, nil)) // Ratchet's: JSON answers, server requests on the standalone stream
 	t.Cleanup(hs.Close)
 
-	session := ""
-	send := func(ctx context.Context, method, body string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, hs.URL, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
-			session = id
-		}
-		return resp
-	}
+	send := rawSession(t, hs.URL)
 	ctx := t.Context()
 	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
 		`"capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"gone-host","version":"1"}}}`).Body.Close()

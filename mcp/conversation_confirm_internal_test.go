@@ -58,32 +58,14 @@ func TestAConfirmationReachesAClientThatOpensItsStreamAfterCalling(t *testing.T)
 	hs := httptest.NewServer(Handler(New(eng, nil), nil))
 	t.Cleanup(hs.Close)
 
-	session := ""
-	send := func(method, body string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, hs.URL, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
-			session = id
-		}
-		return resp
-	}
-	send(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+	send := rawSession(t, hs.URL)
+	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
 		`"capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"late-stream-host","version":"1"}}}`).Body.Close()
-	send(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
 
 	answered := make(chan string, 1)
 	go func() {
-		resp := send(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+
+		resp := send(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ratchet_begin_effect","arguments":`+
 			`{"idempotency_key":"gift:late","effect_type":"gift.send","estimated_cost_micros":20000000}}}`)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
@@ -95,7 +77,7 @@ func TestAConfirmationReachesAClientThatOpensItsStreamAfterCalling(t *testing.T)
 		t.Fatal("the engine did not refuse the begin with confirmation_required")
 	}
 
-	standalone := send(http.MethodGet, "")
+	standalone := send(ctx, http.MethodGet, "")
 	defer standalone.Body.Close()
 	elicit := make(chan json.RawMessage, 1)
 	go func() {
@@ -123,7 +105,7 @@ func TestAConfirmationReachesAClientThatOpensItsStreamAfterCalling(t *testing.T)
 	if id == nil {
 		t.Fatal("the standalone stream ended without an elicitation/create")
 	}
-	send(http.MethodPost, `{"jsonrpc":"2.0","id":`+string(id)+`,"result":{"action":"accept","content":{"confirm":true}}}`).Body.Close()
+	send(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":`+string(id)+`,"result":{"action":"accept","content":{"confirm":true}}}`).Body.Close()
 
 	var out string
 	select {
