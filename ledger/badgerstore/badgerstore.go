@@ -247,8 +247,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	//
 	// The memtable is where a fresh sidecar's memory peaks: its first flush
 	// builds a table from the full memtable while the next one fills, each
-	// an arena of the memtable's size and a log file mapped at twice it.
-	// With 32 MiB memtables a "ratchet serve" peaked at 228-311 MiB
+	// an arena of the memtable's size (mapped outside the Go heap on Linux,
+	// third_party/README.md; with the store's log on, Badger keeps no
+	// memtable log files). Before those patches each also had a log file
+	// mapped at twice its size: with 32 MiB memtables a "ratchet serve" peaked at 228-311 MiB
 	// resident at its first flush (13,000-16,000 effects); with 16 MiB,
 	// at 140-146 MiB (about 7,800 effects), under the 192 MiB a sidecar is
 	// budgeted (issue 32; make bench, "Memory at the first memtable
