@@ -369,16 +369,16 @@ func TestAnL0CompactionRewritesExactlyTheBaseTablesItsKeysFallIn(t *testing.T) {
 	// (about 10 KiB, not small: half the table size is 8 KiB), f's table two.
 	const vs = 1 << 10
 	l1 := map[string][]kv{
-		"a":  run("a", 0, 9, 1, vs), // a05 deleted in L0: rewritten
-		"b":  run("b", 0, 9, 1, vs), // b09 (its last key) in L0: rewritten
-		"c":  run("c", 0, 9, 1, vs), // c00 (its first key) in L0: rewritten
-		"d":  run("d", 0, 9, 1, vs), // d10 in L0, after it: kept
-		"e":  run("e", 0, 9, 1, vs), // kept
-		"f":  run("f", 0, 1, 1, vs), // small, f05 in L0 after it: rewritten
-		"g":  run("g", 0, 9, 1, vs), // kept
+		"a":  run("a", 0, 9, 1, vs),                                        // a05 deleted in L0: rewritten
+		"b":  run("b", 0, 9, 1, vs),                                        // b09 (its last key) in L0: rewritten
+		"c":  run("c", 0, 9, 1, vs),                                        // c00 (its first key) in L0: rewritten
+		"d":  run("d", 0, 9, 1, vs),                                        // d10 in L0, after it: kept
+		"e":  run("e", 0, 9, 1, vs),                                        // kept
+		"f":  run("f", 0, 1, 1, vs),                                        // small, f05 in L0 after it: rewritten
+		"g":  run("g", 0, 9, 1, vs),                                        // kept
 		"h1": append(run("h", 0, 8, 1, vs), kv{"h09", 2, []byte("h09@2")}), // shares h09 with h2: rewritten
-		"h2": run("h", 9, 19, 1, vs), // h15 in L0: rewritten
-		"i":  run("i", 0, 9, 1, vs), // kept
+		"h2": run("h", 9, 19, 1, vs),                                       // h15 in L0: rewritten
+		"i":  run("i", 0, 9, 1, vs),                                        // kept
 	}
 	ids := map[string]uint64{}
 	for _, name := range []string{"a", "b", "c", "d", "e", "f", "g", "h1", "h2", "i"} {
