@@ -971,7 +971,11 @@ func (s *levelsController) compactBuildTables(
 		}
 	}()
 
-	inflightBuilders := y.NewThrottle(8 + len(cd.splits))
+	// Each running subcompaction holds a slot, and each table it is
+	// building or writing another: at most maxRunningSplits run (below), so
+	// the tables in memory stay as many as with addSplits' splits, however
+	// many ranges keepUntouched made.
+	inflightBuilders := y.NewThrottle(8 + min(len(cd.splits), maxRunningSplits))
 	// At most maxRunningSplits subcompactions run at once: addSplits makes no
 	// more, but keepUntouched makes one for each range between kept tables,
 	// and each running one holds table builders in memory. (The tables are
