@@ -961,21 +961,6 @@ func (s *levelsController) compactBuildTables(
 	}
 
 	res := make(chan *table.Table, 3)
-	inflightBuilders := y.NewThrottle(8 + len(cd.splits))
-	for _, kr := range cd.splits {
-		// Initiate Do here so we can register the goroutines for buildTables too.
-		if err := inflightBuilders.Do(); err != nil {
-			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
-			return nil, nil, err
-		}
-		go func(kr keyRange) {
-			defer inflightBuilders.Done(nil)
-			it := table.NewMergeIterator(newIterator(), false)
-			defer it.Close()
-			s.subcompact(it, kr, cd, inflightBuilders, res)
-		}(kr)
-	}
-
 	var newTables []*table.Table
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -986,8 +971,38 @@ func (s *levelsController) compactBuildTables(
 		}
 	}()
 
+	// Each running subcompaction holds a slot, and each table it is
+	// building or writing another: at most maxRunningSplits run (below), so
+	// the tables in memory stay as many as with addSplits' splits, however
+	// many ranges keepUntouched made.
+	inflightBuilders := y.NewThrottle(8 + min(len(cd.splits), maxRunningSplits))
+	// At most maxRunningSplits subcompactions run at once: addSplits makes no
+	// more, but keepUntouched makes one for each range between kept tables,
+	// and each running one holds table builders in memory. (The tables are
+	// picked up from res from the start, so a subcompaction waiting for its
+	// turn never holds up one that runs.)
+	running := make(chan struct{}, maxRunningSplits)
+	var err error
+	for _, kr := range cd.splits {
+		running <- struct{}{}
+		// Initiate Do here so we can register the goroutines for buildTables too.
+		if err = inflightBuilders.Do(); err != nil {
+			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
+			break
+		}
+		go func(kr keyRange) {
+			defer func() { <-running }()
+			defer inflightBuilders.Done(nil)
+			it := table.NewMergeIterator(newIterator(), false)
+			defer it.Close()
+			s.subcompact(it, kr, cd, inflightBuilders, res)
+		}(kr)
+	}
+
 	// Wait for all table builders to finish and also for newTables accumulator to finish.
-	err := inflightBuilders.Finish()
+	if ferr := inflightBuilders.Finish(); err == nil {
+		err = ferr
+	}
 	close(res)
 	wg.Wait() // Wait for all tables to be picked up.
 
@@ -1090,6 +1105,12 @@ type compactDef struct {
 	thisRange keyRange
 	nextRange keyRange
 	splits    []keyRange
+
+	// kept are the base tables of an L0->Lbase compaction that stay in the
+	// level as they are (keepUntouched): they overlap the L0 tables' range but
+	// hold none of their keys. They are not in bot, and no split reaches into
+	// them. nextRange still covers them, so no other compaction takes them.
+	kept []*table.Table
 
 	thisSize int64
 
@@ -1286,6 +1307,192 @@ func (s *levelsController) fillTablesL0ToLbase(cd *compactDef) bool {
 		cd.nextRange = getKeyRange(cd.bot...)
 	}
 	return s.cstatus.compareAndAdd(thisAndNextLevelRLocked{}, *cd)
+}
+
+// maxRunningSplits is how many subcompactions of one compaction run at once.
+const maxRunningSplits = 5
+
+// keepUntouched leaves in the base level, as they are, the tables of cd.bot
+// (the base tables overlapping the L0 tables' range) that no L0 key falls in,
+// and makes cd.splits the ranges between them (Ratchet's patch: with keys
+// written in time order, an L0 compaction's keys fall past the end of each
+// key prefix's tables, and v4.9.6 rewrote every base table in between).
+//
+// The rules:
+//   - A base table is touched if an L0 key's user key (any version, a
+//     deletion's too) lies in [user key of Smallest, user key of Biggest],
+//     both ends included.
+//   - A table is rewritten if it is touched; or if it shares a user key (its
+//     first or last) with a rewritten neighbour, so that the versions of one
+//     user key are never split between a kept table and a new one; or if it
+//     is smaller than half the level's table size and borders on the rewrite
+//     (a rewritten neighbour, or L0 keys in the gap before or after it), so
+//     that the new keys merge with it and the level does not fill with small
+//     fragments. These rules apply until no more tables change.
+//   - Every other table is kept: it stays in the level, not in cd.bot, and no
+//     manifest change names it.
+//   - Each stretch between two kept tables (and before the first, after the
+//     last) that has a table to rewrite or L0 keys is rewritten as a split of
+//     its own, from just past every version of the kept table before it to
+//     just before the first version of the one after it, so no new table
+//     overlaps a kept one; a stretch with many tables to rewrite is cut
+//     further where addSplits would have cut it. A small table that ends a
+//     stretch is merged into the stretch's rewrite at the next compaction
+//     that borders it.
+//
+// If no table can be kept (or a read of an L0 table fails), cd is left as it
+// was and addSplits splits the rewrite of every overlapping table.
+func (s *levelsController) keepUntouched(cd *compactDef) error {
+	bot := cd.bot
+	n := len(bot)
+	if n == 0 || len(cd.top) == 0 {
+		return nil
+	}
+	small := int64(math.MaxInt64)
+	if l := cd.nextLevel.level; l < len(cd.t.fileSz) && cd.t.fileSz[l] > 0 {
+		small = cd.t.fileSz[l] / 2
+	}
+	keep, hitGap, err := untouchedTables(cd.top, bot, small)
+	if err != nil {
+		// The L0 tables could not be read through: rewrite every table, as
+		// v4.9.6 did (the rewrite reads them too, and fails if it must).
+		s.kv.opt.Warningf("LOG Compact 0->%d: keeping no base table: %v", cd.nextLevel.level, err)
+		return nil
+	}
+	var rewrite, kept []*table.Table
+	for i, t := range bot {
+		if keep[i] {
+			kept = append(kept, t)
+		} else {
+			rewrite = append(rewrite, t)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	cd.bot, cd.kept = rewrite, kept
+	cd.splits = keepSplits(bot, keep, hitGap, len(rewrite))
+	return nil
+}
+
+// untouchedTables reports which tables of bot (sorted, disjoint) keepUntouched
+// keeps by its rules (keep[i]), and in which gaps between them the top tables
+// have keys (hitGap[i]: before bot[i]; hitGap[len(bot)]: after the last).
+// small is the size under which a table bordering the rewrite is rewritten.
+func untouchedTables(top, bot []*table.Table, small int64) (keep, hitGap []bool, err error) {
+	n := len(bot)
+	touched := make([]bool, n)
+	hitGap = make([]bool, n+1)
+	for _, t := range top {
+		if err := markTopKeys(t, bot, touched, hitGap); err != nil {
+			return nil, nil, err
+		}
+	}
+	rewrite := touched
+	user := func(k []byte) []byte { return y.ParseKey(k) }
+	for changed := true; changed; {
+		changed = false
+		for i, t := range bot {
+			if rewrite[i] {
+				continue
+			}
+			left := i > 0 && rewrite[i-1]
+			right := i+1 < n && rewrite[i+1]
+			shares := (left && bytes.Equal(user(t.Smallest()), user(bot[i-1].Biggest()))) ||
+				(right && bytes.Equal(user(t.Biggest()), user(bot[i+1].Smallest())))
+			borders := left || right || hitGap[i] || hitGap[i+1]
+			if shares || (borders && t.Size() < small) {
+				rewrite[i] = true
+				changed = true
+			}
+		}
+	}
+	keep = make([]bool, n)
+	for i := range bot {
+		keep[i] = !rewrite[i]
+	}
+	return keep, hitGap, nil
+}
+
+// markTopKeys sets touched[i] if a key of t lies in bot[i]'s user-key range
+// (bot sorted and disjoint) and hitGap[i] if one lies between bot[i-1] and
+// bot[i] (hitGap[len(bot)]: after the last). It seeks t once for each table
+// and gap it marks, not once for each key.
+func markTopKeys(t *table.Table, bot []*table.Table, touched, hitGap []bool) error {
+	it := t.NewIterator(table.NOCACHE)
+	defer func() { _ = it.Close() }()
+	n := len(bot)
+	i := 0 // bot[:i] are before the iterator's key
+	for it.Rewind(); it.Valid(); {
+		u := y.ParseKey(it.Key())
+		// The first table from i on whose last user key is not before u.
+		j := i + sort.Search(n-i, func(k int) bool {
+			return bytes.Compare(y.ParseKey(bot[i+k].Biggest()), u) >= 0
+		})
+		if j == n {
+			hitGap[n] = true
+			return nil
+		}
+		if bytes.Compare(y.ParseKey(bot[j].Smallest()), u) <= 0 {
+			touched[j] = true
+			// On past every version of bot[j]'s last user key (ts 0 sorts last).
+			last := y.ParseKey(bot[j].Biggest())
+			it.Seek(y.KeyWithTs(last, 0))
+			for it.Valid() && bytes.Equal(y.ParseKey(it.Key()), last) {
+				it.Next()
+			}
+			i = j + 1
+			continue
+		}
+		hitGap[j] = true
+		// On to the first version of bot[j]'s first user key.
+		it.Seek(y.KeyWithTs(y.ParseKey(bot[j].Smallest()), math.MaxUint64))
+		i = j
+	}
+	return it.Err()
+}
+
+// keepSplits returns the key ranges to rewrite when the tables of bot with
+// keep[i] stay: one for each stretch between kept tables that has a table to
+// rewrite or L0 keys (hitGap), cut further after every width-th table to
+// rewrite, as addSplits does, rewriting being the number of tables to rewrite.
+// A range's left is included and its right is not; an empty left is the
+// start, an empty right the end.
+func keepSplits(bot []*table.Table, keep, hitGap []bool, rewriting int) []keyRange {
+	width := int(math.Ceil(float64(rewriting) / 5.0))
+	if width < 3 {
+		width = 3
+	}
+	var splits []keyRange
+	var left []byte // the current stretch's left; nil: from the start
+	var inStretch []*table.Table
+	has := false
+	end := func(right []byte) {
+		if has || len(inStretch) > 0 {
+			for k, t := range inStretch {
+				if k%width == width-1 && k < len(inStretch)-1 {
+					// All versions of t's last user key but a ts 0 one go left, as in addSplits.
+					r := y.KeyWithTs(y.ParseKey(t.Biggest()), 0)
+					splits = append(splits, keyRange{left: left, right: r})
+					left = r
+				}
+			}
+			splits = append(splits, keyRange{left: left, right: right})
+		}
+		inStretch, has = nil, false
+	}
+	for i, t := range bot {
+		has = has || hitGap[i]
+		if !keep[i] {
+			inStretch = append(inStretch, t)
+			continue
+		}
+		end(y.KeyWithTs(y.ParseKey(t.Smallest()), math.MaxUint64))
+		left = y.KeyWithTs(y.ParseKey(t.Biggest()), 0)
+	}
+	has = has || hitGap[len(bot)]
+	end(nil)
+	return splits
 }
 
 // fillTablesL0 would try to fill tables from L0 to be compacted with Lbase. If
@@ -1485,9 +1692,19 @@ func (s *levelsController) runCompactDef(id, l int, cd compactDef) (err error) {
 	nextLevel := cd.nextLevel
 
 	y.AssertTrue(len(cd.splits) == 0)
-	if thisLevel.level == nextLevel.level {
+	if thisLevel.level == 0 && nextLevel.level > 0 && len(cd.dropPrefixes) == 0 {
+		// Leave in place the base tables no L0 key falls in (cd.kept; sets
+		// cd.splits to the ranges between them).
+		if err := s.keepUntouched(&cd); err != nil {
+			return err
+		}
+	}
+	switch {
+	case thisLevel.level == nextLevel.level:
 		// don't do anything for L0 -> L0 and Lmax -> Lmax.
-	} else {
+	case len(cd.kept) > 0:
+		// keepUntouched made the splits.
+	default:
 		s.addSplits(&cd)
 	}
 	if len(cd.splits) == 0 {
@@ -1558,10 +1775,10 @@ func (s *levelsController) runCompactDef(id, l int, cd compactDef) (err error) {
 		if dur > time.Second {
 			expensive = " [E]"
 		}
-		s.kv.opt.Infof("[%d]%s LOG Compact %d->%d (%d, %d -> %d tables with %d splits)."+
+		s.kv.opt.Infof("[%d]%s LOG Compact %d->%d (%d, %d -> %d tables with %d splits, %d kept)."+
 			" [%s] -> [%s], took %v\n, deleted %d bytes",
 			id, expensive, thisLevel.level, nextLevel.level, len(cd.top), len(cd.bot),
-			len(newTables), len(cd.splits), strings.Join(from, " "), strings.Join(to, " "),
+			len(newTables), len(cd.splits), len(cd.kept), strings.Join(from, " "), strings.Join(to, " "),
 			dur.Round(time.Millisecond), sizeOldTables-sizeNewTables)
 	}
 

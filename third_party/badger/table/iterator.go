@@ -196,6 +196,17 @@ func (itr *Iterator) Valid() bool {
 	return itr.err == nil
 }
 
+// Err is the error that made the iterator invalid, or nil if it is valid or
+// went past the table's last key (Ratchet's patch: levels.go's check for the
+// base tables an L0 compaction can keep must not take a failed block read for
+// the table's end).
+func (itr *Iterator) Err() error {
+	if itr.err == io.EOF {
+		return nil
+	}
+	return itr.err
+}
+
 func (itr *Iterator) useCache() bool {
 	return itr.opt&NOCACHE == 0
 }
