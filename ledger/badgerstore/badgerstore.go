@@ -267,9 +267,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// enough behind that the engine ran at 76-79% of its empty-ledger
 	// figure. A 256 MiB base level and more level 0 tables before a stall
 	// keep a million effects within two levels: 100-108% of the empty
-	// figure then (2026-11-30). Each level 0 compaction still rewrites the
-	// whole base level (every level 0 table spans the key range), so 16
-	// level 0 tables before a compaction (stall at 48), not 8 (24), halve
+	// figure then (2026-11-30). Each level 0 compaction rewrote the whole
+	// base level (every level 0 table spans the key range; since badger's
+	// sixth patch it leaves in place the base tables none of its keys fall
+	// in, third_party/README.md), so 16 level 0 tables before a compaction (stall at 48), not 8 (24), halve
 	// how often it is: on make bench's scale section (each side over 32
 	// memtables, its compactions in its own time) 79-81% of the empty
 	// figure against 69-72% in alternating rounds, 6.9 KiB written and
