@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -85,7 +86,7 @@ func checkFilesAreTheLevels(t *testing.T, db *DB) {
 	for id, tm := range mf.Tables {
 		inManifest[id] = int(tm.Level)
 	}
-	if !mapsEqual(inLevels, inManifest) {
+	if !maps.Equal(inLevels, inManifest) {
 		t.Errorf("levels' tables (id: level) %v, manifest's %v", inLevels, inManifest)
 	}
 	files, err := filepath.Glob(filepath.Join(db.opt.Dir, "*.sst"))
@@ -108,18 +109,6 @@ func checkFilesAreTheLevels(t *testing.T, db *DB) {
 			t.Errorf("the manifest's table %d has no file", id)
 		}
 	}
-}
-
-func mapsEqual(a, b map[uint64]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A DB whose keys are written in time order under several prefixes, with

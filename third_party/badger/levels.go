@@ -971,16 +971,14 @@ func (s *levelsController) compactBuildTables(
 		}
 	}()
 
-	// Each running subcompaction holds a slot, and each table it is
-	// building or writing another: at most maxRunningSplits run (below), so
-	// the tables in memory stay as many as with addSplits' splits, however
-	// many ranges keepUntouched made.
-	inflightBuilders := y.NewThrottle(8 + min(len(cd.splits), maxRunningSplits))
 	// At most maxRunningSplits subcompactions run at once: addSplits makes no
-	// more, but keepUntouched makes one for each range between kept tables,
-	// and each running one holds table builders in memory. (The tables are
-	// picked up from res from the start, so a subcompaction waiting for its
-	// turn never holds up one that runs.)
+	// more, but keepUntouched makes one for each range between kept tables.
+	// Each running one holds a slot of the throttle, and each table it is
+	// building or writing another, so the tables in memory stay as many as
+	// with addSplits' splits. (The tables are picked up from res from the
+	// start, so a subcompaction waiting for its turn never holds up one that
+	// runs.)
+	inflightBuilders := y.NewThrottle(8 + min(len(cd.splits), maxRunningSplits))
 	running := make(chan struct{}, maxRunningSplits)
 	var err error
 	for _, kr := range cd.splits {
@@ -1127,10 +1125,7 @@ func (s *levelsController) addSplits(cd *compactDef) {
 	// In an edge case, 142 tables in bottom led to 48 splits. That's too many splits, because it
 	// then uses up a lot of memory for table builder.
 	// We should keep it so we have at max 5 splits.
-	width := int(math.Ceil(float64(len(cd.bot)) / 5.0))
-	if width < 3 {
-		width = 3
-	}
+	width := splitWidth(len(cd.bot))
 	skr := cd.thisRange
 	skr.extend(cd.nextRange)
 
@@ -1158,6 +1153,12 @@ func (s *levelsController) addSplits(cd *compactDef) {
 			addRange(right)
 		}
 	}
+}
+
+// splitWidth is how many of n tables to rewrite one split takes: at most 5
+// splits, at least 3 tables each.
+func splitWidth(n int) int {
+	return max(int(math.Ceil(float64(n)/5.0)), 3)
 }
 
 func (cd *compactDef) lockLevels() {
@@ -1342,11 +1343,10 @@ const maxRunningSplits = 5
 //
 // If no table can be kept (or a read of an L0 table fails), cd is left as it
 // was and addSplits splits the rewrite of every overlapping table.
-func (s *levelsController) keepUntouched(cd *compactDef) error {
+func (s *levelsController) keepUntouched(cd *compactDef) {
 	bot := cd.bot
-	n := len(bot)
-	if n == 0 || len(cd.top) == 0 {
-		return nil
+	if len(bot) == 0 || len(cd.top) == 0 {
+		return
 	}
 	small := int64(math.MaxInt64)
 	if l := cd.nextLevel.level; l < len(cd.t.fileSz) && cd.t.fileSz[l] > 0 {
@@ -1357,7 +1357,7 @@ func (s *levelsController) keepUntouched(cd *compactDef) error {
 		// The L0 tables could not be read through: rewrite every table, as
 		// v4.9.6 did (the rewrite reads them too, and fails if it must).
 		s.kv.opt.Warningf("LOG Compact 0->%d: keeping no base table: %v", cd.nextLevel.level, err)
-		return nil
+		return
 	}
 	var rewrite, kept []*table.Table
 	for i, t := range bot {
@@ -1368,11 +1368,10 @@ func (s *levelsController) keepUntouched(cd *compactDef) error {
 		}
 	}
 	if len(kept) == 0 {
-		return nil
+		return
 	}
 	cd.bot, cd.kept = rewrite, kept
 	cd.splits = keepSplits(bot, keep, hitGap, len(rewrite))
-	return nil
 }
 
 // untouchedTables reports which tables of bot (sorted, disjoint) keepUntouched
@@ -1459,10 +1458,7 @@ func markTopKeys(t *table.Table, bot []*table.Table, touched, hitGap []bool) err
 // A range's left is included and its right is not; an empty left is the
 // start, an empty right the end.
 func keepSplits(bot []*table.Table, keep, hitGap []bool, rewriting int) []keyRange {
-	width := int(math.Ceil(float64(rewriting) / 5.0))
-	if width < 3 {
-		width = 3
-	}
+	width := splitWidth(rewriting)
 	var splits []keyRange
 	var left []byte // the current stretch's left; nil: from the start
 	var inStretch []*table.Table
@@ -1695,9 +1691,7 @@ func (s *levelsController) runCompactDef(id, l int, cd compactDef) (err error) {
 	if thisLevel.level == 0 && nextLevel.level > 0 && len(cd.dropPrefixes) == 0 {
 		// Leave in place the base tables no L0 key falls in (cd.kept; sets
 		// cd.splits to the ranges between them).
-		if err := s.keepUntouched(&cd); err != nil {
-			return err
-		}
+		s.keepUntouched(&cd)
 	}
 	switch {
 	case thisLevel.level == nextLevel.level:
