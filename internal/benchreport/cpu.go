@@ -230,8 +230,8 @@ func cpuWorker(arg string) error {
 // writeCPU writes the CPU figures' table.
 func writeCPU(w func(string, ...any), figs []cpuFigure, err error) {
 	w("CPU per operation, for A/Bs\n\n")
-	w("Instructions executed in user space per operation, counted by valgrind's callgrind (`go run ./internal/benchreport -only cpu`): each workload runs in a child process under callgrind with n and with 2n operations, each until its two lowest counts agree within %.0f%%%% (at most %d runs), keeping the lowest (a run now and then spins in the Go scheduler, which only adds instructions), and the figure is the difference over n (setup and warm-up left out). " +
-		"Two runs of one commit agreed within 4%% (docs/design.md), whatever else the machine runs, where rates and getrusage's CPU time move by a quarter on a busy 2-core machine: compare commits with this table. " +
+	w("Instructions executed in user space per operation, counted by valgrind's callgrind (`go run ./internal/benchreport -only cpu`): each workload runs in a child process under callgrind with n and with 2n operations, each until its two lowest counts agree within %.0f%% (at most %d runs), keeping the lowest (a run now and then spins in the Go scheduler, which only adds instructions), and the figure is the difference over n (setup and warm-up left out). "+
+		"Two runs of one commit agreed within 4%% (docs/design.md), whatever else the machine runs, where rates and getrusage's CPU time move by a quarter on a busy 2-core machine: compare commits with this table. "+
 		"It leaves out the kernel's work (fdatasyncs, loopback networking), which the CPU per pair of sections 1-3 includes; under callgrind a process runs one thread at a time, so batches are not those of a native run.\n\n", cpuAgree*100, cpuMaxRuns)
 	if err != nil {
 		w("Skipped: %v\n\n", err)
