@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/ratchet-mcp/ratchet/internal/config"
+	"github.com/ratchet-mcp/ratchet/internal/gcpace"
 	"github.com/ratchet-mcp/ratchet/internal/loopback"
 	"github.com/ratchet-mcp/ratchet/internal/tracing"
 	"github.com/ratchet-mcp/ratchet/ledger"
@@ -84,6 +85,9 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 // openEngine opens the configured ledger.
 func openEngine(cfg *config.Config, log *slog.Logger, obs ledger.Observer) (*ledger.Engine, error) {
 	limitMemory(log)
+	if gcpace.Start() {
+		log.Debug("Go collector paced", "headroom_bytes", gcpace.Headroom)
+	}
 	secret, err := ledger.LoadOrCreateSecret(cfg.HMACKeyPath())
 	if err != nil {
 		return nil, err
