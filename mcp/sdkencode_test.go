@@ -155,11 +155,20 @@ func TestAToolResultEncodesAsTheSDKDid(t *testing.T) {
 		"a map as structured": {StructuredContent: map[string]any{"b": "<", "a": 1}, Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
 		"a nil raw message":   {StructuredContent: json.RawMessage(nil)},
 		"_meta":               {Meta: sdk.Meta{"k": "v"}, Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
-		"request state":       {RequestState: "s<\"", Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
-		"plain request state": {RequestState: "opaque.state-1", Content: []sdk.Content{&sdk.TextContent{Text: "x"}}, StructuredContent: json.RawMessage(`{}`)},
-		"annotations":         {Content: []sdk.Content{&sdk.TextContent{Text: "x", Annotations: &sdk.Annotations{Priority: 1}}}},
-		"a text block's meta": {Content: []sdk.Content{&sdk.TextContent{Text: "x", Meta: sdk.Meta{"k": 1}}}},
-		"an image":            {Content: []sdk.Content{&sdk.TextContent{Text: "x"}, &sdk.ImageContent{Data: []byte("png"), MIMEType: "image/png"}}},
+		// every result of the 2026-07-28 protocol carries the server's
+		// Implementation in _meta (annotateServerInfo)
+		"serverInfo": {Meta: sdk.Meta{sdk.MetaKeyServerInfo: &sdk.Implementation{Name: "ratchet <&>", Version: "1.0"}},
+			Content: []sdk.Content{&sdk.TextContent{Text: "summary"}, &sdk.TextContent{Text: `{"decision":"execute"}`}}, StructuredContent: json.RawMessage(`{"decision":"execute"}`)},
+		"_meta of several keys": {Meta: sdk.Meta{"z": []int{1, 2}, "a": map[string]any{"y": nil, "b": " "}, "m": json.RawMessage(`{ "spaced" : 1 }`)},
+			Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
+		"empty _meta":               {Meta: sdk.Meta{}, Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
+		"_meta that cannot encode":  {Meta: sdk.Meta{"c": make(chan int)}, Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
+		"_meta with an invalid raw": {Meta: sdk.Meta{"r": json.RawMessage(`{`)}, Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
+		"request state":             {RequestState: "s<\"", Content: []sdk.Content{&sdk.TextContent{Text: "x"}}},
+		"plain request state":       {RequestState: "opaque.state-1", Content: []sdk.Content{&sdk.TextContent{Text: "x"}}, StructuredContent: json.RawMessage(`{}`)},
+		"annotations":               {Content: []sdk.Content{&sdk.TextContent{Text: "x", Annotations: &sdk.Annotations{Priority: 1}}}},
+		"a text block's meta":       {Content: []sdk.Content{&sdk.TextContent{Text: "x", Meta: sdk.Meta{"k": 1}}}},
+		"an image":                  {Content: []sdk.Content{&sdk.TextContent{Text: "x"}, &sdk.ImageContent{Data: []byte("png"), MIMEType: "image/png"}}},
 	} {
 		checkResultEncoding(t, name, r)
 	}
@@ -167,10 +176,14 @@ func TestAToolResultEncodesAsTheSDKDid(t *testing.T) {
 
 func FuzzToolResultEncoding(f *testing.F) {
 	for i, text := range resultTexts {
-		f.Add(text, resultRaws[i%len(resultRaws)], i%2 == 0)
+		f.Add(text, resultRaws[i%len(resultRaws)], i%2 == 0, resultTexts[(i+3)%len(resultTexts)])
 	}
-	f.Fuzz(func(t *testing.T, text, raw string, isError bool) {
-		checkResultEncoding(t, "fuzz", &sdk.CallToolResult{IsError: isError,
-			Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)})
+	f.Fuzz(func(t *testing.T, text, raw string, isError bool, server string) {
+		r := &sdk.CallToolResult{IsError: isError,
+			Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)}
+		if server != "" { // as annotateServerInfo sets it on every result of the 2026-07-28 protocol
+			r.Meta = sdk.Meta{sdk.MetaKeyServerInfo: &sdk.Implementation{Name: server, Version: text}}
+		}
+		checkResultEncoding(t, "fuzz", r)
 	})
 }

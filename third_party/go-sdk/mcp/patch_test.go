@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -143,5 +144,27 @@ func TestANotificationIsNotHeldForTheStandaloneStream(t *testing.T) {
 	}
 	if err := c.Write(ctx, note); !errors.Is(err, jsonrpc2.ErrRejected) {
 		t.Errorf("Write of a notification with no GET stream open: %v; want ErrRejected (dropped, as before)", err)
+	}
+}
+
+// Every tool result of the 2026-07-28 protocol carries the server's
+// Implementation in _meta (annotateServerInfo), so the direct encoding
+// (result_encode.go) must take a result with _meta, or it never runs for
+// that protocol. Ratchet's TestAToolResultEncodesAsTheSDKDid compares its
+// bytes with v1.8.0's.
+func TestAResultWithServerInfoIsWrittenDirectly(t *testing.T) {
+	r := &CallToolResult{
+		Meta:              Meta{MetaKeyServerInfo: &Implementation{Name: "ratchet", Version: "1.0"}},
+		Content:           []Content{&TextContent{Text: "execute"}, &TextContent{Text: `{"decision":"execute"}`}},
+		StructuredContent: json.RawMessage(`{"decision":"execute"}`),
+		resultType:        resultTypeComplete,
+	}
+	b, ok := r.simpleResultJSON()
+	if !ok {
+		t.Fatal("a result with serverInfo in _meta went through the encoder")
+	}
+	want := `{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"ratchet","version":"1.0"}},"content":[{"type":"text","text":"execute"},{"type":"text","text":"{\"decision\":\"execute\"}"}],"structuredContent":{"decision":"execute"},"resultType":"complete"}`
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Fatalf("encoded (-want +got):\n%s", diff)
 	}
 }

@@ -14,14 +14,26 @@ import (
 
 // simpleResultJSON is x's JSON as v1.8.0's MarshalJSON wrote it
 // (encoding/json over its wire struct, HTML escaping on) when x is a
-// plain result: no _meta or input requests; content only text blocks
-// without _meta or annotations; structured content absent or a
-// json.RawMessage that encoding/json would leave as it is (compact,
-// valid, nothing it escapes for HTML). Otherwise it returns false and x
-// goes through the encoder as before.
+// plain result: no input requests; _meta absent or one json.Marshal
+// encodes; content only text blocks without _meta or annotations;
+// structured content absent or a json.RawMessage that encoding/json would
+// leave as it is (compact, valid, nothing it escapes for HTML). Otherwise
+// it returns false and x goes through the encoder as before.
 func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
-	if x.Meta != nil || x.InputRequests != nil {
+	if x.InputRequests != nil {
 		return nil, false
+	}
+	// The server sets _meta on every result of the 2026-07-28 protocol
+	// (annotateServerInfo): json.Marshal writes a map as the wire struct's
+	// field does, compact, keys sorted, HTML escaped; an error goes back
+	// to the encoder, which reports it.
+	var meta []byte
+	if len(x.Meta) > 0 {
+		m, err := json.Marshal(x.Meta)
+		if err != nil {
+			return nil, false
+		}
+		meta = m
 	}
 	var structured json.RawMessage
 	switch v := x.StructuredContent.(type) {
@@ -35,7 +47,7 @@ func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	default:
 		return nil, false
 	}
-	size := 64 + len(structured) + len(x.RequestState)
+	size := 64 + len(meta) + len(structured) + len(x.RequestState)
 	for _, c := range x.Content {
 		if t, ok := c.(*TextContent); ok && t != nil {
 			size += 32 + len(t.Text) + len(t.Text)/8 // room for some escapes
@@ -45,7 +57,13 @@ func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	// encoding/json writes the wire struct's fields in this order:
 	// _meta, content, structuredContent, isError, requestState,
 	// resultType, inputRequests.
-	b = append(b, `{"content":`...)
+	b = append(b, '{')
+	if meta != nil {
+		b = append(b, `"_meta":`...)
+		b = append(b, meta...)
+		b = append(b, ',')
+	}
+	b = append(b, `"content":`...)
 	if x.Content == nil {
 		b = append(b, "null"...)
 	} else {
