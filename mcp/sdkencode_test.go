@@ -128,6 +128,22 @@ func checkResultEncodingAs(t *testing.T, name string, r *sdk.CallToolResult, res
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s: encoded (-v1.8.0 +patched):\n%s", name, diff)
 	}
+	// What the SDK's JSON-RPC layer takes without checking: the same bytes,
+	// and compact, valid JSON whenever the result vouches for it.
+	vb, compact, verr := r.MarshalCompactJSON()
+	if (verr != nil) != (werr != nil) {
+		t.Errorf("%s: MarshalCompactJSON error %v, want %v", name, verr, werr)
+		return
+	}
+	if diff := cmp.Diff(string(want), string(vb)); diff != "" {
+		t.Errorf("%s: MarshalCompactJSON (-v1.8.0 +patched):\n%s", name, diff)
+	}
+	if compact {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, vb); err != nil || buf.String() != string(vb) {
+			t.Errorf("%s: vouched compact for %q (compacted %q, %v)", name, vb, buf.String(), err)
+		}
+	}
 }
 
 var resultTexts = []string{"", "execute: go", `{"decision":"execute","n":1}`, `a\"b\\c`, "<b> & </b>", "tab\there\nline",

@@ -373,6 +373,11 @@ func (x *CallToolResult) MarshalJSON() ([]byte, error) {
 	if b, ok := x.simpleResultJSON(); ok { // Ratchet's patch: result_encode.go
 		return b, nil
 	}
+	return x.marshalWire()
+}
+
+// marshalWire is v1.8.0's MarshalJSON: encoding/json over the wire struct.
+func (x *CallToolResult) marshalWire() ([]byte, error) {
 	type res CallToolResult // avoid recursion
 	type wire struct {
 		res

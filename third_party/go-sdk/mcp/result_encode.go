@@ -10,7 +10,23 @@ import (
 	"encoding/json"
 
 	internaljson "github.com/modelcontextprotocol/go-sdk/internal/json"
+	"github.com/modelcontextprotocol/go-sdk/internal/jsonrpc2"
 )
+
+var _ jsonrpc2.CompactMarshaler = (*CallToolResult)(nil)
+
+// MarshalCompactJSON is MarshalJSON for the SDK's JSON-RPC layer
+// (jsonrpc2.CompactMarshaler, Ratchet's patch): a result written directly
+// is valid, compact JSON as built (its _meta from json.Marshal, its texts
+// quoted here or by json.Marshal, its structured content checked with
+// IsCompact), so it says so and is not checked again.
+func (x *CallToolResult) MarshalCompactJSON() ([]byte, bool, error) {
+	if b, ok := x.simpleResultJSON(); ok {
+		return b, true, nil
+	}
+	b, err := x.marshalWire()
+	return b, false, err
+}
 
 // simpleResultJSON is x's JSON as v1.8.0's MarshalJSON wrote it
 // (encoding/json over its wire struct, HTML escaping on) when x is a

@@ -63,6 +63,9 @@ type Request struct {
 	// Extra is additional information that does not appear on the wire. It can be
 	// used to pass information from the application to the underlying transport.
 	Extra any
+	// compact is the Params that NewCall or NewNotification made, which
+	// marshalToRaw made compact (Ratchet's patch: compactLast).
+	compact json.RawMessage
 }
 
 // Response is a Message used as a reply to a call Request.
@@ -77,6 +80,9 @@ type Response struct {
 	// Extra is additional information that does not appear on the wire. It can be
 	// used to pass information from the underlying transport to the application.
 	Extra any
+	// compact is the Result that NewResponse made, which marshalToRaw
+	// made compact (Ratchet's patch: compactLast).
+	compact json.RawMessage
 }
 
 // StringID creates a new string request identifier.
@@ -96,14 +102,14 @@ func (id ID) Raw() any { return id.value }
 // method and parameters.
 func NewNotification(method string, params any) (*Request, error) {
 	p, merr := marshalToRaw(params)
-	return &Request{Method: method, Params: p}, merr
+	return &Request{Method: method, Params: p, compact: p}, merr
 }
 
 // NewCall constructs a new Call message for the supplied ID, method and
 // parameters.
 func NewCall(id ID, method string, params any) (*Request, error) {
 	p, merr := marshalToRaw(params)
-	return &Request{ID: id, Method: method, Params: p}, merr
+	return &Request{ID: id, Method: method, Params: p, compact: p}, merr
 }
 
 func (msg *Request) IsCall() bool { return msg.ID.IsValid() }
@@ -112,19 +118,27 @@ func (msg *Request) marshal(to *wireCombined) {
 	to.ID = msg.ID.value
 	to.Method = msg.Method
 	to.Params = msg.Params
+	to.compact = sameBytes(msg.Params, msg.compact)
 }
 
 // NewResponse constructs a new Response message that is a reply to the
 // supplied. If err is set result may be ignored.
 func NewResponse(id ID, result any, rerr error) (*Response, error) {
 	r, merr := marshalToRaw(result)
-	return &Response{ID: id, Result: r, Error: rerr}, merr
+	return &Response{ID: id, Result: r, Error: rerr, compact: r}, merr
 }
 
 func (msg *Response) marshal(to *wireCombined) {
 	to.ID = msg.ID.value
 	to.Error = toWireError(msg.Error)
 	to.Result = msg.Result
+	to.compact = sameBytes(msg.Result, msg.compact)
+}
+
+// sameBytes reports whether a is b, not a copy: a field the caller has
+// not replaced since marshalToRaw made it.
+func sameBytes(a, b json.RawMessage) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 func toWireError(err error) *WireError {
@@ -175,8 +189,9 @@ func EncodeMessage(msg Message) ([]byte, error) {
 
 // compactLast takes Params or Result out of wire and returns it with the
 // key that precedes it on the wire, when it is the last field wire holds
-// and compact JSON (internaljson.IsCompact); else it returns nil and leaves
-// wire as it was.
+// and compact JSON: what marshalToRaw returned for the message (always
+// compact, wire.compact), or checked with internaljson.IsCompact. Else it
+// returns nil and leaves wire as it was.
 func compactLast(wire *wireCombined) (string, json.RawMessage) {
 	var key string
 	var raw json.RawMessage
@@ -190,7 +205,7 @@ func compactLast(wire *wireCombined) (string, json.RawMessage) {
 	default:
 		return "", nil
 	}
-	if !internaljson.IsCompact(raw) {
+	if !wire.compact && !internaljson.IsCompact(raw) {
 		return "", nil
 	}
 	wire.Params, wire.Result = nil, nil
@@ -264,6 +279,15 @@ func DecodeMessage(data []byte) (Message, error) {
 	return resp, nil
 }
 
+// CompactMarshaler is a json.Marshaler that can vouch for what it wrote
+// (Ratchet's patch, third_party/README.md): when MarshalCompactJSON says
+// compact, its bytes are valid, compact JSON, and marshalToRaw takes them
+// without checking; else they are checked and compacted as MarshalJSON's.
+type CompactMarshaler interface {
+	json.Marshaler
+	MarshalCompactJSON() (data []byte, compact bool, err error)
+}
+
 func marshalToRaw(obj any) (json.RawMessage, error) {
 	if obj == nil {
 		return nil, nil
@@ -276,8 +300,15 @@ func marshalToRaw(obj any) (json.RawMessage, error) {
 	// pointer takes the encoder's path ("null").
 	if m, ok := obj.(json.Marshaler); ok {
 		if v := reflect.ValueOf(obj); v.Kind() != reflect.Pointer || !v.IsNil() {
-			data, err := m.MarshalJSON()
-			if err == nil && internaljson.IsCompact(data) {
+			var data []byte
+			var err error
+			vouched := false
+			if cm, ok := obj.(CompactMarshaler); ok {
+				data, vouched, err = cm.MarshalCompactJSON()
+			} else {
+				data, err = m.MarshalJSON()
+			}
+			if err == nil && (vouched || internaljson.IsCompact(data)) {
 				return json.RawMessage(data), nil
 			}
 			if err == nil {

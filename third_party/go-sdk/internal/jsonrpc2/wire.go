@@ -58,6 +58,7 @@ type wireCombined struct {
 	Params     json.RawMessage `json:"params,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *WireError      `json:"error,omitempty"`
+	compact    bool            // Params or Result is what marshalToRaw returned (Ratchet's patch: compactLast)
 }
 
 // WireError represents a structured error in a Response.
