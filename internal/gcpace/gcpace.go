@@ -1,6 +1,7 @@
 // Package gcpace sets the Go collector's pace for a process whose live heap
 // is small and whose allocation rate is high, as ratchet serve's is under
-// load: a few MiB to a few tens of MiB live (Badger's memtable arenas are
+// load (it starts where the ratchet commands open the ledger, and in every
+// process of make bench): a few MiB to a few tens of MiB live (Badger's memtable arenas are
 // outside the Go heap on Linux), hundreds of MiB a second allocated. At
 // GOGC 100 the heap's goal is twice the live heap, so such a process
 // collects dozens of times a second, and each cycle's fixed cost (stacks,
@@ -12,10 +13,12 @@
 // collector scans (live heap, stacks, globals), never below 100 (Go's
 // default, where a large live heap ends up) and never above maxPercent.
 // So memory above the live heap is bounded by the headroom, or by the live
-// heap itself when that is larger, as at GOGC 100.
+// heap itself when that is larger, as at GOGC 100; with almost nothing
+// live, by Go's smallest goal (4 MiB at GOGC 100) times maxPercent/100.
 //
 // Rules a change must keep:
-//   - An operator's GOGC wins: Start does nothing when GOGC is set.
+//   - An operator's GOGC wins: Start does nothing when GOGC is set, even
+//     to nothing.
 //   - No timer and no goroutine of its own: it runs on the finalizer
 //     goroutine once a collection has run, so an idle process is not woken
 //     by it (the runtime's forced collection every two minutes runs it).
@@ -38,15 +41,18 @@ import (
 // it keeps serve's RSS under 128 MiB where GOGC 400 read 133 MiB.
 const Headroom = 32 << 20
 
-// maxPercent bounds GOGC when almost nothing is live (at start, idle).
-const maxPercent = 1000
+// maxPercent bounds GOGC when little is live (at start, idle): Go's
+// smallest goal, 4 MiB at GOGC 100, becomes 16 MiB. serve's idle live heap
+// (about 8 MiB) reaches it, and GOGC 400 is where the engine's figures
+// were measured best (docs/design.md, "The collector's pace").
+const maxPercent = 400
 
 var once sync.Once
 
 // Start sets the pace as the package doc says, unless GOGC is set. It
 // returns whether it did; calling it again does nothing more.
 func Start() bool {
-	if os.Getenv("GOGC") != "" {
+	if _, set := os.LookupEnv("GOGC"); set {
 		return false
 	}
 	once.Do(func() {

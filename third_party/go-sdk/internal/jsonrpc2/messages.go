@@ -63,8 +63,8 @@ type Request struct {
 	// Extra is additional information that does not appear on the wire. It can be
 	// used to pass information from the application to the underlying transport.
 	Extra any
-	// compact is the Params that NewCall or NewNotification made, which
-	// marshalToRaw made compact (Ratchet's patch: compactLast).
+	// compact is the Params that NewCall or NewNotification made, when
+	// marshalToRawOwn wrote them (Ratchet's patch: compactLast).
 	compact json.RawMessage
 }
 
@@ -80,8 +80,8 @@ type Response struct {
 	// Extra is additional information that does not appear on the wire. It can be
 	// used to pass information from the underlying transport to the application.
 	Extra any
-	// compact is the Result that NewResponse made, which marshalToRaw
-	// made compact (Ratchet's patch: compactLast).
+	// compact is the Result that NewResponse made, when marshalToRawOwn
+	// wrote it (Ratchet's patch: compactLast).
 	compact json.RawMessage
 }
 
@@ -101,15 +101,15 @@ func (id ID) Raw() any { return id.value }
 // NewNotification constructs a new Notification message for the supplied
 // method and parameters.
 func NewNotification(method string, params any) (*Request, error) {
-	p, merr := marshalToRaw(params)
-	return &Request{Method: method, Params: p, compact: p}, merr
+	p, ours, merr := marshalToRawOwn(params)
+	return &Request{Method: method, Params: p, compact: ours}, merr
 }
 
 // NewCall constructs a new Call message for the supplied ID, method and
 // parameters.
 func NewCall(id ID, method string, params any) (*Request, error) {
-	p, merr := marshalToRaw(params)
-	return &Request{ID: id, Method: method, Params: p, compact: p}, merr
+	p, ours, merr := marshalToRawOwn(params)
+	return &Request{ID: id, Method: method, Params: p, compact: ours}, merr
 }
 
 func (msg *Request) IsCall() bool { return msg.ID.IsValid() }
@@ -124,8 +124,8 @@ func (msg *Request) marshal(to *wireCombined) {
 // NewResponse constructs a new Response message that is a reply to the
 // supplied. If err is set result may be ignored.
 func NewResponse(id ID, result any, rerr error) (*Response, error) {
-	r, merr := marshalToRaw(result)
-	return &Response{ID: id, Result: r, Error: rerr, compact: r}, merr
+	r, ours, merr := marshalToRawOwn(result)
+	return &Response{ID: id, Result: r, Error: rerr, compact: ours}, merr
 }
 
 func (msg *Response) marshal(to *wireCombined) {
@@ -189,8 +189,8 @@ func EncodeMessage(msg Message) ([]byte, error) {
 
 // compactLast takes Params or Result out of wire and returns it with the
 // key that precedes it on the wire, when it is the last field wire holds
-// and compact JSON: what marshalToRaw returned for the message (always
-// compact, wire.compact), or checked with internaljson.IsCompact. Else it
+// and compact JSON: bytes marshalToRawOwn wrote for the message, still in
+// place (wire.compact), or checked with internaljson.IsCompact. Else it
 // returns nil and leaves wire as it was.
 func compactLast(wire *wireCombined) (string, json.RawMessage) {
 	var key string
@@ -281,16 +281,27 @@ func DecodeMessage(data []byte) (Message, error) {
 
 // CompactMarshaler is a json.Marshaler that can vouch for what it wrote
 // (Ratchet's patch, third_party/README.md): when MarshalCompactJSON says
-// compact, its bytes are valid, compact JSON, and marshalToRaw takes them
-// without checking; else they are checked and compacted as MarshalJSON's.
+// compact, its bytes are valid, compact JSON in a buffer no one changes
+// afterwards, and marshalToRaw and EncodeMessage take them without
+// checking; else they are checked and compacted as MarshalJSON's.
 type CompactMarshaler interface {
 	json.Marshaler
 	MarshalCompactJSON() (data []byte, compact bool, err error)
 }
 
 func marshalToRaw(obj any) (json.RawMessage, error) {
+	raw, _, err := marshalToRawOwn(obj)
+	return raw, err
+}
+
+// marshalToRawOwn is marshalToRaw, also returning raw again when it wrote
+// those bytes itself or a CompactMarshaler vouched for them: compact, and
+// no one else's buffer. A Marshaler's bytes it only checked may be the
+// caller's (json.RawMessage returns itself), which could change in place
+// before the message is encoded; for those it returns nil.
+func marshalToRawOwn(obj any) (raw, ours json.RawMessage, err error) {
 	if obj == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Ratchet's patch (third_party/README.md): encoding/json compacts what
 	// a MarshalJSON returns, and the SDK's results marshal themselves with
@@ -308,23 +319,26 @@ func marshalToRaw(obj any) (json.RawMessage, error) {
 			} else {
 				data, err = m.MarshalJSON()
 			}
-			if err == nil && (vouched || internaljson.IsCompact(data)) {
-				return json.RawMessage(data), nil
+			if err == nil && vouched {
+				return data, data, nil
+			}
+			if err == nil && internaljson.IsCompact(data) {
+				return data, nil, nil
 			}
 			if err == nil {
 				var buf bytes.Buffer
 				if err = json.Compact(&buf, data); err == nil {
-					return json.RawMessage(buf.Bytes()), nil
+					return buf.Bytes(), buf.Bytes(), nil
 				}
 			}
-			return nil, &json.MarshalerError{Type: v.Type(), Err: err}
+			return nil, nil, &json.MarshalerError{Type: v.Type(), Err: err}
 		}
 	}
 	data, err := jsonMarshal(obj)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return json.RawMessage(data), nil
+	return data, data, nil
 }
 
 // jsonMarshal marshals obj to JSON like json.Marshal but without HTML escaping.

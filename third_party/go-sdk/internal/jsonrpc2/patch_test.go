@@ -84,3 +84,18 @@ func TestAFieldReplacedAfterItWasMadeIsCheckedAgain(t *testing.T) {
 		t.Error("invalid replaced params encoded")
 	}
 }
+
+// A json.RawMessage (or any Marshaler that returns its own buffer) is the
+// caller's bytes: changed in place after NewResponse, they are checked
+// again, not sent as they were vouched for (the adversarial review's case).
+func TestAResultTheCallerChangesInPlaceIsCheckedAgain(t *testing.T) {
+	buf := json.RawMessage(`{"a":1}`)
+	r, err := NewResponse(Int64ID(1), buf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, `{"a": }`)
+	if b, err := EncodeMessage(r); err == nil {
+		t.Errorf("invalid JSON encoded: %s", b)
+	}
+}
