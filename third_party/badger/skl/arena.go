@@ -75,7 +75,7 @@ func (s *Arena) putNode(height int) uint32 {
 	// Pad the allocation with enough bytes to ensure pointer alignment.
 	l := uint32(MaxNodeSize - unusedSize + nodeAlign)
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here: three allocations a key
+	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
 		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
 			l, n, len(s.buf))
 	}
@@ -92,7 +92,7 @@ func (s *Arena) putNode(height int) uint32 {
 func (s *Arena) putVal(v y.ValueStruct) uint32 {
 	l := v.EncodedSize()
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here: three allocations a key
+	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
 		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
 			l, n, len(s.buf))
 	}
@@ -104,7 +104,7 @@ func (s *Arena) putVal(v y.ValueStruct) uint32 {
 func (s *Arena) putKey(key []byte) uint32 {
 	l := uint32(len(key))
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here: three allocations a key
+	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
 		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
 			l, n, len(s.buf))
 	}
