@@ -14,7 +14,13 @@ import (
 // concurrent callers on distinct keys, with a global and a per-counterparty
 // ceiling on every effect (the hot counters). make bench runs the full
 // comparison against the disk's limit (internal/benchreport).
-func BenchmarkBeginReport(b *testing.B) {
+func BenchmarkBeginReport(b *testing.B) { benchBeginReport(b, 64) }
+
+// BenchmarkBeginReport16 is BenchmarkBeginReport from the adapters' 16
+// callers (batches of a few ops: each batch's fixed cost shows more).
+func BenchmarkBeginReport16(b *testing.B) { benchBeginReport(b, 16) }
+
+func benchBeginReport(b *testing.B, callers int) {
 	rules := []ledger.Rule{{Match: "bench.*", Ceilings: []ledger.Ceiling{
 		{Name: "global-spend", LimitMicros: i64(1 << 60), Window: "24h", Per: "global"},
 		{Name: "per-counterparty", LimitMicros: i64(1 << 60), Window: "24h", Per: "dimension:counterparty"},
@@ -24,8 +30,8 @@ func BenchmarkBeginReport(b *testing.B) {
 	var seq atomic.Int64
 	b.ResetTimer()
 	var wg sync.WaitGroup
-	per := b.N/64 + 1
-	for c := range 64 {
+	per := b.N/callers + 1
+	for c := range callers {
 		wg.Go(func() {
 			cost := int64(1000)
 			for range per {
@@ -56,14 +62,25 @@ func BenchmarkBeginReport(b *testing.B) {
 //	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind /tmp/ledger.test -test.run XXX -test.bench BenchmarkBeginReportSerial -test.benchtime 2000x
 //
 // once with 2000x and once with 4000x; the difference over 2000 is one pair.
-func BenchmarkBeginReportSerial(b *testing.B) {
+func BenchmarkBeginReportSerial(b *testing.B) { benchBeginReportSerial(b, false) }
+
+// BenchmarkBeginReportSerialDurable is BenchmarkBeginReportSerial with
+// syncing on, as Ratchet runs: each op a batch through the store's log
+// (record, write, fdatasync, then Badger's commit), so it shows what a
+// batch costs whatever its ops, the part larger batches share out. Under
+// callgrind the fdatasyncs are the kernel's, not counted.
+func BenchmarkBeginReportSerialDurable(b *testing.B) { benchBeginReportSerial(b, true) }
+
+func benchBeginReportSerial(b *testing.B, durable bool) {
 	rules := []ledger.Rule{{Match: "bench.*", Ceilings: []ledger.Ceiling{
 		{Name: "global-spend", LimitMicros: i64(1 << 60), Window: "24h", Per: "global"},
 		{Name: "per-counterparty", LimitMicros: i64(1 << 60), Window: "24h", Per: "dimension:counterparty"},
 	}}}
 	h := newHarness(b, rules)
-	h.opts.NoSync = true
-	h.reopen()
+	if !durable {
+		h.opts.NoSync = true
+		h.reopen()
+	}
 	ctx := context.Background()
 	cost := int64(1000)
 	b.ResetTimer()

@@ -162,6 +162,8 @@ type Engine struct {
 	prep     Preparer              // the store, when it prepares Updates ahead (nil otherwise)
 	opTxn    opTxn                 // the writer's, each op's in turn (decideBatch)
 	batchBuf batchBufs             // the writer's, each batch's in turn (decideBatch)
+	run      batchRun              // the batch commit hands the store (runBatch); writer only
+	runFn    func(Txn) error       // e.runBatch, made once: a closure per commit cost 3 allocations
 	wake     outboxWake            // tells delivery workers of new outbox entries (outbox_bound.go)
 	queued   bool                  // the batch being committed wrote outbox entries; writer only
 	syncErr  atomic.Pointer[Error] // set once the store failed (failStop): no more writes
@@ -254,6 +256,7 @@ func New(opts Options) (*Engine, error) {
 		stop:     make(chan struct{}),
 	}
 	e.thresholds = normalThresholds(opts.BudgetThresholds)
+	e.runFn = e.runBatch
 	// The writer's store calls run on a context of the engine's own: a
 	// batch carries many callers' decisions, so no one caller's request
 	// may cancel it; Close ends it if the store hangs past Close's context.
@@ -462,29 +465,10 @@ func (e *Engine) commit(batch []*op) []*op {
 		answerAll(batch, err)
 		return nil
 	}
-	var results []opResult
-	runs := 0
-	err := e.store.Update(e.storeCtx, func(tx Txn) error {
-		// A shared store may have made this batch wait for other
-		// replicas' (see pgstore): whatever arrived meanwhile joins it.
-		// A store may also run fn again; the batch is decided afresh,
-		// without what the discarded run put in the caches.
-		e.queued = false
-		if runs++; runs > 1 {
-			e.reruns.Add(1)
-			if e.cache != nil {
-				e.cache.clear()
-			}
-			if e.deferral != nil {
-				e.deferral.discard()
-			}
-			e.fired = nil // it may hold what the discarded run wrote
-		}
-		batch = e.take(batch)
-		var err error
-		results, err = e.decideBatch(tx, batch)
-		return err
-	})
+	e.run = batchRun{batch: batch}
+	err := e.store.Update(e.storeCtx, e.runFn)
+	batch, results := e.run.batch, e.run.results
+	e.run = batchRun{}
 	if err != nil {
 		e.fail(batch, err)
 		return nil
@@ -501,6 +485,39 @@ func (e *Engine) commit(batch []*op) []*op {
 		e.wake.signal()
 	}
 	return batch[len(results):]
+}
+
+// batchRun is the batch of one commit, as the store runs it (runBatch):
+// its ops, which a run may add to, their results, and the runs so far.
+type batchRun struct {
+	batch   []*op
+	results []opResult
+	runs    int
+}
+
+// runBatch is the fn commit hands the store's Update: it decides e.run's
+// batch against tx.
+func (e *Engine) runBatch(tx Txn) error {
+	// A shared store may have made this batch wait for other
+	// replicas' (see pgstore): whatever arrived meanwhile joins it.
+	// A store may also run fn again; the batch is decided afresh,
+	// without what the discarded run put in the caches.
+	r := &e.run
+	e.queued = false
+	if r.runs++; r.runs > 1 {
+		e.reruns.Add(1)
+		if e.cache != nil {
+			e.cache.clear()
+		}
+		if e.deferral != nil {
+			e.deferral.discard()
+		}
+		e.fired = nil // it may hold what the discarded run wrote
+	}
+	r.batch = e.take(r.batch)
+	var err error
+	r.results, err = e.decideBatch(tx, r.batch)
+	return err
 }
 
 // Reruns is how many times since New a store had the writer decide a

@@ -181,23 +181,21 @@ func cpuWorker(arg string) error {
 		return fmt.Errorf("-cpu-worker %q: %w", arg, err)
 	}
 	kind, dir := parts[0], parts[2]
+	if c, ok := strings.CutPrefix(kind, "engine-"); ok {
+		// engine-C is no row of the table: the engine pair from C callers,
+		// run by hand (docs/development.md). engine-16 tells an adapter's
+		// own instructions from its engine pair's, whose batches are
+		// smaller at the adapters' 16 callers than at 64; engine-1 is one
+		// op a batch, each batch's fixed cost in full.
+		callers, err := strconv.Atoi(c)
+		if err != nil || callers < 1 {
+			return fmt.Errorf("-cpu-worker: unknown workload %q", kind)
+		}
+		return enginePairs(dir, callers, n)
+	}
 	switch kind {
-	case "engine", "engine-16":
-		// engine-16 is no row of the table: the engine pair at the
-		// adapters' 16 callers, run by hand (docs/development.md) to tell
-		// an adapter's own instructions from its engine pair's, whose
-		// batches are smaller at 16 callers than at 64.
-		eng, _, err := openEngine(filepath.Join(dir, "ledger"), true)
-		if err != nil {
-			return err
-		}
-		defer eng.Close(context.Background())
-		callers := 64
-		if kind == "engine-16" {
-			callers = 16
-		}
-		pairs(eng, callers, time.Hour, n)
-		return nil
+	case "engine":
+		return enginePairs(dir, 64, n)
 	case "mcp", "mcp-noop":
 		eng, _, err := openEngine(filepath.Join(dir, "ledger"), true)
 		if err != nil {
@@ -225,6 +223,18 @@ func cpuWorker(arg string) error {
 		return err
 	}
 	return fmt.Errorf("-cpu-worker: unknown workload %q", kind)
+}
+
+// enginePairs runs n durable engine pairs from callers callers on a new
+// ledger in dir.
+func enginePairs(dir string, callers int, n int64) error {
+	eng, _, err := openEngine(filepath.Join(dir, "ledger"), true)
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	pairs(eng, callers, time.Hour, n)
+	return nil
 }
 
 // writeCPU writes the CPU figures' table.

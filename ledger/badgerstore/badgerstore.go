@@ -196,7 +196,7 @@ type Store struct {
 	// kept for the next: a new one per batch grew by doubling to the
 	// batch's size, a fifth of the bytes an engine pair allocated.
 	rec  walRecord
-	ents entrySlab // makes each Update's entries in turn (under wmu)
+	ents entrySlab // makes each Update's entries in turn, its chunks kept for the next (under wmu)
 	// next is the next Update's transaction when PrepareUpdate began it
 	// (under wmu; nil when none is ready).
 	next *badger.Txn
@@ -387,9 +387,9 @@ func (s *Store) Update(ctx context.Context, fn func(ledger.Txn) error) error {
 	if txn == nil {
 		txn = s.db.NewTransaction(true)
 	}
+	defer s.ents.reset() // runs after the Discard: Badger is done with the entries
 	defer txn.Discard()
 	seq, rec := s.seq+1, s.nextRecord()
-	s.ents = entrySlab{} // new chunks: the last ones are that transaction's
 	err := fn(txnAdapter{txn: txn, rec: rec, ents: &s.ents})
 	if err != nil {
 		return err
@@ -563,22 +563,56 @@ type txnAdapter struct {
 }
 
 // entrySlab hands out the entries of one transaction's sets from chunks
-// of entryChunk, where badger.Txn.Set allocates one per key (NewEntry). A
-// chunk is never reused, since the transaction holds its entries (and
-// Badger rewrites their keys at commit). Chunks sized by the last batch
-// wasted more bytes than they saved allocations: batches at 64 callers
-// range from a few ops to a hundred.
-type entrySlab struct{ chunk []badger.Entry }
+// of entryChunk, where badger.Txn.Set allocates one per key (NewEntry).
+// Chunks sized by the last batch wasted more bytes than they saved
+// allocations: batches at 64 callers range from a few ops to a hundred.
+//
+// The store's slab (Store.ents) keeps its chunks from Update to Update:
+// reset, once the transaction is committed or discarded, empties them for
+// the next. Badger reads a transaction's entries only until its commit
+// returns: the commit waits for its write to the memtable, whose skiplist
+// copies each key and value, and the write request then drops them (it
+// would hand them on to subscribers, and nothing subscribes to the
+// store's Badger). A new chunk for every Update was 5.8 KiB a batch, the
+// largest part of what a batch of one op allocated (docs/design.md, "The
+// writer's fixed cost per batch").
+type entrySlab struct {
+	chunks []*[entryChunk]badger.Entry
+	n      int // entries handed out since the last reset
+}
 
-const entryChunk = 64
+const (
+	entryChunk = 64
+	// keptEntryChunks bounds the chunks reset keeps: a rare batch of
+	// thousands of keys leaves no slab that large behind.
+	keptEntryChunks = 16
+)
 
 // entry is badger.NewEntry(key, val), from the slab.
 func (s *entrySlab) entry(key, val []byte) *badger.Entry {
-	if len(s.chunk) == cap(s.chunk) {
-		s.chunk = make([]badger.Entry, 0, entryChunk)
+	i, j := s.n/entryChunk, s.n%entryChunk
+	if i == len(s.chunks) {
+		s.chunks = append(s.chunks, new([entryChunk]badger.Entry))
 	}
-	s.chunk = append(s.chunk, badger.Entry{Key: key, Value: val})
-	return &s.chunk[len(s.chunk)-1]
+	s.n++
+	e := &s.chunks[i][j]
+	*e = badger.Entry{Key: key, Value: val}
+	return e
+}
+
+// reset empties the slab for the next transaction, once Badger is done
+// with the last one's entries (committed or discarded): it clears those
+// handed out, which point to that batch's keys and values, and keeps at
+// most keptEntryChunks chunks.
+func (s *entrySlab) reset() {
+	for i := 0; i*entryChunk < s.n; i++ {
+		clear(s.chunks[i][:min(entryChunk, s.n-i*entryChunk)])
+	}
+	s.n = 0
+	if len(s.chunks) > keptEntryChunks {
+		clear(s.chunks[keptEntryChunks:])
+		s.chunks = s.chunks[:keptEntryChunks]
+	}
 }
 
 func (t txnAdapter) ctxErr() error {

@@ -1023,7 +1023,11 @@ func (db *DB) doWrites(lc *z.Closer) {
 		}
 
 	writeCase:
-		go writeRequests(reqs)
+		// Written here, not in a goroutine of its own (v4.9.6): a
+		// goroutine made and scheduled for every commit, where a write
+		// waits for the one before anyway (pendingCh), and requests
+		// sent meanwhile wait in writeCh, as they waited for pendingCh.
+		writeRequests(reqs)
 		reqs = make([]*request, 0, 10)
 		reqLen.Set(0)
 	}
