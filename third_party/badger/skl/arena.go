@@ -65,6 +65,15 @@ func (s *Arena) size() int64 {
 	return int64(s.n.Load())
 }
 
+// mustHold panics, as v4.9.6's check did, when the arena's buffer cannot
+// hold n bytes after l more were claimed; its message's arguments are boxed
+// only then (v4.9.6 boxed them for every node, key and value).
+func (s *Arena) mustHold(l, n uint32) {
+	if int(n) > len(s.buf) {
+		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d", l, n, len(s.buf))
+	}
+}
+
 // putNode allocates a node in the arena. The node is aligned on a pointer-sized
 // boundary. The arena offset of the node is returned.
 func (s *Arena) putNode(height int) uint32 {
@@ -75,10 +84,7 @@ func (s *Arena) putNode(height int) uint32 {
 	// Pad the allocation with enough bytes to ensure pointer alignment.
 	l := uint32(MaxNodeSize - unusedSize + nodeAlign)
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
-		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
-			l, n, len(s.buf))
-	}
+	s.mustHold(l, n)
 
 	// Return the aligned offset.
 	m := (n - l + uint32(nodeAlign)) & ^uint32(nodeAlign)
@@ -92,10 +98,7 @@ func (s *Arena) putNode(height int) uint32 {
 func (s *Arena) putVal(v y.ValueStruct) uint32 {
 	l := v.EncodedSize()
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
-		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
-			l, n, len(s.buf))
-	}
+	s.mustHold(l, n)
 	m := n - l
 	v.Encode(s.buf[m:])
 	return m
@@ -104,10 +107,7 @@ func (s *Arena) putVal(v y.ValueStruct) uint32 {
 func (s *Arena) putKey(key []byte) uint32 {
 	l := uint32(len(key))
 	n := s.n.Add(l)
-	if int(n) > len(s.buf) { // the arguments boxed only here (v4.9.6 boxed them every time)
-		y.AssertTruef(false, "Arena too small, toWrite:%d newTotal:%d limit:%d",
-			l, n, len(s.buf))
-	}
+	s.mustHold(l, n)
 	// m is the offset where you should write.
 	// n = new len - key len give you the offset at which you should write.
 	m := n - l
