@@ -39,18 +39,6 @@ func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	if x.InputRequests != nil {
 		return nil, false
 	}
-	// The server sets _meta on every result of the 2026-07-28 protocol
-	// (annotateServerInfo): json.Marshal writes a map as the wire struct's
-	// field does, compact, keys sorted, HTML escaped; an error goes back
-	// to the encoder, which reports it.
-	var meta []byte
-	if len(x.Meta) > 0 {
-		m, err := json.Marshal(x.Meta)
-		if err != nil {
-			return nil, false
-		}
-		meta = m
-	}
 	var structured json.RawMessage
 	switch v := x.StructuredContent.(type) {
 	case nil:
@@ -63,11 +51,27 @@ func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	default:
 		return nil, false
 	}
-	size := 64 + len(meta) + len(structured) + len(x.RequestState)
+	size := 64 + len(structured) + len(x.RequestState)
 	for _, c := range x.Content {
-		if t, ok := c.(*TextContent); ok && t != nil {
-			size += 32 + len(t.Text) + len(t.Text)/8 // room for some escapes
+		t, ok := c.(*TextContent)
+		if !ok || t == nil || t.Meta != nil || t.Annotations != nil {
+			return nil, false
 		}
+		size += 32 + len(t.Text) + len(t.Text)/8 // room for some escapes
+	}
+	// Last of the checks, the only one that costs: the server sets _meta
+	// on every result of the 2026-07-28 protocol (annotateServerInfo).
+	// json.Marshal writes a map as the wire struct's field does, compact,
+	// keys sorted, HTML escaped; an error goes back to the encoder, which
+	// reports it.
+	var meta []byte
+	if len(x.Meta) > 0 {
+		m, err := json.Marshal(x.Meta)
+		if err != nil {
+			return nil, false
+		}
+		meta = m
+		size += len(meta)
 	}
 	b := make([]byte, 0, size)
 	// encoding/json writes the wire struct's fields in this order:
@@ -85,10 +89,7 @@ func (x *CallToolResult) simpleResultJSON() ([]byte, bool) {
 	} else {
 		b = append(b, '[')
 		for i, c := range x.Content {
-			t, ok := c.(*TextContent)
-			if !ok || t == nil || t.Meta != nil || t.Annotations != nil {
-				return nil, false
-			}
+			t := c.(*TextContent) // every block checked above
 			if i > 0 {
 				b = append(b, ',')
 			}
