@@ -36,18 +36,15 @@ import (
 )
 
 // Headroom is the heap growth above what the collector scans that Start
-// allows before the next collection: 32 MiB. Measured under the million-
-// effect MCP load of make bench (docs/design.md, "The collector's pace"),
-// it keeps serve's RSS under 128 MiB where GOGC 400 read 133 MiB.
+// allows before the next collection: 32 MiB, sized so serve's RSS under the
+// million-effect MCP load stays under make bench's 128 MiB target
+// (docs/design.md, "The collector's pace").
 const Headroom = 32 << 20
 
 // maxPercent bounds GOGC when little is live (at start, idle, under
 // callgrind): Go's smallest goal, 4 MiB at GOGC 100, becomes 40 MiB, the
-// headroom's order. A cap of 400 (a 16 MiB smallest goal) was tried after
-// review: the MCP pair under callgrind, where little is live, took 2048k
-// instructions against 1861-1878k and its ratio to the floor 1.62 against
-// 1.42 (docs/design.md, "The collector's pace"); serve under load, with
-// 13-17 MiB live, is paced at 190-250 by either.
+// headroom's order. A lower cap costs collections where little is live
+// (docs/design.md, "The collector's pace").
 const maxPercent = 1000
 
 var once sync.Once
